@@ -1,0 +1,18 @@
+# axengine_add_plugin(<name> SOURCES ... [OUTPUT_DIR dir])
+# Builds a plugin shared library `axengine_<name>.so` that links the core (for the interfaces and the
+# registry) and LibTorch. The descriptor itself lives in the sources (AXENGINE_PLUGIN_DESCRIPTOR).
+# Used for the project's own plugins and, through the installed SDK (find_package(axengine)), by third
+# parties.
+function(axengine_add_plugin name)
+  cmake_parse_arguments(ARG "" "OUTPUT_DIR" "SOURCES" ${ARGN})
+  add_library(${name} MODULE ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE axengine::core)
+  set_target_properties(${name} PROPERTIES
+    PREFIX "" OUTPUT_NAME "axengine_${name}"
+    CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  if(ARG_OUTPUT_DIR)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
+  elseif(DEFINED AXENGINE_PLUGIN_OUTPUT_DIR)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${AXENGINE_PLUGIN_OUTPUT_DIR})
+  endif()
+endfunction()

@@ -1,0 +1,3 @@
+#include <iostream>
+#include "axengine/version.hpp"
+int main() { std::cout << "axengine " << ax::kVersion << "\n"; }

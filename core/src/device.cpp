@@ -1,0 +1,90 @@
+#include "axengine/device.hpp"
+
+#include <ATen/Context.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax {
+namespace {
+
+// The compute capability and name come from the CUDA runtime that LibTorch already loaded. Looking the
+// two functions up at run time keeps the core free of CUDA headers, so it builds without a toolkit.
+struct CudaProps {
+  int major = 0, minor = 0;
+  std::string name;
+};
+
+CudaProps query_cuda(int index) {
+  using AttrFn = int (*)(int*, int, int);
+  using NameFn = int (*)(char*, int, int);
+  CudaProps p;
+  auto attr = reinterpret_cast<AttrFn>(dlsym(RTLD_DEFAULT, "cudaDeviceGetAttribute"));
+  if (!attr) throw RuntimeError("cannot query the GPU: the CUDA runtime is not loaded");
+  constexpr int kMajor = 75, kMinor = 76;  // cudaDevAttrComputeCapabilityMajor / Minor
+  if (attr(&p.major, kMajor, index) != 0 || attr(&p.minor, kMinor, index) != 0)
+    throw RuntimeError(str("cannot query compute capability of CUDA device ", index));
+  // The driver API names the device; cudart has no plain-C entry for it.
+  if (auto get_name = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "cuDeviceGetName"))) {
+    char buf[256] = {0};
+    if (get_name(buf, sizeof buf - 1, index) == 0) p.name = buf;
+  }
+  if (p.name.empty()) p.name = str("CUDA device ", index);
+  return p;
+}
+
+}  // namespace
+
+std::string arch_name(int arch) { return arch > 0 ? str("sm_", arch) : std::string("cpu"); }
+
+std::string DeviceInfo::arch_name() const { return is_cuda() ? ax::arch_name(arch) : std::string("cpu"); }
+
+std::optional<int> parse_arch(std::string_view t) {
+  if (t.rfind("sm_", 0) == 0) t.remove_prefix(3);
+  if (!t.empty() && t.back() == 'a') t.remove_suffix(1);  // sm_90a: same device, arch-specific code
+  if (t.empty() || t.size() > 3) return std::nullopt;
+  int v = 0;
+  for (char c : t) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v < 30) return std::nullopt;
+  return v;
+}
+
+DeviceInfo detect_device(const std::string& type, const std::string& arch_override) {
+  if (type != "auto" && type != "cpu" && type != "cuda")
+    throw UsageError(str("device type '", type, "' is not one of auto, cpu, cuda"));
+  DeviceInfo d;
+  std::string override_text = arch_override;
+  std::string override_source = "config device.arch";
+  if (const char* env = std::getenv("AXENGINE_ARCH"); env && *env) {
+    override_text = env;
+    override_source = "AXENGINE_ARCH";
+  }
+  const bool has_cuda = at::hasCUDA();
+  if (type == "cuda" && !has_cuda && override_text.empty())
+    throw RuntimeError("device type 'cuda' was asked for, but no CUDA device is available");
+  if (!override_text.empty()) {
+    // Pretend to be that GPU: selection behaves as it would there (used by explain and by tests).
+    auto arch = parse_arch(override_text);
+    if (!arch) throw UsageError(str(override_source, ": '", override_text, "' is not a CUDA arch like sm_90 or sm_120"));
+    d.type = DeviceInfo::Type::cuda;
+    d.arch = *arch;
+    d.arch_source = override_source;
+    d.name = str("(as ", ax::arch_name(*arch), ")");
+    if (has_cuda && type != "cpu") d.name = query_cuda(0).name + " " + d.name;
+    return d;
+  }
+  if (type == "cpu" || !has_cuda) return d;
+  CudaProps p = query_cuda(0);
+  d.type = DeviceInfo::Type::cuda;
+  d.arch = p.major * 10 + p.minor;
+  d.name = p.name;
+  return d;
+}
+
+}  // namespace ax

@@ -1,0 +1,23 @@
+#include "axengine/kernel_op.hpp"
+
+namespace ax {
+
+const std::vector<OpInfo>& known_ops() {
+  // Contracts: docs/ops/<id>.md. The config key is what [kernels] uses.
+  static const std::vector<OpInfo> ops = {
+      {"moe.experts", "moe", "grouped expert projection with optional LoRA (MoE expert layers)"},
+      {"dequant", "dequant", "nf4 / mxfp4 / nvfp4 weights to bf16/fp16/fp32, optionally per selected expert"},
+      {"norm_rope", "norm_rope", "RMSNorm (w or 1+w) followed by rotary embedding"},
+      {"attention", "attention", "causal GQA attention over packed variable-length sequences"},
+      {"linear.lora", "linear_lora", "y = x W^T + s (x A^T) B^T with W dense or nf4"},
+  };
+  return ops;
+}
+
+const OpInfo* find_op(const std::string& key) {
+  for (const auto& op : known_ops())
+    if (op.id == key || op.config_key == key) return &op;
+  return nullptr;
+}
+
+}  // namespace ax
