@@ -1,0 +1,53 @@
+// Plugin discovery and loading.
+//
+// Search order: config `plugins.paths`, then AXENGINE_PLUGIN_PATH (':'-separated), then the directory
+// beside the executable (<exe dir>/plugins). Entries may be directories (every *.so in them, in name
+// order) or files. Each file is checked WITHOUT running its code: its "axengine_plugin" ELF section is
+// read and parsed; a plugin whose ABI major (or a newer minor) or build fingerprint differs from the
+// host's is refused with one line naming both sides. Only then is it loaded (Boost.DLL) and its
+// axengine_plugin_register called; if that throws, nothing it registered is kept. A bad file never
+// stops the others.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "axengine/registry.hpp"
+
+namespace ax {
+
+struct PluginDescriptor;
+
+struct PluginReport {
+  enum class Status { loaded, refused, skipped };
+  std::string path;
+  std::string origin;  // "config plugins.paths", "AXENGINE_PLUGIN_PATH", "executable dir", "command line"
+  Status status = Status::skipped;
+  std::string name, version;  // from the descriptor, when it could be read
+  std::string reason;         // why refused or skipped; for loaded plugins, notes (e.g. a provider refused)
+  std::vector<std::string> providers;  // keys of the providers it added
+};
+const char* to_string(PluginReport::Status status);
+
+class PluginLoader {
+ public:
+  explicit PluginLoader(Registry& registry);
+  ~PluginLoader();
+  PluginLoader(const PluginLoader&) = delete;
+  PluginLoader& operator=(const PluginLoader&) = delete;
+
+  // Loads one file. Never throws for a bad plugin: the report says what happened.
+  const PluginReport& load_file(const std::string& path, const std::string& origin);
+  // Walks the search order above. `exe_dir` empty: the running executable's directory.
+  void discover(const std::vector<std::string>& config_paths, const std::string& exe_dir = "");
+
+  const std::vector<PluginReport>& reports() const { return reports_; }
+
+ private:
+  struct Loaded;
+  Registry& registry_;
+  std::vector<PluginReport> reports_;
+  std::vector<std::unique_ptr<Loaded>> libraries_;  // kept loaded for the process' life
+};
+
+}  // namespace ax
