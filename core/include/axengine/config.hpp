@@ -55,6 +55,9 @@ struct ConfigSection {
   std::string name;  // top-level key
   std::string doc;
   void (*bind)(TableBinder& table, RunConfig& config);
+  // An array of tables ([[datasets]]): `bind` is called once per element (and once with a null table when
+  // documenting the schema).
+  bool array = false;
 };
 void register_config_section(ConfigSection section);
 

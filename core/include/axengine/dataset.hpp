@@ -23,7 +23,10 @@ class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual std::size_t size() const = 0;
+  // Must be safe to call from several threads at once: the engine tokenises in parallel.
   virtual Sample get(std::size_t index) const = 0;
+  // Rows dropped under on_bad_row = "skip" (reported to the user).
+  virtual std::size_t skipped_rows() const { return 0; }
 };
 
 struct DatasetContext {

@@ -44,6 +44,9 @@ struct ModelLoadOptions {
   std::string dtype = "fp32";      // compute dtype: fp32 | bf16 | fp16
   std::string device = "cpu";      // "cpu" or "cuda:N"
   std::shared_ptr<KernelSet> kernels;
+  // Recompute each decoder layer's activations in backward instead of keeping them ([train]
+  // activation_checkpointing): less memory, ~1/3 more compute. Families that cannot may ignore it.
+  bool activation_checkpointing = false;
 };
 
 class ModelFamily {

@@ -91,6 +91,23 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx) {
     t.finish();
   }
   for (const auto& s : extra_sections()) {
+    if (s.array) {
+      root.accept(s.name);
+      if (ctx.docs) {
+        ctx.docs->push_back({s.name + "[]", "table", "", s.doc});
+        TableBinder t(nullptr, s.name + "[]", ctx);
+        s.bind(t, c);
+      }
+      const toml::node* n = doc ? doc->get(s.name) : nullptr;
+      if (!n) continue;
+      if (!n->is_array_of_tables()) config_fail(ctx.file, n, str("'", s.name, "' must be written as [[", s.name, "]] tables"));
+      for (const auto& e : *n->as_array()) {
+        TableBinder t(e.as_table(), s.name, ctx);
+        s.bind(t, c);
+        t.finish();
+      }
+      continue;
+    }
     TableBinder t = root.sub(s.name.c_str(), s.doc.c_str());
     s.bind(t, c);
     t.finish();

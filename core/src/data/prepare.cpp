@@ -1,0 +1,233 @@
+#include "data/prepare.hpp"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <tbb/parallel_for.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/safetensors.hpp"
+#include "axengine/strings.hpp"
+#include "data/entry.hpp"
+#include "data/packing.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ax::data {
+namespace {
+
+constexpr const char* kCacheFormat = "axengine-prepared-v1";
+
+std::string hex64(uint64_t v) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) s[i] = digits[v & 15];
+  return s;
+}
+
+// Two FNV-1a lanes: 128 bits, plenty to key a cache.
+std::string hash128(const std::string& text) {
+  uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL;
+  for (unsigned char c : text) {
+    a = (a ^ c) * 0x100000001b3ULL;
+    b = (b ^ (c + 0x5bu)) * 0x100000001b3ULL;
+  }
+  return hex64(a) + hex64(mix_seed(b, a));
+}
+
+// Every string value of the entry that names an existing file contributes its size and mtime, so editing
+// a data file invalidates its cache without the engine knowing which keys a (plugin) type reads.
+void describe_files(const toml::table& entry, const std::string& base_dir, std::ostringstream& os) {
+  for (const auto& [k, v] : entry) {
+    const auto* s = v.as_string();
+    if (!s) continue;
+    std::string p = resolve_against(base_dir, s->get());
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    os << "file " << k.str() << " " << fs::absolute(p).lexically_normal().string() << " " << st.st_size << " "
+       << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << "\n";
+  }
+}
+
+bool load_cache(const std::string& path, std::vector<Sample>& out, std::size_t& skipped) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  try {
+    auto f = safetensors::File::open(path);
+    auto meta = f->metadata();
+    if (meta["format"] != kCacheFormat) return false;
+    auto ids = f->get("input_ids"), labels = f->get("labels"), offsets = f->get("offsets");
+    if (ids.scalar_type() != at::kInt || labels.scalar_type() != at::kInt || offsets.scalar_type() != at::kLong ||
+        ids.dim() != 1 || labels.sizes() != ids.sizes() || offsets.dim() != 1 || offsets.size(0) < 1)
+      return false;
+    const int32_t* pi = ids.data_ptr<int32_t>();
+    const int32_t* pl = labels.data_ptr<int32_t>();
+    const int64_t* po = offsets.data_ptr<int64_t>();
+    int64_t n = offsets.size(0) - 1;
+    if (po[0] != 0 || po[n] != ids.size(0)) return false;
+    out.clear();
+    out.reserve(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (po[i + 1] <= po[i]) return false;
+      out.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}});
+    }
+    skipped = std::stoull(meta["skipped"]);
+    return true;
+  } catch (const std::exception& e) {
+    log::warn(str("prepared-data cache ", path, " is unusable (", e.what(), "); rebuilding it"));
+    return false;
+  }
+}
+
+void save_cache(const std::string& path, const std::vector<Sample>& samples, std::size_t skipped, const std::string& key) {
+  std::vector<int32_t> ids, labels;
+  std::vector<int64_t> offsets{0};
+  for (const auto& s : samples) {
+    ids.insert(ids.end(), s.input_ids.begin(), s.input_ids.end());
+    labels.insert(labels.end(), s.labels.begin(), s.labels.end());
+    offsets.push_back(static_cast<int64_t>(ids.size()));
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  try {
+    safetensors::save(path,
+                      {{"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)},
+                       {"offsets", at::tensor(offsets, at::kLong)}},
+                      {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}});
+  } catch (const std::exception& e) {
+    log::warn(str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
+  }
+}
+
+// Opens one dataset file (the entry as given) and tokenises every row in parallel.
+std::vector<Sample> tokenise(const DatasetType& type, const toml::table& entry, const DatasetContext& ctx,
+                             const std::string& name, std::size_t& skipped) {
+  auto ds = type.open(entry, ctx);
+  std::vector<Sample> samples(ds->size());
+  tbb::parallel_for(std::size_t(0), samples.size(), [&](std::size_t i) { samples[i] = ds->get(i); });
+  skipped = ds->skipped_rows();
+  const int64_t vocab = ctx.tokenizer->vocab_size();
+  for (std::size_t i = 0; i < samples.size(); ++i) {  // plugin types get the same guarantees as ours
+    const auto& s = samples[i];
+    if (s.input_ids.empty()) throw UsageError(str("dataset ", name, ": sample ", i, " has no tokens"));
+    if (s.labels.size() != s.input_ids.size())
+      throw UsageError(str("dataset ", name, ": sample ", i, " has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
+    for (std::size_t k = 0; k < s.input_ids.size(); ++k) {
+      if (s.input_ids[k] < 0 || s.input_ids[k] >= vocab)
+        throw UsageError(str("dataset ", name, ": sample ", i, " token ", k, " = ", s.input_ids[k], " is outside the vocabulary (", vocab, ")"));
+      if (s.labels[k] != -100 && (s.labels[k] < 0 || s.labels[k] >= vocab))
+        throw UsageError(str("dataset ", name, ": sample ", i, " label ", k, " = ", s.labels[k], " is outside the vocabulary (", vocab, ")"));
+    }
+  }
+  return samples;
+}
+
+std::vector<Sample> load_file(const DatasetType& type, const std::string& type_name, const toml::table& entry,
+                              const DatasetContext& ctx, const DataConfig& data, const std::string& name,
+                              SourceReport& report, std::size_t& skipped) {
+  std::string key = dataset_cache_key(type_name, entry, ctx.base_dir, *ctx.tokenizer);
+  std::string file = (fs::path(data.cache_dir) / (hash128(key) + ".safetensors")).string();
+  std::vector<Sample> samples;
+  if (data.cache && load_cache(file, samples, skipped)) {
+    report.from_cache = true;
+    report.cache_file = file;
+    return samples;
+  }
+  samples = tokenise(type, entry, ctx, name, skipped);
+  if (samples.empty()) throw UsageError(str("dataset ", name, ": no usable rows"));
+  if (data.cache) {
+    save_cache(file, samples, skipped, key);
+    report.cache_file = file;
+  }
+  return samples;
+}
+
+}  // namespace
+
+std::string dataset_cache_key(const std::string& type, const toml::table& entry, const std::string& base_dir,
+                              const Tokenizer& tokenizer) {
+  std::ostringstream os;
+  os << kCacheFormat << "\ntype " << type << "\nbase " << base_dir << "\n" << toml::toml_formatter{entry} << "\n";
+  describe_files(entry, base_dir, os);
+  os << "tokenizer " << tokenizer.fingerprint() << "\n";
+  return os.str();
+}
+
+PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
+                              const Tokenizer& tokenizer) {
+  auto entries = dataset_entries(config);
+  if (entries.empty()) throw UsageError(str(config.file, ": no [[datasets]] entry: nothing to train on"));
+  PreparedData out;
+  DatasetContext ctx{&tokenizer, config.file, config.dir};
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const toml::table& entry = *entries[i];
+    TableBinder t(&entry, "datasets", BindContext{config.file, nullptr});
+    CommonEntry common;
+    bind_common_entry(t, common);
+    auto type = registry.get<DatasetType>(ProviderKind::dataset, common.type);
+    if (!type) {
+      std::vector<std::string> names;
+      for (const auto* p : registry.list(ProviderKind::dataset)) names.push_back(p->info.name);
+      std::string hint = closest(common.type, names);
+      config_fail(config.file, entry.get("type"),
+                  str("unknown dataset type \"", common.type, "\" (known: ", join(names, ", "), ")",
+                      hint.empty() ? "" : str("; did you mean \"", hint, "\"?")));
+    }
+    std::string name = common.name.empty() ? fs::path(common.path).filename().string() : common.name;
+    SourceReport report;
+    report.name = name;
+
+    // What the type sees: the entry without the split keys (they are the engine's business and must not
+    // change the cache key of the training file).
+    toml::table train_entry = entry;
+    train_entry.erase("eval_path");
+    train_entry.erase("eval_fraction");
+    std::size_t skipped = 0;
+    std::vector<Sample> train = load_file(*type, common.type, train_entry, ctx, data, name, report, skipped);
+    report.skipped = skipped;
+    std::vector<Sample> eval;
+    if (!common.eval_path.empty()) {
+      toml::table eval_entry = train_entry;
+      eval_entry.insert_or_assign("path", common.eval_path);
+      SourceReport eval_report;
+      eval = load_file(*type, common.type, eval_entry, ctx, data, name + " (eval)", eval_report, skipped);
+      report.skipped += skipped;
+    } else {
+      double fraction = common.eval_fraction >= 0 ? common.eval_fraction : data.eval_fraction;
+      if (fraction >= 1) config_fail(config.file, entry.get("eval_fraction"), "'eval_fraction' must be in [0, 1)");
+      std::size_t n_eval = static_cast<std::size_t>(fraction * static_cast<double>(train.size()) + 0.5);
+      if (n_eval >= train.size() && n_eval > 0)
+        throw UsageError(str("dataset ", name, ": eval_fraction ", fraction, " leaves no training rows of ", train.size()));
+      if (n_eval > 0) {
+        // Seeded, so the split is the same on every run and resume with this seed.
+        auto perm = permutation(train.size(), mix_seed(static_cast<uint64_t>(config.run.seed), 0xe7a1 + i));
+        std::vector<char> is_eval(train.size(), 0);
+        for (std::size_t k = 0; k < n_eval; ++k) is_eval[perm[k]] = 1;
+        std::vector<Sample> kept;
+        for (std::size_t k = 0; k < train.size(); ++k) (is_eval[k] ? eval : kept).push_back(std::move(train[k]));
+        train = std::move(kept);
+      }
+    }
+    report.train = train.size();
+    report.eval = eval.size();
+    for (auto& s : train) out.train.push_back(std::move(s));
+    for (auto& s : eval) out.eval.push_back(std::move(s));
+    out.sources.push_back(report);
+  }
+  return out;
+}
+
+std::string describe(const PreparedData& data) {
+  std::vector<std::string> lines;
+  for (const auto& s : data.sources)
+    lines.push_back(str("dataset ", s.name, ": ", s.train, " train / ", s.eval, " eval samples",
+                        s.skipped ? str(", ", s.skipped, " bad rows skipped") : std::string(),
+                        s.from_cache ? " (prepared cache)" : " (tokenised)"));
+  return join(lines, "\n");
+}
+
+}  // namespace ax::data

@@ -1,0 +1,39 @@
+// From [[datasets]] to tokenised train/eval samples: each entry is opened through its registered type,
+// tokenised in parallel (oneTBB), cached on disk under a hash of (entry, data files' size and mtime,
+// tokenizer fingerprint), and split into train/eval (eval_path, or a seeded eval_fraction).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "axengine/config.hpp"
+#include "axengine/dataset.hpp"
+#include "axengine/registry.hpp"
+#include "axengine/tokenizer.hpp"
+#include "data/data_config.hpp"
+
+namespace ax::data {
+
+struct SourceReport {
+  std::string name;
+  std::size_t train = 0, eval = 0, skipped = 0;
+  bool from_cache = false;
+  std::string cache_file;
+};
+
+struct PreparedData {
+  std::vector<Sample> train, eval;
+  std::vector<SourceReport> sources;
+};
+
+PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
+                              const Tokenizer& tokenizer);
+
+// The cache key of one dataset file as an entry describes it (exposed for tests).
+std::string dataset_cache_key(const std::string& type, const toml::table& entry, const std::string& base_dir,
+                              const Tokenizer& tokenizer);
+
+// "name: 900 train / 100 eval samples (cached)" lines.
+std::string describe(const PreparedData& data);
+
+}  // namespace ax::data

@@ -1,0 +1,22 @@
+#include "data/register.hpp"
+
+#include "data/types.hpp"
+
+namespace ax::data {
+
+void register_builtin_datasets(Registry& registry) {
+  Provider c;
+  c.info.kind = ProviderKind::dataset;
+  c.info.name = "completion";
+  c.info.summary = "JSONL text rows (optional prompt without loss), tokenised by the model's tokenizer";
+  c.object = make_completion_type();
+  registry.add(std::move(c));
+  Provider p;
+  p.info.kind = ProviderKind::dataset;
+  p.info.name = "pretokenized";
+  p.info.summary = "JSONL rows of input_ids (optional labels, attention_mask), validated against the vocabulary";
+  p.object = make_pretokenized_type();
+  registry.add(std::move(p));
+}
+
+}  // namespace ax::data

@@ -1,0 +1,165 @@
+// AdamW (Loshchilov & Hutter), as torch.optim.AdamW computes it:
+//   p -= lr * wd * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+// On CUDA the fused ATen kernel (_fused_adamw_) does all of it in one launch per dtype group; on CPU the
+// same arithmetic runs as plain in-place ATen ops, in a fixed order, so a run (and its resume) is
+// bitwise reproducible.
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/optimizer.hpp"
+#include "axengine/strings.hpp"
+#include "train/optimizers.hpp"
+
+namespace ax::train {
+
+void bind_adamw_options(TableBinder& t, AdamWOptions& o) {
+  t.field("beta1", o.beta1, "AdamW first-moment decay");
+  t.field("beta2", o.beta2, "AdamW second-moment decay");
+  t.positive("eps", o.eps, "AdamW denominator epsilon");
+  t.choice("implementation", o.implementation, {"auto", "fused", "reference"},
+           "auto = the fused ATen kernel on CUDA, the reference (bitwise-deterministic) one on CPU");
+  auto in01 = [&](const char* k, double v) {
+    if (!(v >= 0 && v < 1)) t.fail(t.table() ? t.table()->get(k) : nullptr, str("'optimizer.", k, "' must be in [0, 1)"));
+  };
+  in01("beta1", o.beta1);
+  in01("beta2", o.beta2);
+}
+
+namespace {
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions o) : groups_(std::move(groups)), o_(o) {
+    for (const auto& g : groups_)
+      for (const auto& p : g.params) {
+        if (!p.defined() || !p.requires_grad()) throw RuntimeError("adamw: a parameter does not require grad");
+        exp_avg_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+        exp_avg_sq_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+        if (o_.implementation == "fused" && !p.is_cuda())
+          throw UsageError("optimizer.implementation = \"fused\" needs the parameters on CUDA");
+      }
+  }
+
+  void step(double lr) override {
+    ++step_;
+    at::NoGradGuard no_grad;
+    std::size_t k = 0;
+    for (const auto& g : groups_) {
+      std::vector<std::size_t> idx;
+      for (std::size_t i = 0; i < g.params.size(); ++i, ++k)
+        if (g.params[i].grad().defined()) idx.push_back(k);
+      if (idx.empty()) continue;
+      bool fused = o_.implementation == "fused" || (o_.implementation == "auto" && g.params[0].is_cuda());
+      if (fused) fused_step(g, idx, k - g.params.size(), lr);
+      else reference_step(g, k - g.params.size(), lr);
+    }
+  }
+
+  void zero_grad() override {
+    for (auto& g : groups_)
+      for (auto& p : g.params)
+        if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+  }
+
+  std::map<std::string, at::Tensor> state_dict() const override {
+    std::map<std::string, at::Tensor> s;
+    s["step"] = at::tensor({step_}, at::kLong);
+    std::size_t k = 0;
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi)
+      for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
+        s[str("g", gi, ".p", pi, ".exp_avg")] = exp_avg_[k];
+        s[str("g", gi, ".p", pi, ".exp_avg_sq")] = exp_avg_sq_[k];
+      }
+    return s;
+  }
+
+  void load_state_dict(const std::map<std::string, at::Tensor>& s) override {
+    auto get = [&](const std::string& key, const at::Tensor& like) {
+      auto it = s.find(key);
+      if (it == s.end()) throw UsageError(str("optimizer state: '", key, "' is missing"));
+      if (like.defined() && !it->second.sizes().equals(like.sizes()))
+        throw UsageError(str("optimizer state: '", key, "' has shape ", it->second.sizes(), ", the parameter ", like.sizes()));
+      return it->second;
+    };
+    step_ = get("step", at::Tensor()).item<int64_t>();
+    std::size_t k = 0;
+    for (std::size_t gi = 0; gi < groups_.size(); ++gi)
+      for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
+        exp_avg_[k].copy_(get(str("g", gi, ".p", pi, ".exp_avg"), exp_avg_[k]));
+        exp_avg_sq_[k].copy_(get(str("g", gi, ".p", pi, ".exp_avg_sq"), exp_avg_sq_[k]));
+      }
+  }
+
+ private:
+  void reference_step(const ParamGroup& g, std::size_t first, double lr) {
+    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(step_));
+    const double bc2_sqrt = std::sqrt(1.0 - std::pow(o_.beta2, static_cast<double>(step_)));
+    for (std::size_t i = 0; i < g.params.size(); ++i) {
+      at::Tensor p = g.params[i];
+      at::Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      at::Tensor& m = exp_avg_[first + i];
+      at::Tensor& v = exp_avg_sq_[first + i];
+      if (g.weight_decay != 0) p.mul_(1.0 - lr * g.weight_decay);
+      m.lerp_(grad, 1.0 - o_.beta1);
+      v.mul_(o_.beta2).addcmul_(grad, grad, 1.0 - o_.beta2);
+      at::Tensor denom = (v.sqrt() / bc2_sqrt).add_(o_.eps);
+      p.addcdiv_(m, denom, -lr / bc1);
+    }
+  }
+
+  // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter, which
+  // it increments itself: we hand it our step count each time.
+  void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, double lr) {
+    std::map<std::pair<int, int>, std::vector<std::size_t>> by_kind;  // (dtype, device) -> indices
+    for (std::size_t k : idx) {
+      const auto& p = g.params[k - first];
+      by_kind[{static_cast<int>(p.scalar_type()), p.device().index()}].push_back(k);
+    }
+    for (const auto& [kind, ks] : by_kind) {
+      std::vector<at::Tensor> ps, gs, ms, vs, steps;
+      for (std::size_t k : ks) {
+        const auto& p = g.params[k - first];
+        ps.push_back(p);
+        gs.push_back(p.grad());
+        ms.push_back(exp_avg_[k]);
+        vs.push_back(exp_avg_sq_[k]);
+        steps.push_back(at::full({}, static_cast<double>(step_ - 1), p.options().dtype(at::kFloat)));
+      }
+      at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, o_.beta1, o_.beta2, g.weight_decay, o_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false);
+    }
+  }
+
+  std::vector<ParamGroup> groups_;
+  AdamWOptions o_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+class AdamWProvider final : public OptimizerProvider {
+ public:
+  std::unique_ptr<Optimizer> create(std::vector<ParamGroup> groups, const toml::table& options) const override {
+    AdamWOptions o;
+    TableBinder t(&options, "optimizer", BindContext{});
+    bind_adamw_options(t, o);
+    t.finish();
+    return std::make_unique<AdamW>(std::move(groups), o);
+  }
+};
+
+}  // namespace
+
+void register_builtin_optimizers(Registry& registry) {
+  Provider p;
+  p.info.kind = ProviderKind::optimizer;
+  p.info.name = "adamw";
+  p.info.summary = "AdamW; fused ATen kernel on CUDA, bitwise-deterministic reference on CPU";
+  p.object = std::make_shared<AdamWProvider>();
+  registry.add(std::move(p));
+}
+
+}  // namespace ax::train

@@ -1,0 +1,29 @@
+// What a run leaves behind for people: metrics.jsonl (one JSON object per step and per eval) and
+// report.html, a self-contained page (inline SVG, no scripts, no network) with the loss and eval curves,
+// the learning rate and the run summary. Both are rewritten at every checkpoint and at the end.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ax::train {
+
+struct MetricsLog {
+  std::vector<nlohmann::json> records;  // {"step", "loss", "lr", ...} and {"step", "eval_loss", "exact_match"}
+
+  // Loads <dir>/metrics.jsonl keeping records with step <= up_to_step (a resumed run drops what it will redo).
+  void load(const std::string& output_dir, int64_t up_to_step);
+  void append(const std::string& output_dir, const nlohmann::json& record);  // to memory and to the file
+  void rewrite(const std::string& output_dir) const;
+};
+
+// `summary`: ordered (label, value) rows shown beside the charts.
+std::string render_report_html(const MetricsLog& log, const std::string& title,
+                               const std::vector<std::pair<std::string, std::string>>& summary);
+void write_report(const std::string& output_dir, const MetricsLog& log, const std::string& title,
+                  const std::vector<std::pair<std::string, std::string>>& summary);
+
+}  // namespace ax::train

@@ -1,0 +1,104 @@
+#include "train/train_config.hpp"
+
+#include "axengine/strings.hpp"
+#include "train/optimizers.hpp"
+
+namespace ax::train {
+namespace {
+
+const toml::table* section(const RunConfig& c, const char* name) {
+  const toml::node* n = c.document.get(name);
+  return n ? n->as_table() : nullptr;
+}
+
+void bind_train(TableBinder& t, TrainConfig& c) {
+  t.field("optimizer", c.optimizer, "optimizer provider (registry kind optimizer): adamw, or one a plugin adds");
+  t.positive("lr", c.lr, "peak learning rate");
+  t.choice("schedule", c.schedule, {"constant", "linear", "cosine"}, "learning-rate schedule after warmup");
+  t.bounded("warmup_steps", c.warmup_steps, 0, INT64_MAX, "steps of linear warmup from 0 to lr");
+  t.field("min_lr_ratio", c.min_lr_ratio, "linear/cosine decay ends at lr * min_lr_ratio");
+  t.field("weight_decay", c.weight_decay, "decoupled weight decay (AdamW); never applied to norms and biases");
+  t.bounded("micro_batch_size", c.micro_batch_size, 1, 1 << 20, "packed rows per forward pass");
+  t.bounded("grad_accum", c.grad_accum, 1, 1 << 20, "micro-batches per optimizer step");
+  t.field("max_grad_norm", c.max_grad_norm, "clip gradients to this global L2 norm (0 = no clipping)");
+  t.bounded("num_epochs", c.num_epochs, 1, 1 << 20, "passes over the training rows (ignored when max_steps > 0)");
+  t.bounded("max_steps", c.max_steps, 0, INT64_MAX, "optimizer steps to run; 0 = num_epochs worth");
+  t.field("activation_checkpointing", c.activation_checkpointing, "recompute each layer's activations in backward (less memory, more compute)");
+  t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
+  if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) t.fail(t.table() ? t.table()->get("min_lr_ratio") : nullptr, "'train.min_lr_ratio' must be in [0, 1]");
+  if (c.weight_decay < 0) t.fail(t.table() ? t.table()->get("weight_decay") : nullptr, "'train.weight_decay' must be >= 0");
+  if (c.max_grad_norm < 0) t.fail(t.table() ? t.table()->get("max_grad_norm") : nullptr, "'train.max_grad_norm' must be >= 0");
+}
+
+void bind_checkpoint(TableBinder& t, CheckpointConfig& c) {
+  t.bounded("every_steps", c.every_steps, 0, INT64_MAX, "save a checkpoint every N steps (0 = only at the end)");
+  t.bounded("keep_last", c.keep_last, 1, 1 << 20, "checkpoints kept; older ones are deleted after a newer one is complete");
+  t.field("resume_from", c.resume_from, "\"latest\" (newest checkpoint in output_dir, or a fresh start when none) or a checkpoint directory; `run --resume` = \"latest\"");
+}
+
+void bind_eval(TableBinder& t, EvalConfig& c) {
+  t.bounded("every_steps", c.every_steps, 0, INT64_MAX, "evaluate every N steps (0 = only at the end); needs eval rows ([data].eval_fraction or eval_path)");
+  t.bounded("max_rows", c.max_rows, 0, INT64_MAX, "packed eval rows used for eval loss (0 = all)");
+  t.field("exact_match", c.exact_match, "greedy-generate the answer of every eval sample that has a prompt (loss-free prefix) and report the fraction exactly right");
+  t.bounded("max_samples", c.max_samples, 1, INT64_MAX, "eval samples used for exact_match");
+  t.bounded("max_new_tokens", c.max_new_tokens, 1, 1 << 16, "longest answer generated for exact_match");
+  t.bounded("show_examples", c.show_examples, 0, 1000, "generated answers printed at each eval");
+}
+
+void bind_train_section(TableBinder& t, RunConfig&) { TrainConfig c; bind_train(t, c); }
+void bind_checkpoint_section(TableBinder& t, RunConfig&) { CheckpointConfig c; bind_checkpoint(t, c); }
+void bind_eval_section(TableBinder& t, RunConfig&) { EvalConfig c; bind_eval(t, c); }
+
+// [optimizer] keys belong to the chosen provider, which checks them when it is created (plugins add
+// optimizers core does not know). The built-in AdamW's keys are documented and checked here.
+void bind_optimizer_section(TableBinder& t, RunConfig& config) {
+  std::string name = "adamw";
+  if (const toml::table* tr = section(config, "train"))
+    if (auto v = tr->get_as<std::string>("optimizer")) name = v->get();
+  if (name == "adamw" || !t.table()) {
+    AdamWOptions o;
+    bind_adamw_options(t, o);
+  } else {
+    for (const auto& [k, v] : *t.table()) t.accept(std::string(k.str()));
+  }
+}
+
+struct Registrar {
+  Registrar() {
+    register_config_section({"train", "the training loop: optimizer, schedule, batch, length", bind_train_section});
+    register_config_section({"optimizer", "options of the chosen optimizer (these: adamw)", bind_optimizer_section});
+    register_config_section({"checkpoint", "checkpoints (adapter in PEFT format + full trainer state) and resume", bind_checkpoint_section});
+    register_config_section({"eval", "evaluation on the held-out rows: loss, and exact match of generated answers", bind_eval_section});
+  }
+} registrar;
+
+}  // namespace
+
+TrainConfig read_train_config(const RunConfig& config) {
+  TrainConfig c;
+  TableBinder t(section(config, "train"), "train", BindContext{config.file, nullptr});
+  bind_train(t, c);
+  return c;
+}
+
+CheckpointConfig read_checkpoint_config(const RunConfig& config) {
+  CheckpointConfig c;
+  TableBinder t(section(config, "checkpoint"), "checkpoint", BindContext{config.file, nullptr});
+  bind_checkpoint(t, c);
+  return c;
+}
+
+EvalConfig read_eval_config(const RunConfig& config) {
+  EvalConfig c;
+  TableBinder t(section(config, "eval"), "eval", BindContext{config.file, nullptr});
+  bind_eval(t, c);
+  return c;
+}
+
+const toml::table& optimizer_options(const RunConfig& config) {
+  static const toml::table empty;
+  const toml::table* t = section(config, "optimizer");
+  return t ? *t : empty;
+}
+
+}  // namespace ax::train

@@ -1,0 +1,49 @@
+// The [train], [optimizer], [checkpoint] and [eval] sections of the run config.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <toml++/toml.h>
+
+#include "axengine/config.hpp"
+
+namespace ax::train {
+
+struct TrainConfig {
+  std::string optimizer = "adamw";
+  double lr = 2e-4;
+  std::string schedule = "cosine";
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;
+  double weight_decay = 0.0;
+  int64_t micro_batch_size = 1;
+  int64_t grad_accum = 1;
+  double max_grad_norm = 1.0;
+  int64_t num_epochs = 1;
+  int64_t max_steps = 0;
+  bool activation_checkpointing = false;
+  int64_t log_every = 10;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 0;
+  int64_t keep_last = 3;
+  std::string resume_from;  // "" | "latest" | a checkpoint directory
+};
+
+struct EvalConfig {
+  int64_t every_steps = 0;
+  int64_t max_rows = 0;
+  bool exact_match = true;
+  int64_t max_samples = 256;
+  int64_t max_new_tokens = 64;
+  int64_t show_examples = 3;
+};
+
+TrainConfig read_train_config(const RunConfig& config);
+CheckpointConfig read_checkpoint_config(const RunConfig& config);
+EvalConfig read_eval_config(const RunConfig& config);
+// The [optimizer] table (empty when absent): options for the chosen optimizer provider.
+const toml::table& optimizer_options(const RunConfig& config);
+
+}  // namespace ax::train

@@ -1,0 +1,415 @@
+#include "train/trainer.hpp"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/optimizer.hpp"
+#include "axengine/strings.hpp"
+#include "data/packing.hpp"
+#include "train/checkpoint.hpp"
+#include "train/generate.hpp"
+#include "train/progress.hpp"
+#include "train/report.hpp"
+#include "train/schedule.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ax::train {
+
+bool exempt_from_weight_decay(const std::string& name, const at::Tensor& t) {
+  if (t.dim() < 2) return true;
+  auto ends_with = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
+  return ends_with(".bias") || ends_with("_bias") || name.find("norm") != std::string::npos;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double peak_memory(const DeviceInfo& device) {
+  if (device.is_cuda()) {
+    auto stats = c10::getDeviceAllocator(at::kCUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(device.index));
+    return static_cast<double>(stats.allocated_bytes[0].peak);
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) * 1024.0;
+}
+
+Batch to_device(Batch b, const at::Device& d) {
+  if (d.is_cpu()) return b;
+  b.input_ids = b.input_ids.to(d, /*non_blocking=*/true);
+  b.labels = b.labels.to(d, true);
+  b.position_ids = b.position_ids.to(d, true);
+  b.cu_seqlens = b.cu_seqlens.to(d, true);
+  return b;
+}
+
+struct EvalResult {
+  double loss = NAN, exact_match = NAN;
+  std::size_t em_samples = 0;
+  std::vector<std::string> examples;
+};
+
+class Loop {
+ public:
+  explicit Loop(TrainerSetup& s) : s_(s), out_dir_(s.config->run.output_dir) {}
+
+  TrainSummary run();
+
+ private:
+  void build_optimizer();
+  void plan();
+  void maybe_resume();
+  double train_step(int64_t step, int64_t& tokens);
+  EvalResult evaluate();
+  std::string save(int64_t step);
+  void eval_and_log(int64_t step);
+  std::vector<std::pair<std::string, std::string>> summary_rows(bool final) const;
+  [[noreturn]] void non_finite(const std::string& what, int64_t step);
+
+  TrainerSetup& s_;
+  std::string out_dir_;
+  at::Device device_{at::kCPU};
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  std::unique_ptr<Optimizer> opt_;
+  data::PackedRows train_rows_, eval_rows_;
+  std::vector<int64_t> row_tokens_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, start_step_ = 0;
+  Schedule schedule_;
+  MetricsLog metrics_;
+  std::unique_ptr<Progress> progress_;
+  TrainSummary sum_;
+  double best_eval_ = NAN, last_eval_ = NAN, last_em_ = NAN;
+  double grad_norm_ = 0, lr_ = 0;
+  std::string last_ckpt_;
+  Clock::time_point t0_;
+};
+
+void Loop::build_optimizer() {
+  params_ = s_.model->trainable_parameters();
+  if (params_.empty()) throw UsageError("the model has no trainable parameters (is [lora] configured?)");
+  ParamGroup decay, no_decay;
+  decay.weight_decay = s_.train.weight_decay;
+  for (auto& [name, p] : params_) {
+    if (!p.requires_grad()) p.requires_grad_(true);
+    (exempt_from_weight_decay(name, p) ? no_decay : decay).params.push_back(p);
+  }
+  auto provider = s_.registry->get<OptimizerProvider>(ProviderKind::optimizer, s_.train.optimizer);
+  if (!provider) {
+    std::vector<std::string> names;
+    for (const auto* p : s_.registry->list(ProviderKind::optimizer)) names.push_back(p->info.name);
+    throw UsageError(str(s_.config->file, ": train.optimizer \"", s_.train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
+  }
+  opt_ = provider->create({decay, no_decay}, optimizer_options(*s_.config));
+}
+
+void Loop::plan() {
+  const int64_t S = s_.data_config.sequence_len;
+  const uint64_t seed = static_cast<uint64_t>(s_.config->run.seed);
+  // Rows are packed once, from a seeded sample order; every epoch then visits them in its own seeded order.
+  train_rows_ = data::pack_samples(s_.data.train, data::permutation(s_.data.train.size(), data::mix_seed(seed, 1)), S);
+  std::vector<uint32_t> eval_order(s_.data.eval.size());
+  for (std::size_t i = 0; i < eval_order.size(); ++i) eval_order[i] = static_cast<uint32_t>(i);
+  eval_rows_ = data::pack_samples(s_.data.eval, eval_order, S);
+  if (train_rows_.truncated) log::warn(str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
+  for (const auto& row : train_rows_.rows) {
+    int64_t n = 0;
+    for (auto i : row) n += std::min<int64_t>(S, static_cast<int64_t>(s_.data.train[i].input_ids.size()));
+    row_tokens_.push_back(n);
+  }
+  const int64_t rows_per_step = s_.train.micro_batch_size * s_.train.grad_accum;
+  steps_per_epoch_ = static_cast<int64_t>(train_rows_.rows.size()) / rows_per_step;
+  if (steps_per_epoch_ == 0)
+    throw UsageError(str("the training data packs into ", train_rows_.rows.size(), " rows of ", S, " tokens, fewer than one step needs (micro_batch_size ",
+                         s_.train.micro_batch_size, " x grad_accum ", s_.train.grad_accum, ")"));
+  total_steps_ = s_.train.max_steps > 0 ? s_.train.max_steps : s_.train.num_epochs * steps_per_epoch_;
+  schedule_ = Schedule{s_.train.schedule, s_.train.lr, s_.train.warmup_steps, total_steps_, s_.train.min_lr_ratio};
+  log::info(str("training: ", s_.data.train.size(), " samples packed into ", train_rows_.rows.size(), " rows of ", S,
+                " tokens (", train_rows_.tokens, " tokens, ",
+                static_cast<int>(100.0 * static_cast<double>(train_rows_.tokens) / static_cast<double>(train_rows_.rows.size() * S)),
+                "% filled); ", steps_per_epoch_, " steps/epoch, ", total_steps_, " steps; ", params_.size(), " trainable tensors, ",
+                [&] { int64_t n = 0; for (auto& [k, p] : params_) n += p.numel(); return n; }(), " parameters"));
+}
+
+void Loop::maybe_resume() {
+  const std::string& from = s_.checkpoint.resume_from;
+  if (from.empty()) {
+    metrics_.records.clear();
+    std::error_code ec;
+    fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
+    return;
+  }
+  std::string dir = from == "latest" ? find_latest_checkpoint(out_dir_) : from;
+  if (dir.empty()) {
+    log::info(str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
+    metrics_.records.clear();
+    std::error_code ec;
+    fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
+    return;
+  }
+  LoadedCheckpoint ck = load_checkpoint(dir);
+  const auto& st = ck.state;
+  auto expect = [&](const char* key, int64_t want) {
+    if (!st.contains(key) || st[key].get<int64_t>() != want)
+      throw UsageError(str(dir, ": checkpoint has ", key, " = ", st.value(key, nlohmann::json()).dump(), ", this run has ", want,
+                           " (the data, batch size or seed changed; resume needs the same ones)"));
+  };
+  expect("steps_per_epoch", steps_per_epoch_);
+  expect("seed", s_.config->run.seed);
+  if (st.value("total_steps", int64_t(0)) != total_steps_)
+    log::warn(str("resume: the checkpoint's run had ", st.value("total_steps", int64_t(0)), " steps, this one ", total_steps_,
+                  ": the learning-rate schedule changes"));
+  at::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    auto it = ck.params.find(name);
+    if (it == ck.params.end()) throw UsageError(str(dir, ": trainer state lacks parameter '", name, "'"));
+    if (!it->second.sizes().equals(p.sizes()))
+      throw UsageError(str(dir, ": parameter '", name, "' has shape ", it->second.sizes(), ", the model ", p.sizes()));
+    p.copy_(it->second);
+  }
+  opt_->load_state_dict(ck.optimizer);
+  if (auto it = ck.rng.find("cpu"); it != ck.rng.end()) at::detail::getDefaultCPUGenerator().set_state(it->second);
+  if (auto it = ck.rng.find("cuda"); it != ck.rng.end() && device_.is_cuda())
+    at::globalContext().defaultGenerator(device_).set_state(it->second);
+  start_step_ = st["step"].get<int64_t>();
+  best_eval_ = st.value("best_eval_loss", NAN);
+  if (st.contains("best_eval_loss") && st["best_eval_loss"].is_null()) best_eval_ = NAN;
+  metrics_.load(out_dir_, start_step_);
+  metrics_.rewrite(out_dir_);
+  last_ckpt_ = dir;
+  log::info(str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
+}
+
+double Loop::train_step(int64_t step, int64_t& tokens) {
+  const uint64_t seed = static_cast<uint64_t>(s_.config->run.seed);
+  const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
+  // The row order of an epoch is a pure function of (seed, epoch): the data cursor is just the step.
+  auto order = data::permutation(train_rows_.rows.size(), data::mix_seed(seed, 0x5eed0000ULL + static_cast<uint64_t>(epoch)));
+  const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum;
+  double loss_sum = 0;
+  for (int64_t j = 0; j < ga; ++j) {
+    std::vector<uint32_t> rows;
+    for (int64_t r = 0; r < mb; ++r) {
+      uint32_t row = order[static_cast<std::size_t>((in_epoch * ga + j) * mb + r)];
+      rows.push_back(row);
+      tokens += row_tokens_[row];
+    }
+    Batch b = to_device(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id), device_);
+    ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
+    double l = out.loss.item<double>();
+    if (!std::isfinite(l)) non_finite(str("loss (", l, ") in micro-batch ", j + 1, "/", ga), step + 1);
+    (out.loss / static_cast<double>(ga)).backward();
+    loss_sum += l;
+  }
+  // Global gradient norm (fp32), clipped in place when above max_grad_norm.
+  std::vector<at::Tensor> norms;
+  for (auto& [name, p] : params_)
+    if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).norm());
+  double norm = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();
+  if (!std::isfinite(norm)) non_finite(str("gradient norm (", norm, ")"), step + 1);
+  if (s_.train.max_grad_norm > 0 && norm > s_.train.max_grad_norm) {
+    double scale = s_.train.max_grad_norm / (norm + 1e-6);
+    at::NoGradGuard no_grad;
+    for (auto& [name, p] : params_)
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+  }
+  double lr = schedule_.at(step);
+  opt_->step(lr);
+  opt_->zero_grad();
+  grad_norm_ = norm;
+  lr_ = lr;
+  return loss_sum / static_cast<double>(ga);
+}
+
+void Loop::non_finite(const std::string& what, int64_t step) {
+  if (progress_) progress_->finish();
+  std::string ck = last_ckpt_.empty() ? std::string("none was written yet") : "the last good one is " + last_ckpt_ + " (left intact)";
+  throw RuntimeError(str("non-finite ", what, " at step ", step, ": training stopped, no checkpoint written for it; ", ck,
+                         ". Lower train.lr, keep train.max_grad_norm > 0, or check the data."));
+}
+
+EvalResult Loop::evaluate() {
+  EvalResult r;
+  if (s_.data.eval.empty()) return r;
+  at::NoGradGuard no_grad;
+  const int64_t S = s_.data_config.sequence_len, mb = s_.train.micro_batch_size;
+  int64_t rows = static_cast<int64_t>(eval_rows_.rows.size());
+  if (s_.eval.max_rows > 0) rows = std::min(rows, s_.eval.max_rows);
+  double loss_sum = 0, weight = 0;
+  for (int64_t b0 = 0; b0 < rows; b0 += mb) {
+    std::vector<uint32_t> ids;
+    for (int64_t r = b0; r < std::min(rows, b0 + mb); ++r) ids.push_back(static_cast<uint32_t>(r));
+    Batch b = data::make_batch(s_.data.eval, eval_rows_, ids, S, s_.pad_id);
+    double n = static_cast<double>(b.labels.ne(-100).sum().item<int64_t>());
+    if (n == 0) continue;
+    ModelOutput out = s_.model->forward(to_device(b, device_), false);
+    loss_sum += out.loss.item<double>() * n;
+    weight += n;
+  }
+  if (weight > 0) r.loss = loss_sum / weight;
+
+  if (!s_.eval.exact_match) return r;
+  // Samples with a prompt (a loss-free prefix after which every token is labelled): prompt in, answer out.
+  std::vector<std::vector<int32_t>> prompts, answers;
+  std::vector<int64_t> max_new;
+  for (const auto& smp : s_.data.eval) {
+    if (static_cast<int64_t>(prompts.size()) >= s_.eval.max_samples) break;
+    std::size_t p = 0;
+    while (p < smp.labels.size() && smp.labels[p] == -100) ++p;
+    if (p == 0 || p == smp.labels.size()) continue;
+    bool answer_all_labelled = true;
+    for (std::size_t k = p; k < smp.labels.size(); ++k) answer_all_labelled &= smp.labels[k] != -100;
+    int64_t n = static_cast<int64_t>(smp.labels.size() - p);
+    if (!answer_all_labelled || n > s_.eval.max_new_tokens || static_cast<int64_t>(smp.input_ids.size()) > S) continue;
+    prompts.emplace_back(smp.input_ids.begin(), smp.input_ids.begin() + static_cast<std::ptrdiff_t>(p));
+    answers.emplace_back(smp.input_ids.begin() + static_cast<std::ptrdiff_t>(p), smp.input_ids.end());
+    max_new.push_back(n);
+  }
+  if (prompts.empty()) return r;
+  auto got = generate_greedy(*s_.model, prompts, max_new, s_.eos_id, device_);
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    bool ok = got[i] == answers[i];
+    right += ok;
+    if (static_cast<int64_t>(r.examples.size()) < s_.eval.show_examples && s_.decode)
+      r.examples.push_back(str("  ", ok ? "ok " : "bad", "  ", s_.decode(prompts[i]), " -> ", s_.decode(got[i]),
+                               ok ? std::string() : str("   (want ", s_.decode(answers[i]), ")")));
+  }
+  r.em_samples = got.size();
+  r.exact_match = static_cast<double>(right) / static_cast<double>(got.size());
+  return r;
+}
+
+void Loop::eval_and_log(int64_t step) {
+  auto t = Clock::now();
+  EvalResult r = evaluate();
+  if (std::isnan(r.loss) && std::isnan(r.exact_match)) return;
+  last_eval_ = r.loss;
+  last_em_ = r.exact_match;
+  if (std::isfinite(r.loss) && !(r.loss >= best_eval_)) best_eval_ = r.loss;
+  nlohmann::json rec{{"step", step}, {"eval_loss", std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json()}};
+  std::string line = str("eval @ step ", step, ": loss ", r.loss);
+  if (!std::isnan(r.exact_match)) {
+    rec["exact_match"] = r.exact_match;
+    rec["exact_match_samples"] = r.em_samples;
+    line += str(", exact match ", std::round(1000 * r.exact_match) / 10, "% of ", r.em_samples);
+  }
+  metrics_.append(out_dir_, rec);
+  line += str(" (", std::round(seconds_since(t) * 10) / 10, " s)");
+  for (const auto& e : r.examples) line += "\n" + e;
+  if (progress_) progress_->message(line);
+  else log::info(line);
+}
+
+std::vector<std::pair<std::string, std::string>> Loop::summary_rows(bool final) const {
+  std::vector<std::pair<std::string, std::string>> rows;
+  rows.emplace_back("status", final ? "finished" : "in progress");
+  rows.emplace_back("steps", str(sum_.steps, " / ", total_steps_));
+  rows.emplace_back("device", str(s_.device.arch_name(), s_.device.is_cuda() ? " (" + s_.device.name + ")" : ""));
+  if (!sum_.losses.empty()) rows.emplace_back("final train loss", str(sum_.losses.back()));
+  if (std::isfinite(last_eval_)) rows.emplace_back("last eval loss", str(last_eval_));
+  if (std::isfinite(best_eval_)) rows.emplace_back("best eval loss", str(best_eval_));
+  if (!std::isnan(last_em_)) rows.emplace_back("exact match", str(std::round(1000 * last_em_) / 10, " %"));
+  double wall = seconds_since(t0_);
+  rows.emplace_back("wall time (this process)", format_duration(wall));
+  if (wall > 0) rows.emplace_back("tokens/s", format_rate(static_cast<double>(sum_.tokens) / wall));
+  rows.emplace_back(s_.device.is_cuda() ? "peak CUDA memory" : "peak RSS", format_bytes(peak_memory(s_.device)));
+  rows.emplace_back("lr / schedule", str(s_.train.lr, " ", s_.train.schedule, ", warmup ", s_.train.warmup_steps));
+  rows.emplace_back("batch", str(s_.train.micro_batch_size, " x ", s_.data_config.sequence_len, " tokens x ", s_.train.grad_accum, " accum"));
+  if (!last_ckpt_.empty()) rows.emplace_back("last checkpoint", last_ckpt_);
+  return rows;
+}
+
+std::string Loop::save(int64_t step) {
+  CheckpointPayload pl;
+  pl.params = params_;
+  pl.optimizer = opt_->state_dict();
+  pl.rng["cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (device_.is_cuda()) pl.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
+  pl.state = {{"step", step},
+              {"epoch", step / steps_per_epoch_},
+              {"step_in_epoch", step % steps_per_epoch_},
+              {"steps_per_epoch", steps_per_epoch_},
+              {"total_steps", total_steps_},
+              {"seed", s_.config->run.seed},
+              {"lr_next", schedule_.at(step)},
+              {"best_eval_loss", std::isfinite(best_eval_) ? nlohmann::json(best_eval_) : nlohmann::json()},
+              {"config", s_.config->file}};
+  pl.write_adapter = s_.write_adapter;
+  last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
+  metrics_.rewrite(out_dir_);
+  write_report(out_dir_, metrics_, s_.title, summary_rows(step == total_steps_));
+  if (progress_) progress_->message(str("checkpoint ", last_ckpt_));
+  return last_ckpt_;
+}
+
+TrainSummary Loop::run() {
+  t0_ = Clock::now();
+  device_ = s_.device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(s_.device.index)) : at::Device(at::kCPU);
+  fs::create_directories(out_dir_);
+  at::manual_seed(static_cast<uint64_t>(s_.config->run.seed));
+  if (s_.device.is_cuda()) c10::getDeviceAllocator(at::kCUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(s_.device.index));
+  build_optimizer();
+  plan();
+  maybe_resume();
+  sum_.first_step = start_step_;
+  sum_.steps = start_step_;
+  progress_ = std::make_unique<Progress>(total_steps_, s_.train.log_every);
+  if (start_step_ == 0 && s_.eval.every_steps > 0) eval_and_log(0);
+
+  double train_time = 0;
+  int64_t tokens_timed = 0;
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
+    auto t = Clock::now();
+    int64_t tokens = 0;
+    double loss = train_step(step, tokens);
+    double dt = seconds_since(t);
+    train_time += dt;
+    tokens_timed += tokens;
+    sum_.tokens += tokens;
+    sum_.losses.push_back(loss);
+    sum_.steps = step + 1;
+    double tps = train_time > 0 ? static_cast<double>(tokens_timed) / train_time : 0;
+    double eta = train_time / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
+    double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
+    metrics_.append(out_dir_, {{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
+                               {"tokens", tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)}});
+    progress_->update(step + 1, epoch, loss, lr_, tps, eta);
+    bool last = step + 1 == total_steps_;
+    if (s_.eval.every_steps > 0 && (step + 1) % s_.eval.every_steps == 0 && !last) eval_and_log(step + 1);
+    if (s_.checkpoint.every_steps > 0 && (step + 1) % s_.checkpoint.every_steps == 0 && !last) save(step + 1);
+  }
+  if (sum_.steps > start_step_ || last_ckpt_.empty()) eval_and_log(total_steps_);
+  progress_->finish();
+  sum_.last_checkpoint = save(total_steps_);
+  progress_.reset();
+  sum_.wall_s = seconds_since(t0_);
+  sum_.tokens_per_s = train_time > 0 ? static_cast<double>(tokens_timed) / train_time : 0;
+  sum_.peak_memory_bytes = peak_memory(s_.device);
+  sum_.final_loss = sum_.losses.empty() ? NAN : sum_.losses.back();
+  sum_.final_eval_loss = last_eval_;
+  sum_.best_eval_loss = best_eval_;
+  sum_.exact_match = last_em_;
+  return sum_;
+}
+
+}  // namespace
+
+TrainSummary run_trainer(TrainerSetup& setup) {
+  if (!setup.config || !setup.registry || !setup.model) throw RuntimeError("run_trainer: incomplete setup");
+  Loop loop(setup);
+  return loop.run();
+}
+
+}  // namespace ax::train

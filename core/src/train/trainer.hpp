@@ -1,0 +1,50 @@
+// The training loop over an already-built model and prepared data. run.cpp builds those from an Engine;
+// tests build them directly (small models, fake tokenizers).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "axengine/config.hpp"
+#include "axengine/device.hpp"
+#include "axengine/model.hpp"
+#include "axengine/registry.hpp"
+#include "data/data_config.hpp"
+#include "data/prepare.hpp"
+#include "train/train_config.hpp"
+
+namespace ax::train {
+
+struct TrainerSetup {
+  const RunConfig* config = nullptr;  // seed, output_dir, [optimizer]
+  const Registry* registry = nullptr; // optimizer providers
+  DeviceInfo device;
+  Model* model = nullptr;
+  int32_t pad_id = 0, eos_id = -1;
+  data::PreparedData data;
+  data::DataConfig data_config;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  EvalConfig eval;
+  std::function<void(const std::string& dir)> write_adapter;  // PEFT adapter files into `dir`
+  std::function<std::string(const std::vector<int32_t>&)> decode;  // for eval examples; may be empty
+  std::string title = "axengine run";
+};
+
+struct TrainSummary {
+  int64_t first_step = 0, steps = 0;   // steps run by this process, and the final step
+  double wall_s = 0, tokens_per_s = 0;
+  int64_t tokens = 0;
+  double peak_memory_bytes = 0;
+  double final_loss = NAN, final_eval_loss = NAN, best_eval_loss = NAN, exact_match = NAN;
+  std::vector<double> losses;          // per optimizer step run by this process
+  std::string last_checkpoint;
+};
+
+TrainSummary run_trainer(TrainerSetup& setup);
+
+// Parameters that must not get weight decay: norms, biases, anything 1-D.
+bool exempt_from_weight_decay(const std::string& name, const at::Tensor& t);
+
+}  // namespace ax::train
