@@ -1,9 +1,10 @@
-// axengine run --config FILE [--set k=v]...: the main job.
+// axengine run --config FILE [--set k=v]... [--resume]: the main job (core/src/train does the work).
 #include <iostream>
 
 #include "axengine/engine.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "axengine/training.hpp"
 #include "command.hpp"
 
 namespace {
@@ -13,9 +14,10 @@ namespace po = boost::program_options;
 int run_run(const std::vector<std::string>& args) {
   po::options_description opts("run options");
   opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
-      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.max_steps=10");
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set train.max_steps=10")(
+      "resume", po::bool_switch(), "continue from the newest checkpoint in output_dir (checkpoint.resume_from = \"latest\")");
   po::variables_map vm;
-  if (!ax::cli::parse_options("axengine run --config FILE [--set KEY=VALUE]...", args, opts, vm)) return 0;
+  if (!ax::cli::parse_options("axengine run --config FILE [--set KEY=VALUE]... [--resume]", args, opts, vm)) return 0;
   if (!vm.count("config")) throw ax::UsageError("run: --config FILE is required");
   auto sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
   auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
@@ -30,7 +32,7 @@ int run_run(const std::vector<std::string>& args) {
   }
   ax::log::info(ax::str("config ", engine->config.file, " ok; device ", engine->device.arch_name(), " (", engine->device.name,
                         "), dtype ", engine->dtype, "; plugins: ", loaded, " loaded, ", refused, " refused"));
-  std::cout << ax::format_resolution_table(engine->resolve_all(), engine->device);
+  ax::train_from_config(*engine, ax::TrainOptions{vm["resume"].as<bool>()});
   return 0;
 }
 

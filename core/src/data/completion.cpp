@@ -80,12 +80,12 @@ class CompletionType final : public DatasetType {
     auto ds = std::make_shared<CompletionDataset>(*ctx.tokenizer, o);
     auto check = [&](const nlohmann::json& v) -> std::string {
       auto it = v.find(o.text_field);
-      if (it == v.end()) return str("field '", o.text_field, "' is missing");
-      if (!it->is_string()) return str("field '", o.text_field, "' must be a string");
+      if (it == v.end()) return ax::str("field '", o.text_field, "' is missing");
+      if (!it->is_string()) return ax::str("field '", o.text_field, "' must be a string");
       if (!o.prompt_field.empty()) {
         auto p = v.find(o.prompt_field);
-        if (p == v.end()) return str("field '", o.prompt_field, "' is missing");
-        if (!p->is_string()) return str("field '", o.prompt_field, "' must be a string");
+        if (p == v.end()) return ax::str("field '", o.prompt_field, "' is missing");
+        if (!p->is_string()) return ax::str("field '", o.prompt_field, "' must be a string");
       }
       return "";
     };

@@ -69,9 +69,9 @@ std::vector<const toml::table*> dataset_entries(const RunConfig& config) {
 }
 
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("AXENGINE_CACHE_DIR"); d && *d) return str(d, "/prepared");
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return str(x, "/axengine/prepared");
-  if (const char* h = std::getenv("HOME"); h && *h) return str(h, "/.cache/axengine/prepared");
+  if (const char* d = std::getenv("AXENGINE_CACHE_DIR"); d && *d) return ax::str(d, "/prepared");
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return ax::str(x, "/axengine/prepared");
+  if (const char* h = std::getenv("HOME"); h && *h) return ax::str(h, "/.cache/axengine/prepared");
   return "/tmp/axengine-prepared";
 }
 

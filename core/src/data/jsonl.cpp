@@ -14,13 +14,13 @@ namespace ax::data {
 BadRowPolicy parse_bad_row_policy(const std::string& text) {
   if (text == "skip") return BadRowPolicy::skip;
   if (text == "error") return BadRowPolicy::error;
-  throw UsageError(str("on_bad_row is \"", text, "\", expected \"error\" or \"skip\""));
+  throw UsageError(ax::str("on_bad_row is \"", text, "\", expected \"error\" or \"skip\""));
 }
 
 JsonlContents read_jsonl(const std::string& path, BadRowPolicy policy,
                          const std::function<std::string(const nlohmann::json&)>& check) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(str(path, ": cannot open dataset file"));
+  if (!in) throw UsageError(ax::str(path, ": cannot open dataset file"));
   std::vector<std::string> lines;
   std::vector<std::size_t> numbers;
   std::string line;
@@ -30,7 +30,7 @@ JsonlContents read_jsonl(const std::string& path, BadRowPolicy policy,
     lines.push_back(std::move(line));
     numbers.push_back(n);
   }
-  if (in.bad()) throw UsageError(str(path, ": read error"));
+  if (in.bad()) throw UsageError(ax::str(path, ": read error"));
 
   // Parse in parallel; each slot gets either a value or the reason the row is unusable.
   std::vector<JsonlRow> rows(lines.size());
@@ -56,13 +56,13 @@ JsonlContents read_jsonl(const std::string& path, BadRowPolicy policy,
       out.rows.push_back(std::move(rows[i]));
       continue;
     }
-    std::string where = str(path, ":", numbers[i], ": ", problems[i]);
+    std::string where = ax::str(path, ":", numbers[i], ": ", problems[i]);
     if (policy == BadRowPolicy::error)
       throw UsageError(where + " (set on_bad_row = \"skip\" in the [[datasets]] entry to drop such rows)");
     if (out.skipped < 5) log::warn("skipping bad row " + where);
     ++out.skipped;
   }
-  if (out.skipped) log::warn(str(path, ": skipped ", out.skipped, " bad row(s) of ", rows.size()));
+  if (out.skipped) log::warn(ax::str(path, ": skipped ", out.skipped, " bad row(s) of ", rows.size()));
   return out;
 }
 

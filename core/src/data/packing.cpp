@@ -63,7 +63,7 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
   int64_t max_len = 0;
   const int64_t pad = pad_id >= 0 ? pad_id : 0;
   for (int64_t b = 0; b < B; ++b) {
-    if (row_ids[b] >= packed.rows.size()) throw RuntimeError(str("packed row ", row_ids[b], " out of range"));
+    if (row_ids[b] >= packed.rows.size()) throw RuntimeError(ax::str("packed row ", row_ids[b], " out of range"));
     int64_t t = b * S, end = (b + 1) * S;
     for (uint32_t idx : packed.rows[row_ids[b]]) {
       const Sample& s = samples[idx];

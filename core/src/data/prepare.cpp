@@ -78,7 +78,7 @@ bool load_cache(const std::string& path, std::vector<Sample>& out, std::size_t& 
     skipped = std::stoull(meta["skipped"]);
     return true;
   } catch (const std::exception& e) {
-    log::warn(str("prepared-data cache ", path, " is unusable (", e.what(), "); rebuilding it"));
+    log::warn(ax::str("prepared-data cache ", path, " is unusable (", e.what(), "); rebuilding it"));
     return false;
   }
 }
@@ -99,7 +99,7 @@ void save_cache(const std::string& path, const std::vector<Sample>& samples, std
                        {"offsets", at::tensor(offsets, at::kLong)}},
                       {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}});
   } catch (const std::exception& e) {
-    log::warn(str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
+    log::warn(ax::str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
   }
 }
 
@@ -113,14 +113,14 @@ std::vector<Sample> tokenise(const DatasetType& type, const toml::table& entry, 
   const int64_t vocab = ctx.tokenizer->vocab_size();
   for (std::size_t i = 0; i < samples.size(); ++i) {  // plugin types get the same guarantees as ours
     const auto& s = samples[i];
-    if (s.input_ids.empty()) throw UsageError(str("dataset ", name, ": sample ", i, " has no tokens"));
+    if (s.input_ids.empty()) throw UsageError(ax::str("dataset ", name, ": sample ", i, " has no tokens"));
     if (s.labels.size() != s.input_ids.size())
-      throw UsageError(str("dataset ", name, ": sample ", i, " has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
+      throw UsageError(ax::str("dataset ", name, ": sample ", i, " has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
     for (std::size_t k = 0; k < s.input_ids.size(); ++k) {
       if (s.input_ids[k] < 0 || s.input_ids[k] >= vocab)
-        throw UsageError(str("dataset ", name, ": sample ", i, " token ", k, " = ", s.input_ids[k], " is outside the vocabulary (", vocab, ")"));
+        throw UsageError(ax::str("dataset ", name, ": sample ", i, " token ", k, " = ", s.input_ids[k], " is outside the vocabulary (", vocab, ")"));
       if (s.labels[k] != -100 && (s.labels[k] < 0 || s.labels[k] >= vocab))
-        throw UsageError(str("dataset ", name, ": sample ", i, " label ", k, " = ", s.labels[k], " is outside the vocabulary (", vocab, ")"));
+        throw UsageError(ax::str("dataset ", name, ": sample ", i, " label ", k, " = ", s.labels[k], " is outside the vocabulary (", vocab, ")"));
     }
   }
   return samples;
@@ -138,7 +138,7 @@ std::vector<Sample> load_file(const DatasetType& type, const std::string& type_n
     return samples;
   }
   samples = tokenise(type, entry, ctx, name, skipped);
-  if (samples.empty()) throw UsageError(str("dataset ", name, ": no usable rows"));
+  if (samples.empty()) throw UsageError(ax::str("dataset ", name, ": no usable rows"));
   if (data.cache) {
     save_cache(file, samples, skipped, key);
     report.cache_file = file;
@@ -160,7 +160,7 @@ std::string dataset_cache_key(const std::string& type, const toml::table& entry,
 PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
                               const Tokenizer& tokenizer) {
   auto entries = dataset_entries(config);
-  if (entries.empty()) throw UsageError(str(config.file, ": no [[datasets]] entry: nothing to train on"));
+  if (entries.empty()) throw UsageError(ax::str(config.file, ": no [[datasets]] entry: nothing to train on"));
   PreparedData out;
   DatasetContext ctx{&tokenizer, config.file, config.dir};
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -174,8 +174,8 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
       for (const auto* p : registry.list(ProviderKind::dataset)) names.push_back(p->info.name);
       std::string hint = closest(common.type, names);
       config_fail(config.file, entry.get("type"),
-                  str("unknown dataset type \"", common.type, "\" (known: ", join(names, ", "), ")",
-                      hint.empty() ? "" : str("; did you mean \"", hint, "\"?")));
+                  ax::str("unknown dataset type \"", common.type, "\" (known: ", join(names, ", "), ")",
+                      hint.empty() ? "" : ax::str("; did you mean \"", hint, "\"?")));
     }
     std::string name = common.name.empty() ? fs::path(common.path).filename().string() : common.name;
     SourceReport report;
@@ -201,7 +201,7 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
       if (fraction >= 1) config_fail(config.file, entry.get("eval_fraction"), "'eval_fraction' must be in [0, 1)");
       std::size_t n_eval = static_cast<std::size_t>(fraction * static_cast<double>(train.size()) + 0.5);
       if (n_eval >= train.size() && n_eval > 0)
-        throw UsageError(str("dataset ", name, ": eval_fraction ", fraction, " leaves no training rows of ", train.size()));
+        throw UsageError(ax::str("dataset ", name, ": eval_fraction ", fraction, " leaves no training rows of ", train.size()));
       if (n_eval > 0) {
         // Seeded, so the split is the same on every run and resume with this seed.
         auto perm = permutation(train.size(), mix_seed(static_cast<uint64_t>(config.run.seed), 0xe7a1 + i));
@@ -224,8 +224,8 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
 std::string describe(const PreparedData& data) {
   std::vector<std::string> lines;
   for (const auto& s : data.sources)
-    lines.push_back(str("dataset ", s.name, ": ", s.train, " train / ", s.eval, " eval samples",
-                        s.skipped ? str(", ", s.skipped, " bad rows skipped") : std::string(),
+    lines.push_back(ax::str("dataset ", s.name, ": ", s.train, " train / ", s.eval, " eval samples",
+                        s.skipped ? ax::str(", ", s.skipped, " bad rows skipped") : std::string(),
                         s.from_cache ? " (prepared cache)" : " (tokenised)"));
   return join(lines, "\n");
 }

@@ -27,13 +27,13 @@ class PretokenizedDataset final : public Dataset {
 
 // "" when `v` is a list of integers each in [lo, hi) (or == allowed_extra), else what is wrong.
 std::string check_ids(const nlohmann::json& v, const char* field, int64_t lo, int64_t hi, int64_t allowed_extra) {
-  if (!v.is_array()) return str("'", field, "' must be a list of integers");
+  if (!v.is_array()) return ax::str("'", field, "' must be a list of integers");
   for (std::size_t i = 0; i < v.size(); ++i) {
     const auto& x = v[i];
-    if (!x.is_number_integer()) return str("'", field, "'[", i, "] is not an integer");
+    if (!x.is_number_integer()) return ax::str("'", field, "'[", i, "] is not an integer");
     int64_t id = x.get<int64_t>();
     if (id == allowed_extra) continue;
-    if (id < lo || id >= hi) return str("'", field, "'[", i, "] = ", id, " is outside the vocabulary [", lo, ", ", hi, ")");
+    if (id < lo || id >= hi) return ax::str("'", field, "'[", i, "] = ", id, " is outside the vocabulary [", lo, ", ", hi, ")");
   }
   return "";
 }
@@ -59,7 +59,7 @@ class PretokenizedType final : public DatasetType {
         bool mask = std::string(f) == "attention_mask";
         if (auto e = check_ids(*it, f, 0, mask ? 2 : vocab, mask ? INT64_MIN : -100); !e.empty()) return e;
         if (it->size() != ids->size())
-          return str("'", f, "' has ", it->size(), " entries but 'input_ids' has ", ids->size());
+          return ax::str("'", f, "' has ", it->size(), " entries but 'input_ids' has ", ids->size());
       }
       return "";
     };
@@ -81,7 +81,7 @@ class PretokenizedType final : public DatasetType {
       }
       if (s.input_ids.empty()) {
         if (parse_bad_row_policy(common.on_bad_row) == BadRowPolicy::error)
-          throw UsageError(str(common.path, ":", row.line, ": attention_mask masks out every token"));
+          throw UsageError(ax::str(common.path, ":", row.line, ": attention_mask masks out every token"));
         ++ds->skipped_;
         continue;
       }

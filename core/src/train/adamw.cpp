@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "axengine/error.hpp"
 #include "axengine/optimizer.hpp"
@@ -22,7 +23,7 @@ void bind_adamw_options(TableBinder& t, AdamWOptions& o) {
   t.choice("implementation", o.implementation, {"auto", "fused", "reference"},
            "auto = the fused ATen kernel on CUDA, the reference (bitwise-deterministic) one on CPU");
   auto in01 = [&](const char* k, double v) {
-    if (!(v >= 0 && v < 1)) t.fail(t.table() ? t.table()->get(k) : nullptr, str("'optimizer.", k, "' must be in [0, 1)"));
+    if (!(v >= 0 && v < 1)) t.fail(t.table() ? t.table()->get(k) : nullptr, ax::str("'optimizer.", k, "' must be in [0, 1)"));
   };
   in01("beta1", o.beta1);
   in01("beta2", o.beta2);
@@ -70,8 +71,8 @@ class AdamW final : public Optimizer {
     std::size_t k = 0;
     for (std::size_t gi = 0; gi < groups_.size(); ++gi)
       for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
-        s[str("g", gi, ".p", pi, ".exp_avg")] = exp_avg_[k];
-        s[str("g", gi, ".p", pi, ".exp_avg_sq")] = exp_avg_sq_[k];
+        s[ax::str("g", gi, ".p", pi, ".exp_avg")] = exp_avg_[k];
+        s[ax::str("g", gi, ".p", pi, ".exp_avg_sq")] = exp_avg_sq_[k];
       }
     return s;
   }
@@ -79,17 +80,17 @@ class AdamW final : public Optimizer {
   void load_state_dict(const std::map<std::string, at::Tensor>& s) override {
     auto get = [&](const std::string& key, const at::Tensor& like) {
       auto it = s.find(key);
-      if (it == s.end()) throw UsageError(str("optimizer state: '", key, "' is missing"));
+      if (it == s.end()) throw UsageError(ax::str("optimizer state: '", key, "' is missing"));
       if (like.defined() && !it->second.sizes().equals(like.sizes()))
-        throw UsageError(str("optimizer state: '", key, "' has shape ", it->second.sizes(), ", the parameter ", like.sizes()));
+        throw UsageError(ax::str("optimizer state: '", key, "' has shape ", it->second.sizes(), ", the parameter ", like.sizes()));
       return it->second;
     };
     step_ = get("step", at::Tensor()).item<int64_t>();
     std::size_t k = 0;
     for (std::size_t gi = 0; gi < groups_.size(); ++gi)
       for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
-        exp_avg_[k].copy_(get(str("g", gi, ".p", pi, ".exp_avg"), exp_avg_[k]));
-        exp_avg_sq_[k].copy_(get(str("g", gi, ".p", pi, ".exp_avg_sq"), exp_avg_sq_[k]));
+        exp_avg_[k].copy_(get(ax::str("g", gi, ".p", pi, ".exp_avg"), exp_avg_[k]));
+        exp_avg_sq_[k].copy_(get(ax::str("g", gi, ".p", pi, ".exp_avg_sq"), exp_avg_sq_[k]));
       }
   }
 

@@ -59,10 +59,10 @@ void remove_tree(const std::string& path) {
 
 void fsync_dir(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw RuntimeError(str(path, ": cannot open directory to fsync: ", std::strerror(errno)));
+  if (fd < 0) throw RuntimeError(ax::str(path, ": cannot open directory to fsync: ", std::strerror(errno)));
   int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) throw RuntimeError(str(path, ": directory fsync failed: ", std::strerror(errno)));
+  if (rc != 0) throw RuntimeError(ax::str(path, ": directory fsync failed: ", std::strerror(errno)));
 }
 
 std::string checkpoints_dir(const std::string& output_dir) { return (fs::path(output_dir) / "checkpoints").string(); }
@@ -91,10 +91,10 @@ std::string save_checkpoint(const std::string& output_dir, int64_t step, const C
   if (fs::exists(final_dir, ec)) {
     old = (fs::path(root) / (".old-" + step_name(step))).string();
     remove_tree(old);
-    if (::rename(final_dir.c_str(), old.c_str()) != 0) throw RuntimeError(str(final_dir, ": cannot move aside: ", std::strerror(errno)));
+    if (::rename(final_dir.c_str(), old.c_str()) != 0) throw RuntimeError(ax::str(final_dir, ": cannot move aside: ", std::strerror(errno)));
   }
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
-    throw RuntimeError(str(tmp, ": cannot rename to ", final_dir, ": ", std::strerror(errno)));
+    throw RuntimeError(ax::str(tmp, ": cannot rename to ", final_dir, ": ", std::strerror(errno)));
   fsync_dir(root);
   if (!old.empty()) remove_tree(old);
 
@@ -114,12 +114,12 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   out.dir = dir;
   std::string json_path = (fs::path(dir) / kStateJson).string();
   std::ifstream in(json_path);
-  if (!in) throw UsageError(str(dir, ": not a checkpoint (no ", kStateJson, ")"));
+  if (!in) throw UsageError(ax::str(dir, ": not a checkpoint (no ", kStateJson, ")"));
   std::stringstream ss;
   ss << in.rdbuf();
   out.state = nlohmann::json::parse(ss.str(), nullptr, false);
   if (out.state.is_discarded() || !out.state.is_object() || !out.state.contains("step") || !out.state["step"].is_number_integer())
-    throw UsageError(str(json_path, ": unreadable trainer state"));
+    throw UsageError(ax::str(json_path, ": unreadable trainer state"));
   auto f = safetensors::File::open((fs::path(dir) / kStateTensors).string());
   for (const auto& info : f->tensors()) {
     auto slash = info.name.find('/');
@@ -127,7 +127,7 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
     if (kind == "param") out.params[name] = f->get(info.name);
     else if (kind == "optim") out.optimizer[name] = f->get(info.name);
     else if (kind == "rng") out.rng[name] = f->get(info.name);
-    else throw UsageError(str(f->path(), ": unexpected tensor '", info.name, "'"));
+    else throw UsageError(ax::str(f->path(), ": unexpected tensor '", info.name, "'"));
   }
   return out;
 }

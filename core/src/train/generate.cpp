@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 namespace ax::train {
 namespace {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
@@ -109,7 +110,7 @@ void Loop::build_optimizer() {
   if (!provider) {
     std::vector<std::string> names;
     for (const auto* p : s_.registry->list(ProviderKind::optimizer)) names.push_back(p->info.name);
-    throw UsageError(str(s_.config->file, ": train.optimizer \"", s_.train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
+    throw UsageError(ax::str(s_.config->file, ": train.optimizer \"", s_.train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
   }
   opt_ = provider->create({decay, no_decay}, optimizer_options(*s_.config));
 }
@@ -122,7 +123,7 @@ void Loop::plan() {
   std::vector<uint32_t> eval_order(s_.data.eval.size());
   for (std::size_t i = 0; i < eval_order.size(); ++i) eval_order[i] = static_cast<uint32_t>(i);
   eval_rows_ = data::pack_samples(s_.data.eval, eval_order, S);
-  if (train_rows_.truncated) log::warn(str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
+  if (train_rows_.truncated) log::warn(ax::str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
   for (const auto& row : train_rows_.rows) {
     int64_t n = 0;
     for (auto i : row) n += std::min<int64_t>(S, static_cast<int64_t>(s_.data.train[i].input_ids.size()));
@@ -131,11 +132,11 @@ void Loop::plan() {
   const int64_t rows_per_step = s_.train.micro_batch_size * s_.train.grad_accum;
   steps_per_epoch_ = static_cast<int64_t>(train_rows_.rows.size()) / rows_per_step;
   if (steps_per_epoch_ == 0)
-    throw UsageError(str("the training data packs into ", train_rows_.rows.size(), " rows of ", S, " tokens, fewer than one step needs (micro_batch_size ",
+    throw UsageError(ax::str("the training data packs into ", train_rows_.rows.size(), " rows of ", S, " tokens, fewer than one step needs (micro_batch_size ",
                          s_.train.micro_batch_size, " x grad_accum ", s_.train.grad_accum, ")"));
   total_steps_ = s_.train.max_steps > 0 ? s_.train.max_steps : s_.train.num_epochs * steps_per_epoch_;
   schedule_ = Schedule{s_.train.schedule, s_.train.lr, s_.train.warmup_steps, total_steps_, s_.train.min_lr_ratio};
-  log::info(str("training: ", s_.data.train.size(), " samples packed into ", train_rows_.rows.size(), " rows of ", S,
+  log::info(ax::str("training: ", s_.data.train.size(), " samples packed into ", train_rows_.rows.size(), " rows of ", S,
                 " tokens (", train_rows_.tokens, " tokens, ",
                 static_cast<int>(100.0 * static_cast<double>(train_rows_.tokens) / static_cast<double>(train_rows_.rows.size() * S)),
                 "% filled); ", steps_per_epoch_, " steps/epoch, ", total_steps_, " steps; ", params_.size(), " trainable tensors, ",
@@ -152,7 +153,7 @@ void Loop::maybe_resume() {
   }
   std::string dir = from == "latest" ? find_latest_checkpoint(out_dir_) : from;
   if (dir.empty()) {
-    log::info(str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
+    log::info(ax::str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
     metrics_.records.clear();
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
@@ -162,33 +163,38 @@ void Loop::maybe_resume() {
   const auto& st = ck.state;
   auto expect = [&](const char* key, int64_t want) {
     if (!st.contains(key) || st[key].get<int64_t>() != want)
-      throw UsageError(str(dir, ": checkpoint has ", key, " = ", st.value(key, nlohmann::json()).dump(), ", this run has ", want,
+      throw UsageError(ax::str(dir, ": checkpoint has ", key, " = ", st.value(key, nlohmann::json()).dump(), ", this run has ", want,
                            " (the data, batch size or seed changed; resume needs the same ones)"));
   };
   expect("steps_per_epoch", steps_per_epoch_);
   expect("seed", s_.config->run.seed);
   if (st.value("total_steps", int64_t(0)) != total_steps_)
-    log::warn(str("resume: the checkpoint's run had ", st.value("total_steps", int64_t(0)), " steps, this one ", total_steps_,
+    log::warn(ax::str("resume: the checkpoint's run had ", st.value("total_steps", int64_t(0)), " steps, this one ", total_steps_,
                   ": the learning-rate schedule changes"));
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params_) {
     auto it = ck.params.find(name);
-    if (it == ck.params.end()) throw UsageError(str(dir, ": trainer state lacks parameter '", name, "'"));
+    if (it == ck.params.end()) throw UsageError(ax::str(dir, ": trainer state lacks parameter '", name, "'"));
     if (!it->second.sizes().equals(p.sizes()))
-      throw UsageError(str(dir, ": parameter '", name, "' has shape ", it->second.sizes(), ", the model ", p.sizes()));
+      throw UsageError(ax::str(dir, ": parameter '", name, "' has shape ", it->second.sizes(), ", the model ", p.sizes()));
     p.copy_(it->second);
   }
   opt_->load_state_dict(ck.optimizer);
-  if (auto it = ck.rng.find("cpu"); it != ck.rng.end()) at::detail::getDefaultCPUGenerator().set_state(it->second);
-  if (auto it = ck.rng.find("cuda"); it != ck.rng.end() && device_.is_cuda())
-    at::globalContext().defaultGenerator(device_).set_state(it->second);
+  if (auto it = ck.rng.find("cpu"); it != ck.rng.end()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(it->second);
+  }
+  if (auto it = ck.rng.find("cuda"); it != ck.rng.end() && device_.is_cuda()) {
+    at::Generator gen = at::globalContext().defaultGenerator(device_);
+    gen.set_state(it->second);
+  }
   start_step_ = st["step"].get<int64_t>();
   best_eval_ = st.value("best_eval_loss", NAN);
   if (st.contains("best_eval_loss") && st["best_eval_loss"].is_null()) best_eval_ = NAN;
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   last_ckpt_ = dir;
-  log::info(str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
+  log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
 }
 
 double Loop::train_step(int64_t step, int64_t& tokens) {
@@ -208,7 +214,7 @@ double Loop::train_step(int64_t step, int64_t& tokens) {
     Batch b = to_device(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id), device_);
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
     double l = out.loss.item<double>();
-    if (!std::isfinite(l)) non_finite(str("loss (", l, ") in micro-batch ", j + 1, "/", ga), step + 1);
+    if (!std::isfinite(l)) non_finite(ax::str("loss (", l, ") in micro-batch ", j + 1, "/", ga), step + 1);
     (out.loss / static_cast<double>(ga)).backward();
     loss_sum += l;
   }
@@ -217,7 +223,7 @@ double Loop::train_step(int64_t step, int64_t& tokens) {
   for (auto& [name, p] : params_)
     if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).norm());
   double norm = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();
-  if (!std::isfinite(norm)) non_finite(str("gradient norm (", norm, ")"), step + 1);
+  if (!std::isfinite(norm)) non_finite(ax::str("gradient norm (", norm, ")"), step + 1);
   if (s_.train.max_grad_norm > 0 && norm > s_.train.max_grad_norm) {
     double scale = s_.train.max_grad_norm / (norm + 1e-6);
     at::NoGradGuard no_grad;
@@ -235,7 +241,7 @@ double Loop::train_step(int64_t step, int64_t& tokens) {
 void Loop::non_finite(const std::string& what, int64_t step) {
   if (progress_) progress_->finish();
   std::string ck = last_ckpt_.empty() ? std::string("none was written yet") : "the last good one is " + last_ckpt_ + " (left intact)";
-  throw RuntimeError(str("non-finite ", what, " at step ", step, ": training stopped, no checkpoint written for it; ", ck,
+  throw RuntimeError(ax::str("non-finite ", what, " at step ", step, ": training stopped, no checkpoint written for it; ", ck,
                          ". Lower train.lr, keep train.max_grad_norm > 0, or check the data."));
 }
 
@@ -243,6 +249,11 @@ EvalResult Loop::evaluate() {
   EvalResult r;
   if (s_.data.eval.empty()) return r;
   at::NoGradGuard no_grad;
+  s_.model->set_training(false);
+  struct Restore {
+    Model* m;
+    ~Restore() { m->set_training(true); }
+  } restore{s_.model};
   const int64_t S = s_.data_config.sequence_len, mb = s_.train.micro_batch_size;
   int64_t rows = static_cast<int64_t>(eval_rows_.rows.size());
   if (s_.eval.max_rows > 0) rows = std::min(rows, s_.eval.max_rows);
@@ -283,8 +294,8 @@ EvalResult Loop::evaluate() {
     bool ok = got[i] == answers[i];
     right += ok;
     if (static_cast<int64_t>(r.examples.size()) < s_.eval.show_examples && s_.decode)
-      r.examples.push_back(str("  ", ok ? "ok " : "bad", "  ", s_.decode(prompts[i]), " -> ", s_.decode(got[i]),
-                               ok ? std::string() : str("   (want ", s_.decode(answers[i]), ")")));
+      r.examples.push_back(ax::str("  ", ok ? "ok " : "bad", "  ", s_.decode(prompts[i]), " -> ", s_.decode(got[i]),
+                               ok ? std::string() : ax::str("   (want ", s_.decode(answers[i]), ")")));
   }
   r.em_samples = got.size();
   r.exact_match = static_cast<double>(right) / static_cast<double>(got.size());
@@ -299,14 +310,14 @@ void Loop::eval_and_log(int64_t step) {
   last_em_ = r.exact_match;
   if (std::isfinite(r.loss) && !(r.loss >= best_eval_)) best_eval_ = r.loss;
   nlohmann::json rec{{"step", step}, {"eval_loss", std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json()}};
-  std::string line = str("eval @ step ", step, ": loss ", r.loss);
+  std::string line = ax::str("eval @ step ", step, ": loss ", r.loss);
   if (!std::isnan(r.exact_match)) {
     rec["exact_match"] = r.exact_match;
     rec["exact_match_samples"] = r.em_samples;
-    line += str(", exact match ", std::round(1000 * r.exact_match) / 10, "% of ", r.em_samples);
+    line += ax::str(", exact match ", std::round(1000 * r.exact_match) / 10, "% of ", r.em_samples);
   }
   metrics_.append(out_dir_, rec);
-  line += str(" (", std::round(seconds_since(t) * 10) / 10, " s)");
+  line += ax::str(" (", std::round(seconds_since(t) * 10) / 10, " s)");
   for (const auto& e : r.examples) line += "\n" + e;
   if (progress_) progress_->message(line);
   else log::info(line);
@@ -315,18 +326,18 @@ void Loop::eval_and_log(int64_t step) {
 std::vector<std::pair<std::string, std::string>> Loop::summary_rows(bool final) const {
   std::vector<std::pair<std::string, std::string>> rows;
   rows.emplace_back("status", final ? "finished" : "in progress");
-  rows.emplace_back("steps", str(sum_.steps, " / ", total_steps_));
-  rows.emplace_back("device", str(s_.device.arch_name(), s_.device.is_cuda() ? " (" + s_.device.name + ")" : ""));
-  if (!sum_.losses.empty()) rows.emplace_back("final train loss", str(sum_.losses.back()));
-  if (std::isfinite(last_eval_)) rows.emplace_back("last eval loss", str(last_eval_));
-  if (std::isfinite(best_eval_)) rows.emplace_back("best eval loss", str(best_eval_));
-  if (!std::isnan(last_em_)) rows.emplace_back("exact match", str(std::round(1000 * last_em_) / 10, " %"));
+  rows.emplace_back("steps", ax::str(sum_.steps, " / ", total_steps_));
+  rows.emplace_back("device", ax::str(s_.device.arch_name(), s_.device.is_cuda() ? " (" + s_.device.name + ")" : ""));
+  if (!sum_.losses.empty()) rows.emplace_back("final train loss", ax::str(sum_.losses.back()));
+  if (std::isfinite(last_eval_)) rows.emplace_back("last eval loss", ax::str(last_eval_));
+  if (std::isfinite(best_eval_)) rows.emplace_back("best eval loss", ax::str(best_eval_));
+  if (!std::isnan(last_em_)) rows.emplace_back("exact match", ax::str(std::round(1000 * last_em_) / 10, " %"));
   double wall = seconds_since(t0_);
   rows.emplace_back("wall time (this process)", format_duration(wall));
   if (wall > 0) rows.emplace_back("tokens/s", format_rate(static_cast<double>(sum_.tokens) / wall));
   rows.emplace_back(s_.device.is_cuda() ? "peak CUDA memory" : "peak RSS", format_bytes(peak_memory(s_.device)));
-  rows.emplace_back("lr / schedule", str(s_.train.lr, " ", s_.train.schedule, ", warmup ", s_.train.warmup_steps));
-  rows.emplace_back("batch", str(s_.train.micro_batch_size, " x ", s_.data_config.sequence_len, " tokens x ", s_.train.grad_accum, " accum"));
+  rows.emplace_back("lr / schedule", ax::str(s_.train.lr, " ", s_.train.schedule, ", warmup ", s_.train.warmup_steps));
+  rows.emplace_back("batch", ax::str(s_.train.micro_batch_size, " x ", s_.data_config.sequence_len, " tokens x ", s_.train.grad_accum, " accum"));
   if (!last_ckpt_.empty()) rows.emplace_back("last checkpoint", last_ckpt_);
   return rows;
 }
@@ -350,7 +361,7 @@ std::string Loop::save(int64_t step) {
   last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
   metrics_.rewrite(out_dir_);
   write_report(out_dir_, metrics_, s_.title, summary_rows(step == total_steps_));
-  if (progress_) progress_->message(str("checkpoint ", last_ckpt_));
+  if (progress_) progress_->message(ax::str("checkpoint ", last_ckpt_));
   return last_ckpt_;
 }
 
@@ -366,6 +377,7 @@ TrainSummary Loop::run() {
   sum_.first_step = start_step_;
   sum_.steps = start_step_;
   progress_ = std::make_unique<Progress>(total_steps_, s_.train.log_every);
+  s_.model->set_training(true);
   if (start_step_ == 0 && s_.eval.every_steps > 0) eval_and_log(0);
 
   double train_time = 0;

@@ -1,0 +1,100 @@
+// train_from_config / prepare_from_config: an Engine (config, device, registry, kernels) in, a trained
+// adapter, checkpoints, metrics.jsonl and report.html out.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "axengine/engine.hpp"
+#include "axengine/error.hpp"
+#if __has_include("axengine/hf_tokenizer.hpp")  // until the tokenizer branch is merged
+#include "axengine/hf_tokenizer.hpp"
+#define AX_HAVE_HF_TOKENIZER 1
+#endif
+#include "axengine/log.hpp"
+#include "axengine/models.hpp"
+#include "axengine/strings.hpp"
+#include "axengine/training.hpp"
+#include "data/prepare.hpp"
+#include "train/lora_config.hpp"
+#include "train/progress.hpp"
+#include "train/trainer.hpp"
+
+namespace ax {
+namespace {
+
+std::unique_ptr<Tokenizer> tokenizer_for(const RunConfig& cfg) {
+  if (cfg.model.path.empty()) throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
+#ifdef AX_HAVE_HF_TOKENIZER
+  return load_hf_tokenizer(cfg.model.path);
+#else
+  throw RuntimeError("this build has no tokenizer.json support");
+#endif
+}
+
+std::string fmt(double v, int prec = 4) {
+  if (std::isnan(v)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+}  // namespace
+
+void prepare_from_config(Engine& engine) {
+  auto tok = tokenizer_for(engine.config);
+  auto dc = data::read_data_config(engine.config);
+  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok);
+  log::info(data::describe(prepared));
+  for (const auto& s : prepared.sources)
+    if (!s.cache_file.empty()) log::info(ax::str("  cache: ", s.cache_file));
+}
+
+void train_from_config(Engine& engine, const TrainOptions& options) {
+  const RunConfig& cfg = engine.config;
+  std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
+
+  auto tok = tokenizer_for(cfg);
+  train::TrainerSetup s;
+  s.config = &cfg;
+  s.registry = &engine.registry;
+  s.device = engine.device;
+  s.data_config = data::read_data_config(cfg);
+  s.train = train::read_train_config(cfg);
+  s.checkpoint = train::read_checkpoint_config(cfg);
+  s.eval = train::read_eval_config(cfg);
+  if (options.resume && s.checkpoint.resume_from.empty()) s.checkpoint.resume_from = "latest";
+  s.data = data::prepare_datasets(cfg, s.data_config, engine.registry, *tok);
+  log::info(data::describe(s.data));
+
+  auto lora = train::read_lora_config(cfg);
+  ModelLoadOptions mo;
+  mo.dir = cfg.model.path;
+  mo.dtype = engine.dtype;
+  mo.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
+  mo.kernels = engine.kernel_set();
+  mo.activation_checkpointing = s.train.activation_checkpointing;
+  if (lora.init_from.empty()) mo.lora = lora.spec;
+  else mo.adapter_dir = lora.init_from;
+  auto model = load_model(engine.registry, mo);
+  s.model = model.get();
+  s.eos_id = tok->eos_id();
+  s.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : (tok->eos_id() >= 0 ? tok->eos_id() : 0);
+  s.write_adapter = [&model](const std::string& dir) { model->save_adapter(dir); };
+  s.decode = [&tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
+  s.title = ax::str("axengine: ", cfg.file);
+
+  auto sum = train::run_trainer(s);
+  std::vector<std::string> lines{
+      ax::str("done: ", sum.steps, " steps", sum.first_step ? ax::str(" (resumed at ", sum.first_step, ")") : std::string(), " in ",
+          train::format_duration(sum.wall_s)),
+      ax::str("  tokens/s        ", train::format_rate(sum.tokens_per_s), " (", sum.tokens, " tokens trained by this process)"),
+      ax::str("  peak memory     ", train::format_bytes(sum.peak_memory_bytes), engine.device.is_cuda() ? " (CUDA allocator)" : " (RSS)"),
+      ax::str("  train loss      ", sum.losses.empty() ? "n/a" : fmt(sum.losses.front()) + " -> " + fmt(sum.final_loss)),
+      ax::str("  eval loss       ", fmt(sum.final_eval_loss), " (best ", fmt(sum.best_eval_loss), ")")};
+  if (!std::isnan(sum.exact_match)) lines.push_back(ax::str("  exact match     ", fmt(100 * sum.exact_match, 1), " %"));
+  lines.push_back(ax::str("  adapter         ", sum.last_checkpoint, " (PEFT format)"));
+  lines.push_back(ax::str("  report          ", cfg.run.output_dir, "/report.html, metrics.jsonl"));
+  log::info(join(lines, "\n"));
+}
+
+}  // namespace ax
