@@ -1,0 +1,73 @@
+// attention — causal grouped-query attention over packed variable-length sequences (flash-attention's
+// varlen form). Contract: docs/ops/attention.md.
+//
+// Sequence b owns rows [cu_seqlens[b], cu_seqlens[b+1]). Query head h attends with key/value head
+// h / (Hq / Hkv). Within a sequence, query i sees keys j <= i (causal) and, with window_left >= 0, only
+// j >= i - window_left. out = softmax(scale · q kᵀ + mask) v; rows never attend across sequences.
+#pragma once
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "axengine/kernel_op.hpp"
+
+namespace ax::ops {
+
+struct AttentionArgs {
+  at::Tensor q;  // [T, Hq, D]
+  at::Tensor k;  // [T, Hkv, D]   Hq % Hkv == 0
+  at::Tensor v;  // [T, Hkv, Dv]
+  at::Tensor cu_seqlens;  // int32 [B+1], cu_seqlens[0] == 0, nondecreasing, cu_seqlens[B] == T
+  int64_t max_seqlen = 0;  // max sequence length (0: the op computes it, a device sync)
+  double softmax_scale = 0.0;  // 0: 1/sqrt(D)
+  bool causal = true;
+  int64_t window_left = -1;  // sliding window: keys i - window_left .. i; -1 = unlimited
+  at::Tensor out;  // optional preallocated output [T, Hq, Dv]
+  bool check_values = true;  // check cu_seqlens contents on the host (a device sync)
+};
+
+struct AttentionResult {
+  at::Tensor out;  // [T, Hq, Dv], dtype of q
+  // Log-sum-exp of the scaled scores per (head, row), fp32 [Hq, T] (natural log). Part of the contract
+  // so that backends can share it with the engine; backward receives it back.
+  at::Tensor lse;
+  std::vector<at::Tensor> saved;  // anything else the backend wants back in backward
+};
+
+struct AttentionGrads {
+  at::Tensor dq, dk, dv;
+};
+
+struct AttentionBackwardArgs {
+  at::Tensor grad_out;  // [T, Hq, Dv]
+  at::Tensor out;       // the forward's out
+  at::Tensor lse;       // the forward's lse
+  std::vector<at::Tensor> saved;
+  AttentionGrads grads_out;  // optional preallocated outputs
+};
+
+void validate(const AttentionArgs& args);
+void validate_backward(const AttentionArgs& args, const AttentionBackwardArgs& bwd);
+
+// Determinism: out and lse bitwise identical across identical calls; dq, dk, dv too (dk/dv are sums over
+// query rows and heads of a group: reduce in a fixed order).
+class Attention : public KernelBackend {
+ public:
+  static constexpr const char* kOp = "attention";
+
+  AttentionResult forward(const AttentionArgs& args) {
+    validate(args);
+    return run_forward(args);
+  }
+  AttentionGrads backward(const AttentionArgs& args, const AttentionBackwardArgs& bwd) {
+    validate(args);
+    validate_backward(args, bwd);
+    return run_backward(args, bwd);
+  }
+
+ protected:
+  virtual AttentionResult run_forward(const AttentionArgs& args) = 0;
+  virtual AttentionGrads run_backward(const AttentionArgs& args, const AttentionBackwardArgs& bwd) = 0;
+};
+
+}  // namespace ax::ops
