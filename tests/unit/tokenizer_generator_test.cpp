@@ -37,7 +37,7 @@ TEST_CASE("byte-level tokenizer generator output is stable and HF tokenizers enc
   }
   CHECK(tokenizer_json == ax::test::read_text(dir / "tokenizer.json"));
   CHECK(config_json == ax::test::read_text(dir / "tokenizer_config.json"));
-  CHECK(ax::test::check_against_hf_goldens("axengine_bytelevel") >= 33);
+  CHECK(ax::test::check_against_hf_goldens("axengine_bytelevel") >= 66);
 }
 
 TEST_CASE("byte-level tokenizer generator: learned merges, special tokens and byte round trips") {
