@@ -2,7 +2,9 @@
 // edge cases of encode/decode input (invalid UTF-8, unknown ids, very long words).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "axengine/error.hpp"
 #include "unit/tokenizer_test_util.hpp"
@@ -187,4 +189,21 @@ TEST_CASE("tokenizer: invalid UTF-8 input is refused, long inputs stay fast, fin
   j["model"]["vocab"]["c"] = 4;
   CHECK(ax::parse_hf_tokenizer(j.dump(), "a")->fingerprint() != a);
   CHECK(ax::parse_hf_tokenizer(minimal_tokenizer().dump(), "a", R"({"eos_token": "<s>"})")->fingerprint() != a);
+}
+
+TEST_CASE("tokenizer: concurrent encodes from many threads agree with a serial run") {
+  const auto tok = ax::load_hf_tokenizer(ax::test::tokenizer_data_dir("qwen2_bytelevel"));
+  const auto expected = nlohmann::json::parse(
+      ax::test::read_text(ax::test::tokenizer_data_dir("qwen2_bytelevel") + "/expected.json"))["cases"];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (std::size_t k = (t + round) % expected.size(), n = 0; n < expected.size(); ++n, k = (k + 1) % expected.size())
+          if (tok->encode(expected[k]["text"].get<std::string>()) != expected[k]["ids"].get<std::vector<int32_t>>())
+            ++mismatches;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches.load() == 0);
 }
