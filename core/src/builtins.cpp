@@ -1,12 +1,13 @@
 #include "axengine/builtins.hpp"
 
 #include "data/register.hpp"
+#include "ops/reference/register.hpp"
 #include "train/optimizers.hpp"
 
 namespace ax {
 
 void register_builtins(Registry& registry) {
-  // each area adds its registration call here as it lands
+  ops::register_reference_kernels(registry);
   data::register_builtin_datasets(registry);
   train::register_builtin_optimizers(registry);
 }
