@@ -1,6 +1,7 @@
 #include "axengine/builtins.hpp"
 
 #include "data/register.hpp"
+#include "models/register.hpp"
 #include "ops/reference/register.hpp"
 #include "train/optimizers.hpp"
 
@@ -8,6 +9,7 @@ namespace ax {
 
 void register_builtins(Registry& registry) {
   ops::register_reference_kernels(registry);
+  models::register_builtin_models(registry);
   data::register_builtin_datasets(registry);
   train::register_builtin_optimizers(registry);
 }

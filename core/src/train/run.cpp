@@ -6,10 +6,7 @@
 
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
-#if __has_include("axengine/hf_tokenizer.hpp")  // until the tokenizer branch is merged
 #include "axengine/hf_tokenizer.hpp"
-#define AX_HAVE_HF_TOKENIZER 1
-#endif
 #include "axengine/log.hpp"
 #include "axengine/models.hpp"
 #include "axengine/strings.hpp"
@@ -24,11 +21,7 @@ namespace {
 
 std::unique_ptr<Tokenizer> tokenizer_for(const RunConfig& cfg) {
   if (cfg.model.path.empty()) throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
-#ifdef AX_HAVE_HF_TOKENIZER
   return load_hf_tokenizer(cfg.model.path);
-#else
-  throw RuntimeError("this build has no tokenizer.json support");
-#endif
 }
 
 std::string fmt(double v, int prec = 4) {
