@@ -189,8 +189,7 @@ void Loop::maybe_resume() {
     gen.set_state(it->second);
   }
   start_step_ = st["step"].get<int64_t>();
-  best_eval_ = st.value("best_eval_loss", NAN);
-  if (st.contains("best_eval_loss") && st["best_eval_loss"].is_null()) best_eval_ = NAN;
+  best_eval_ = st.contains("best_eval_loss") && st["best_eval_loss"].is_number() ? st["best_eval_loss"].get<double>() : NAN;
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   last_ckpt_ = dir;
