@@ -1,11 +1,12 @@
 #include "axengine/builtins.hpp"
 
 #include "models/register.hpp"
+#include "ops/reference/register.hpp"
 
 namespace ax {
 
 void register_builtins(Registry& registry) {
-  // each area adds its registration call here as it lands
+  ops::register_reference_kernels(registry);
   models::register_builtin_models(registry);
 }
 

@@ -11,6 +11,9 @@ Writes tests/data/tokenizers/<name>/{tokenizer.json, tokenizer_config.json, expe
                          "a b" strings, decoders Replace/ByteFallback/Fuse/Strip, TemplateProcessing "<s> $A"
   mistral_metaspace_unk  Metaspace pre-tokenizer (prepend_scheme first, split false) and decoder, unk_token with
                          fuse_unk and no byte fallback
+  *_variant              the vocabularies above under the other supported components: GPT-2 ByteLevel with
+                         regex and prefix space, NFD/NFKD/NFKC, Strip, regex Replace, every Split behavior,
+                         invert, Digits, Metaspace split=true, RobertaProcessing, an eos-only template
   axengine_bytelevel     (only expected.json) the file ax::make_byte_level_tokenizer_json writes; the C++ test
                          regenerates it with AXENGINE_REGEN_GOLDENS=1 and checks its output still equals it.
 
@@ -72,6 +75,21 @@ TEST_TEXTS = [
     "\u2581already has metaspace \u2581\u2581 chars",
     "ĠĠ byte-level looking Ċ chars",
 ]
+
+
+def random_texts(n=40, seed=99):
+    """Random mixes of the characters the rules care about: whitespace kinds, digits, letters of several scripts,
+    combining marks, ZWJ/emoji, apostrophes, punctuation and special-token fragments."""
+    rng = random.Random(seed)
+    pool = (list(" \t\n\r\u00a0\u3000") + list("0123456789") + list("abcXYZ") + ["'s", "'LL", "'"] +
+            list(".,!?-_/()[]{}<>|") + list("\u4e2d\u6587\u3042\ud55c\u0416\u03b1\u05d0\u0e01") +
+            ["e\u0301", "\u0308", "\u00e9", "\ufb01", "\uff11"] +
+            ["\U0001F600", "\U0001F468\u200d\U0001F469", "\u2764\ufe0f", "\U0001F3FD", "\U00013000"] +
+            ["<|im_end|>", "<s>", "</s>", "<|endoftext|>", "<mask>", "[INST]", "\u2581", "\u0120", "<0x41>"])
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 30))) for _ in range(n)]
+
+
+TEST_TEXTS += random_texts()
 
 
 def make_corpus():
@@ -301,21 +319,79 @@ def make_mistral_unk(tokens, merges):
     return tok, {"bos_token": "<s>", "eos_token": "</s>"}
 
 
+def make_variant(base, name, changes, config):
+    """The same vocabulary and merges as `base` under other pipeline components, so that every supported
+    component (and split behavior) is checked against HF, not only the ones real models happen to use."""
+    data = json.loads(base.to_str())
+    data.update(changes)
+    tok = Tokenizer.from_str(json.dumps(data))
+    with_config(tok, name, config)
+    return tok, config
+
+
+def bytelevel_json(add_prefix_space, use_regex):
+    return {"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": True, "use_regex": use_regex}
+
+
+def variants(qwen, llama2):
+    """(name, tokenizer, config) of the component variants."""
+    out = []
+    im_start, eot = qwen.token_to_id("<|im_start|>"), qwen.token_to_id("<|endoftext|>")
+    out.append(("gpt2_bytelevel_variant",) + make_variant(qwen, "gpt2_bytelevel_variant", {
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFD"},
+                                                           {"type": "Strip", "strip_left": True, "strip_right": False}]},
+        "pre_tokenizer": bytelevel_json(True, True),
+        "post_processor": {"type": "RobertaProcessing", "sep": ["<|endoftext|>", eot], "cls": ["<|im_start|>", im_start],
+                           "trim_offsets": True, "add_prefix_space": True},
+    }, {"bos_token": "<|im_start|>", "eos_token": "<|endoftext|>"}))
+    out.append(("split_behaviors_variant",) + make_variant(qwen, "split_behaviors_variant", {
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "NFKC"}, {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "},
+            {"type": "Strip", "strip_left": True, "strip_right": True}]},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": r"[,.!?;:]"}, "behavior": "MergedWithNext", "invert": False},
+            {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
+            {"type": "Digits", "individual_digits": False},
+            {"type": "Split", "pattern": {"String": "x"}, "behavior": "Removed", "invert": False},
+            {"type": "Split", "pattern": {"Regex": r"\p{L}"}, "behavior": "Contiguous", "invert": True},
+            bytelevel_json(False, False)]},
+        "post_processor": None,
+    }, {}))
+    out.append(("metaspace_split_variant",) + make_variant(llama2, "metaspace_split_variant", {
+        "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKD"},
+                                                           {"type": "Strip", "strip_left": False, "strip_right": True}]},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True},
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]},
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                           "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {"</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}},
+    }, {"bos_token": None, "eos_token": "</s>"}))
+    return out
+
+
 def main():
     corpus = make_corpus()
     os.makedirs(OUT, exist_ok=True)
     print("training qwen2_bytelevel")
-    tok, config = make_qwen2(corpus)
-    record(tok, "qwen2_bytelevel", config)
+    qwen, config = make_qwen2(corpus)
+    record(qwen, "qwen2_bytelevel", config)
     print("training llama3_bytelevel")
     tok, config = make_llama3(corpus)
     record(tok, "llama3_bytelevel", config)
     print("training the metaspace BPE")
     tokens, merges = train_metaspace(corpus)
-    tok, config = make_llama2(tokens, merges)
-    record(tok, "llama2_metaspace", config)
+    llama2, config = make_llama2(tokens, merges)
+    record(llama2, "llama2_metaspace", config)
     tok, config = make_mistral_unk(tokens, merges)
     record(tok, "mistral_metaspace_unk", config)
+    for name, tok, config in variants(qwen, llama2):
+        print(f"recording {name}")
+        record(tok, name, config)
     generated = os.path.join(OUT, "axengine_bytelevel", "tokenizer.json")
     if os.path.exists(generated):
         # Proves HF loads what ax::make_byte_level_tokenizer_json writes, and fixes what it must produce.

@@ -3,6 +3,10 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <ftw.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,12 +42,12 @@ struct ScratchDir {
     static int counter = 0;
     path = std::filesystem::temp_directory_path() /
            ("axengine_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }
+  // nftw, not std::filesystem::remove_all: libtorch.so exports a broken copy of the latter that crashes.
   ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    ::nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+           FTW_DEPTH | FTW_PHYS);
   }
 };
 

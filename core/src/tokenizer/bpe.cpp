@@ -7,6 +7,32 @@
 
 namespace ax::tok {
 
+void MergeTable::reserve(std::size_t n) {
+  std::size_t capacity = 16;
+  int bits = 4;
+  while (capacity < 2 * n + 2) capacity <<= 1, ++bits;
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, {});
+  mask_ = capacity - 1;
+  shift_ = 64 - bits;
+  size_ = 0;
+}
+
+void MergeTable::insert_or_assign(uint64_t key, Target value) {
+  if (2 * (size_ + 1) > keys_.size()) {  // grow: keep the load factor at most 1/2
+    std::vector<uint64_t> old_keys = std::move(keys_);
+    std::vector<Target> old_values = std::move(values_);
+    reserve(std::max<std::size_t>(size_ + 1, old_keys.size()));
+    for (std::size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != kEmpty) insert_or_assign(old_keys[i], old_values[i]);
+  }
+  std::size_t i = slot(key);
+  while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
+  if (keys_[i] == kEmpty) ++size_;
+  keys_[i] = key;
+  values_[i] = value;
+}
+
 Bpe::Bpe(const JsonReader& r, const json& model, const std::string& path) : source_(r.file) {
   r.object(model, path);
   if (auto type = r.optional_string(model, "type", path); type && *type != "BPE") r.unsupported(path, *type);
@@ -71,7 +97,7 @@ Bpe::Bpe(const JsonReader& r, const json& model, const std::string& path) : sour
     };
     const int32_t ia = find(a), ib = find(b);
     const std::string merged = a + (b.compare(0, prefix_.size(), prefix_) == 0 ? b.substr(prefix_.size()) : b);
-    merges_[pair_key(ia, ib)] = {static_cast<int32_t>(i), find(merged)};
+    merges_.insert_or_assign(pair_key(ia, ib), {static_cast<int32_t>(i), find(merged)});
   }
 }
 
@@ -161,10 +187,7 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
       return rank != o.rank ? rank > o.rank : pos > o.pos;
     }
   };
-  auto lookup = [&](int32_t a, int32_t b) -> const MergeTarget* {
-    auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
+  auto lookup = [&](int32_t a, int32_t b) { return merges_.find(pair_key(a, b)); };
   std::priority_queue<Candidate> queue;
   for (std::size_t k = 0; k + 1 < symbols.size(); ++k)
     if (auto m = lookup(symbols[k].id, symbols[k + 1].id))

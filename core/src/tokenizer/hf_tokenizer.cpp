@@ -3,7 +3,8 @@
 // BPE -> post-processor. Decoding maps ids back to token strings and runs the decoder chain.
 #include "axengine/hf_tokenizer.hpp"
 
-#include <filesystem>
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -311,9 +312,9 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   return out;
 }
 
-std::string read_file(const std::filesystem::path& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path.string() + ": cannot be opened");
+  if (!in) throw UsageError(path + ": cannot be opened");
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -328,15 +329,21 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json,
 }
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir_or_file) {
-  namespace fs = std::filesystem;
-  fs::path file = dir_or_file;
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) file /= "tokenizer.json";
-  if (!fs::exists(file, ec))
-    throw UsageError(file.string() + ": not found (a model directory needs a tokenizer.json)");
-  const fs::path config = file.parent_path() / "tokenizer_config.json";
-  const std::string config_text = fs::exists(config, ec) ? tok::read_file(config) : "";
-  return std::make_unique<tok::HfTokenizer>(tok::read_file(file), file.string(), config_text, config.string());
+  // POSIX stat rather than std::filesystem: the torch wheel's libtorch.so exports its own (broken) copies of
+  // some std::filesystem functions, which can win symbol resolution.
+  struct stat st {};
+  if (::stat(dir_or_file.c_str(), &st) != 0) throw UsageError(dir_or_file + ": not found");
+  std::string file = dir_or_file;
+  if (S_ISDIR(st.st_mode)) {
+    file += (file.empty() || file.back() != '/') ? "/tokenizer.json" : "tokenizer.json";
+    if (::stat(file.c_str(), &st) != 0)
+      throw UsageError(file + ": not found (a model directory needs a tokenizer.json)");
+  }
+  const std::size_t slash = file.rfind('/');
+  const std::string config = (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) +
+                             "tokenizer_config.json";
+  const std::string config_text = ::stat(config.c_str(), &st) == 0 ? tok::read_file(config) : "";
+  return std::make_unique<tok::HfTokenizer>(tok::read_file(file), file, config_text, config);
 }
 
 }  // namespace ax
