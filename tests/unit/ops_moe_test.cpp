@@ -215,6 +215,17 @@ TEST_CASE("moe.experts reference: zero-token experts, E=1, k=1, k=E, T=1, rank 1
   r5.r = 5;
   r5.grouped_in = true;
   check_against_naive(r5);
+  // no tokens at all: empty outputs and gradients of the right shapes
+  Case t0;
+  t0.T = 0;
+  Built b = build(t0);
+  MoeExpertsResult res = reference()->forward(b.args);
+  CHECK(res.y.sizes().vec() == std::vector<int64_t>{0, t0.N});
+  MoeExpertsBackwardArgs bw;
+  bw.grad_y = at::zeros({0, t0.N}, at::kDouble);
+  MoeExpertsGrads g = reference()->backward(b.args, bw);
+  CHECK(g.dx.sizes().vec() == std::vector<int64_t>{0, t0.K});
+  CHECK(g.dlora_a.abs().sum().item<double>() == 0.0);
 }
 
 TEST_CASE("moe.experts reference: nf4 (double quant), mxfp4 and nvfp4 weights, both layouts") {
