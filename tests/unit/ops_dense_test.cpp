@@ -391,3 +391,35 @@ TEST_CASE("linear.lora: bad input is rejected with the argument named") {
   b.grad_y = at::zeros({2, 3, 41}, at::kDouble);
   CHECK(error_of([&] { op->backward(a, b); }).find("linear.lora: grad_y: must have shape [2, 3, 40]") != std::string::npos);
 }
+
+TEST_CASE("norm_rope reference matches transformers (Qwen3 q-norm + RoPE, Qwen3-Next 1+w + partial rotary)") {
+  // goldens: scripts/goldens/make_op_goldens.py (transformers' own RMSNorm, rotary embedding and
+  // apply_rotary_pos_emb, fp32, autograd for the gradients)
+  auto g = test::load_safetensors(test::data_path("ops/norm_rope.safetensors"));
+  auto op = registry().kernel<NormRope>("reference");
+  for (std::string m : {"qwen3", "qwen3_next"}) {
+    for (bool computed : {false, true}) {
+      CAPTURE(m);
+      CAPTURE(computed);
+      NormRopeArgs a;
+      a.x = g[m + "_x"];
+      a.weight = g[m + "_weight"];
+      a.eps = g[m + "_eps"][0].item<double>();
+      a.weight_offset = m == "qwen3_next";
+      if (computed) {
+        a.position_ids = g[m + "_position_ids"];
+        a.inv_freq = g[m + "_inv_freq"];
+        a.attention_scaling = g[m + "_attention_scaling"][0].item<double>();
+      } else {
+        a.cos = g[m + "_cos"];
+        a.sin = g[m + "_sin"];
+      }
+      CHECK(test::rel_err(op->forward(a), g[m + "_y"]) < 1e-5);
+      NormRopeBackwardArgs b;
+      b.grad_y = g[m + "_grad_y"];
+      NormRopeGrads d = op->backward(a, b);
+      CHECK(test::rel_err(d.dx, g[m + "_dx"]) < 1e-5);
+      CHECK(test::rel_err(d.dweight, g[m + "_dweight"]) < 1e-5);
+    }
+  }
+}
