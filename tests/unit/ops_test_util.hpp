@@ -2,6 +2,8 @@
 // builders for moe.experts and the autograd entry point.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -43,7 +45,12 @@ inline std::map<std::string, at::Tensor> load_safetensors(const std::string& pat
   return out;
 }
 
-inline std::string data_path(const std::string& rel) { return std::string(AXENGINE_TEST_DATA_DIR) + "/" + rel; }
+// tests/data/<rel>; AXENGINE_TEST_DATA_DIR in the environment overrides the build-time path (running a
+// copied test binary on another machine).
+inline std::string data_path(const std::string& rel) {
+  const char* env = std::getenv("AXENGINE_TEST_DATA_DIR");
+  return std::string(env && *env ? env : AXENGINE_TEST_DATA_DIR) + "/" + rel;
+}
 
 // ||a - b|| / ||b|| in fp64 (0 when both are zero).
 inline double rel_err(const at::Tensor& a, const at::Tensor& b) {

@@ -173,3 +173,11 @@ TEST_CASE("safetensors: sharded checkpoints are validated against their index") 
   CHECK_THROWS_WITH_AS(st::Checkpoint::open_dir(d.string()), doctest::Contains("no model.safetensors"), ax::UsageError);
   ax::test::remove_tree(d);
 }
+TEST_CASE("safetensors: files written by the Python safetensors package read back") {
+  // tests/data/models/*/model.safetensors are written by HF (scripts/goldens/make_model_goldens.py).
+  fs::path p = fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "llama" / "model.safetensors";
+  REQUIRE(fs::exists(p));
+  auto f = st::File::open(p.string());
+  CHECK(f->find("model.embed_tokens.weight") != nullptr);
+  CHECK(f->get("model.embed_tokens.weight").dim() == 2);
+}

@@ -382,7 +382,9 @@ void DecoderModel::save_adapter(const std::string& dir) const {
   save_peft(lora_, dir);
 }
 
-std::vector<LoraSite> DecoderModel::lora_sites() const {
+std::vector<LoraSite> DecoderModel::lora_sites() const { return models::lora_sites(cfg_); }
+
+std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
   std::vector<LoraSite> out;
   const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
   auto lin = [&](const std::string& path, const std::string& leaf, int64_t in, int64_t outf) {

@@ -58,5 +58,7 @@ class DecoderModel : public Model {
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
 // init-model and inspect).
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& cfg);
+// Every place a LoRA adapter can go in a model of this config.
+std::vector<LoraSite> lora_sites(const HfConfig& cfg);
 
 }  // namespace ax::models

@@ -70,7 +70,10 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec, const std::string& model_t
     if (linear_targets.erase("gate_up_proj") || linear_targets.erase("experts.gate_up_proj") ||
         linear_targets.erase("mlp.experts.gate_up_proj"))
       gate_up = true;
-    if (linear_targets.erase("experts.down_proj") || linear_targets.erase("mlp.experts.down_proj")) down = true;
+    // transformers 5 parameter names work on every MoE family (Mixtral's own expert names are w1/w2/w3).
+    if (linear_targets.erase("down_proj") || linear_targets.erase("experts.down_proj") ||
+        linear_targets.erase("mlp.experts.down_proj"))
+      down = true;
   }
   std::vector<LoraPlan> out;
   std::set<std::string> used;

@@ -63,7 +63,7 @@ void register_builtin_models(Registry& registry) {
 }  // namespace ax::models
 
 namespace ax {
-namespace fs = std::filesystem;  // (train branch: build fix until the model branch lands its own)
+namespace fs = std::filesystem;
 
 std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options) {
   const std::string cfg_path = (fs::path(options.dir) / "config.json").string();
