@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -368,6 +369,7 @@ TrainSummary Loop::run() {
   t0_ = Clock::now();
   device_ = s_.device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(s_.device.index)) : at::Device(at::kCPU);
   fs::create_directories(out_dir_);
+  if (s_.train.cpu_threads > 0) at::set_num_threads(static_cast<int>(s_.train.cpu_threads));
   at::manual_seed(static_cast<uint64_t>(s_.config->run.seed));
   if (s_.device.is_cuda()) c10::getDeviceAllocator(at::kCUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(s_.device.index));
   build_optimizer();
