@@ -12,5 +12,5 @@ model="$root/runs/quickstart-model"
 data="$root/runs/quickstart-data"
 [ -f "$model/config.json" ] || "$ax" init-model --preset tiny-llama --out "$model"
 [ -f "$data/train.jsonl" ] && [ -f "$data/eval.jsonl" ] ||
-  "$ax" make-data --task arithmetic --out "$data" --train 4000 --eval 200 --digits 2
+  "$ax" make-data --task arithmetic --out "$data" --train 80 --eval 20 --digits 1
 exec "$ax" run --config "$root/configs/quickstart.toml" "$@"

@@ -1,4 +1,5 @@
 // The model-directory tools behind `axengine init-model`, `inspect` and `merge-lora`.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -108,6 +109,11 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
     at::Tensor t = at::empty(shape, at::kFloat);
     // HF's _init_weights: normal(0, initializer_range) for linears / embeddings / routers, ones for norms.
     if (name.find("norm") != std::string::npos) t.fill_(1.0);
+    // Except the (tied) embeddings: at std 0.02 and hidden 64 an output logit can never exceed |h|·|e| ≈ 1.3, so
+    // a LoRA adapter on the frozen random base could not fall below ~4.5 nats/token. Unit-norm rows
+    // (std 1/sqrt(hidden)) keep the initial logits O(1) and let training show (the quickstart trains these).
+    else if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
+      t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(hc.hidden_size)), gen);
     else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) t.zero_();
     else t.normal_(0.0, 0.02, gen);
     tensors.emplace_back(name, t);
