@@ -20,7 +20,7 @@ std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded for the process' life
   if (!lib) return nullptr;
   auto fn = reinterpret_cast<ax::PluginRegisterFn*>(dlsym(lib, "axengine_plugin_register"));
-  REQUIRE(fn != nullptr);
+  REQUIRE(static_cast<bool>(fn));
   ax::PluginRegistrar reg;
   fn(reg);
   REQUIRE(reg.staged().size() == 1);
