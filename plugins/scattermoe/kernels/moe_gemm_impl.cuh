@@ -119,6 +119,81 @@ __device__ __forceinline__ void load_tile(T* s, RowFn row, int col0, int ncols, 
   }
 }
 
+// Per-thread chunk pointers of an operand tile whose rows are fixed for the whole k loop (computed
+// once per block: the row gather, its division and the 64-bit row offset leave the k loop).
+// COLS_ADVANCE: the k loop walks along the contiguous columns (A[m, k], W[n, k]);
+// otherwise it walks down the rows (W[k, n]), adding k0 * ld.
+template <class T, int ROWS, int COLS>
+struct Hoisted {
+  static constexpr int kCpr = COLS / 8, kChunks = ROWS * kCpr, kIt = (kChunks + kThreads - 1) / kThreads;
+  const T* p[kIt];  // the chunk's first element at k0 = 0, nullptr for a row / column chunk outside
+
+  template <class RowFn>
+  __device__ __forceinline__ void init_rows_fixed(RowFn row) {  // COLS_ADVANCE
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int r = idx / kCpr, c = (idx % kCpr) * 8;
+      const T* b = (kChunks % kThreads != 0 && idx >= kChunks) ? nullptr : row(r);
+      p[it] = b ? b + c : nullptr;
+    }
+  }
+  __device__ __forceinline__ void init_cols_fixed(const T* base, int64_t ld, int col0, int ncols) {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int r = idx / kCpr, c = (idx % kCpr) * 8;
+      const int rem = ncols - (col0 + c);
+      const bool ok = !(kChunks % kThreads != 0 && idx >= kChunks) && rem > 0;
+      p[it] = ok ? base + (int64_t)r * ld + col0 + c : nullptr;
+    }
+  }
+  // Columns advance: tile at column k0, columns valid below ncols.
+  __device__ __forceinline__ void load_cols(T* s, int k0, int ncols, bool vec, const T* dummy) const {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      if (kChunks % kThreads != 0 && idx >= kChunks) break;
+      const int r = idx / kCpr, c = (idx % kCpr) * 8;
+      T* dst = s + r * (COLS + 8) + c;
+      const int col = k0 + c;
+      if (vec) {
+        const bool ok = p[it] != nullptr && col < ncols;
+        cp_async16(dst, ok ? p[it] + k0 : dummy, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dst[i] = (p[it] != nullptr && col + i < ncols) ? p[it][k0 + i] : from_f<T>(0.f);
+      }
+    }
+  }
+  // Rows advance: tile rows k0 .. k0 + ROWS, rows valid below nrows; columns from col0, valid below ncols.
+  __device__ __forceinline__ void load_rows(T* s, int k0, int64_t ld, int nrows, int col0, int ncols, bool vec,
+                                            const T* dummy) const {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      if (kChunks % kThreads != 0 && idx >= kChunks) break;
+      const int r = idx / kCpr, c = (idx % kCpr) * 8;
+      T* dst = s + r * (COLS + 8) + c;
+      const bool ok = p[it] != nullptr && k0 + r < nrows;
+      const T* src = ok ? p[it] + (int64_t)k0 * ld : dummy;
+      if (vec) {
+        cp_async16(dst, src, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) dst[i] = (ok && col0 + c + i < ncols) ? src[i] : from_f<T>(0.f);
+      }
+    }
+  }
+};
+
+// Row of a gathered operand: idx / div, in 32 bits whenever the index allows (64-bit division is slow).
+__device__ __forceinline__ int64_t gather_row(int64_t idx, int div) {
+  if (div == 1) return idx;
+  if (idx >= 0 && idx <= 0x7fffffff) return static_cast<int64_t>(static_cast<uint32_t>(idx) / static_cast<uint32_t>(div));
+  return idx / div;
+}
+
 struct Problem {
   // Grouped mode: the tile's expert and row range; Gram mode: the expert's rows (the reduction).
   int e;
@@ -156,8 +231,15 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
 
   Problem pb;
   if constexpr (!GRAM) {
-    const int64_t tile = blockIdx.x / n_tiles_n;
-    const int nt = blockIdx.x % n_tiles_n;
+    // Raster: groups of kGroupM M-tiles; inside a group the M-tile runs fastest, so the blocks in flight
+    // share a few weight column slices (read from HBM once) and a few expert row blocks (L2 resident).
+    constexpr int64_t kGroupM = 8;
+    const int64_t max_tiles = gridDim.x / n_tiles_n;
+    const int64_t group = blockIdx.x / (kGroupM * n_tiles_n);
+    const int64_t local = blockIdx.x % (kGroupM * n_tiles_n);
+    const int64_t rows_in_group = min(kGroupM, max_tiles - group * kGroupM);
+    const int64_t tile = group * kGroupM + local % rows_in_group;
+    const int nt = static_cast<int>(local / rows_in_group);
     if (tile >= args.tile_start[args.E]) return;
     int lo = 0, hi = args.E - 1;  // largest e with tile_start[e] <= tile
     while (lo < hi) {
@@ -184,33 +266,40 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
   const T* dummy;
   if constexpr (!GRAM) dummy = static_cast<const T*>(args.a); else dummy = static_cast<const T*>(args.p);
 
+  using HA = Hoisted<T, BM, BK>;
+  using HW = Hoisted<T, W_KMAJ ? BN : BK, W_KMAJ ? BK : BN>;
+  HA hA;
+  HW hW;
+  if constexpr (!GRAM) {
+    const T* A = static_cast<const T*>(args.a);
+    hA.init_rows_fixed([&](int r) -> const T* {
+      const int64_t m = pb.m0 + r;
+      if (m >= pb.m_end || (args.row_expert && args.row_expert[m] < 0)) return nullptr;
+      const int64_t ar = args.a_idx ? gather_row(args.a_idx[m], args.a_div) : m;
+      return A + ar * args.lda;
+    });
+    const T* W = static_cast<const T*>(args.w) + pb.e * args.w_estride;
+    if constexpr (W_KMAJ) {
+      hW.init_rows_fixed([&](int r) -> const T* {
+        const int n = pb.n0 + r;
+        return n < args.N ? W + (int64_t)n * args.ldw : nullptr;
+      });
+    } else {
+      hW.init_cols_fixed(W, args.ldw, pb.n0, args.N);
+    }
+  }
+
   // Loads k-tile kt into stage st.
   auto load = [&](int kt, int st) {
     T* a_s = sA + st * K_::A_ELEMS;
     T* b_s = sB + st * K_::B_ELEMS;
     if constexpr (!GRAM) {
-      const T* A = static_cast<const T*>(args.a);
       const bool main = kt < pb.nk1;
       const int k0 = (main ? kt : kt - pb.nk1) * BK;
       if (main) {
-        load_tile<T, BM, BK>(a_s, [&](int r) -> const T* {
-          const int64_t m = pb.m0 + r;
-          if (m >= pb.m_end || (args.row_expert && args.row_expert[m] < 0)) return nullptr;
-          const int64_t ar = args.a_idx ? args.a_idx[m] / args.a_div : m;
-          return A + ar * args.lda;
-        }, k0, args.K, vecmask & 1u, dummy);
-        const T* W = static_cast<const T*>(args.w) + pb.e * args.w_estride;
-        if constexpr (W_KMAJ) {
-          load_tile<T, BN, BK>(b_s, [&](int r) -> const T* {
-            const int n = pb.n0 + r;
-            return n < args.N ? W + (int64_t)n * args.ldw : nullptr;
-          }, k0, args.K, vecmask & 2u, dummy);
-        } else {
-          load_tile<T, BK, BN>(b_s, [&](int r) -> const T* {
-            const int k = k0 + r;
-            return k < args.K ? W + (int64_t)k * args.ldw : nullptr;
-          }, pb.n0, args.N, vecmask & 2u, dummy);
-        }
+        hA.load_cols(a_s, k0, args.K, vecmask & 1u, dummy);
+        if constexpr (W_KMAJ) hW.load_cols(b_s, k0, args.K, vecmask & 2u, dummy);
+        else hW.load_rows(b_s, k0, args.ldw, args.K, pb.n0, args.N, vecmask & 2u, dummy);
       } else {
         const T* A2 = static_cast<const T*>(args.a2);
         load_tile<T, BM, BK>(a_s, [&](int r) -> const T* {
@@ -237,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
       load_tile<T, BK, BM>(a_s, [&](int r) -> const T* {
         const int64_t m = mk + r;
         if (m >= pb.m_end || (args.row_expert && args.row_expert[m] < 0)) return nullptr;
-        const int64_t pr = args.p_idx ? args.p_idx[m] / args.p_div : m;
+        const int64_t pr = args.p_idx ? gather_row(args.p_idx[m], args.p_div) : m;
         return P + pr * args.ldp;
       }, pb.i0, args.I, vecmask & 1u, dummy);
       load_tile<T, BK, BN>(b_s, [&](int r) -> const T* {
