@@ -95,10 +95,11 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   p1.grouped_out = true;
   p1.check_values = false;
   MoeExpertsResult r1 = be.forward(p1);  // h [M, 2I], grouped
-  at::Tensor g = r1.y.narrow(1, 0, in.I), u = r1.y.narrow(1, in.I, in.I);
-  at::Tensor sg = at::silu(g);
+  // SiLU·up through autograd, exactly as in the _grouped_mm block, so both measure the same activation.
+  at::Tensor h = r1.y.detach().requires_grad_(true);
+  at::Tensor act = at::silu(h.narrow(1, 0, in.I)) * h.narrow(1, in.I, in.I);
   MoeExpertsArgs p2;
-  p2.x = sg * u;
+  p2.x = act.detach();
   p2.routing = in.routing;
   p2.weight = WeightTensor::dense(in.w2);
   p2.layout = ExpertLayout::ENK;
@@ -114,8 +115,8 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   b2.grad_y = in.dy;
   b2.saved = r2.saved;
   MoeExpertsGrads g2 = be.backward(p2, b2);
-  at::Tensor sig = at::sigmoid(g);
-  at::Tensor dh = at::cat({g2.dx * u * sig * (1 + g * (1 - sig)), g2.dx * sg}, 1);
+  act.backward(g2.dx);
+  at::Tensor dh = h.grad();
   MoeExpertsBackwardArgs b1;
   b1.grad_y = dh;
   b1.saved = r1.saved;
