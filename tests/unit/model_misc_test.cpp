@@ -239,3 +239,18 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
   CHECK(r.find("(8256)") != std::string::npos);
   CHECK_THROWS_WITH_AS(ax::init_model_dir("tiny-lama", "/tmp/x", 0), doctest::Contains("did you mean 'tiny-llama'"), ax::UsageError);
 }
+
+TEST_CASE("model forward: inconsistent batches are rejected, not read out of bounds") {
+  Env env;
+  auto m = env.load(case_dir("qwen3"));
+  ax::Batch b;
+  b.input_ids = at::zeros({2, 5}, at::kLong);
+  b.labels = at::zeros({2, 4}, at::kLong);
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("labels has shape"), ax::UsageError);
+  b.labels = at::Tensor();
+  b.cu_seqlens = at::tensor({0, 5, 9}, at::kInt);
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("cu_seqlens"), ax::UsageError);
+  b.cu_seqlens = at::Tensor();
+  b.input_ids = at::full({1, 3}, 53, at::kLong);  // vocab is 53
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("token ids must be in [0, 53)"), ax::UsageError);
+}
