@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,13 +31,33 @@ struct ModelOutput {
   at::Tensor aux_loss;  // router load-balancing loss, undefined for dense models
 };
 
+// LoRA on a model's linear layers. Targets are module names as in peft's target_modules: a name matches a
+// module whose path equals it or ends with "." + name (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+// down_proj; MoE experts: gate_up_proj / down_proj, or gate_proj+up_proj / down_proj (w1+w3 / w2 for
+// Mixtral), which — as peft does for transformers 5 fused experts — become one rank-2r LoRA on the fused
+// gate_up_proj and leave the dense MLP layers of a MoE model without LoRA).
+struct LoraSpec {
+  std::vector<std::string> targets;
+  int64_t r = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;       // on the LoRA branch's input while training (not supported on experts, as in peft)
+  bool rslora = false;        // scaling alpha/sqrt(r) instead of alpha/r
+  std::string dtype = "fp32"; // LoRA weights: "fp32" or "compute" (the model's compute dtype)
+  uint64_t seed = 0;          // A: kaiming-uniform as peft; B: zeros
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+  // Labels follow HF: aligned with input_ids (the model shifts them); a label whose position_id is 0 (the
+  // first token of a packed sample) is never predicted from the previous sample.
   virtual ModelOutput forward(const Batch& batch, bool want_logits) = 0;
   // All parameters by HF name (base and LoRA), and the trainable subset.
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() const = 0;
   virtual std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const = 0;
+  virtual void set_training(bool training) = 0;  // LoRA dropout on/off
+  // The LoRA adapter in PEFT's format (adapter_config.json + adapter_model.safetensors), loadable by peft.
+  virtual void save_adapter(const std::string& dir) const = 0;
 };
 
 struct ModelLoadOptions {
@@ -44,6 +65,8 @@ struct ModelLoadOptions {
   std::string dtype = "fp32";      // compute dtype: fp32 | bf16 | fp16
   std::string device = "cpu";      // "cpu" or "cuda:N"
   std::shared_ptr<KernelSet> kernels;
+  std::optional<LoraSpec> lora;    // a fresh adapter...
+  std::string adapter_dir;         // ...or a PEFT adapter directory to load (then trainable)
 };
 
 class ModelFamily {

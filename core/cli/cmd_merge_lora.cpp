@@ -1,0 +1,33 @@
+// axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16]
+#include <iostream>
+
+#include "axengine/builtins.hpp"
+#include "axengine/error.hpp"
+#include "axengine/models.hpp"
+#include "command.hpp"
+
+namespace {
+
+int run_merge_lora(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  po::options_description opts("merge-lora options");
+  opts.add_options()("model", po::value<std::string>(), "base HF model directory")(
+      "adapter", po::value<std::string>(), "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")(
+      "out", po::value<std::string>(), "output HF model directory (must not exist or be empty)")(
+      "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)");
+  po::variables_map vm;
+  if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D]", args, opts, vm))
+    return 0;
+  for (const char* k : {"model", "adapter", "out"})
+    if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::merge_lora_dir(registry, vm["model"].as<std::string>(), vm["adapter"].as<std::string>(),
+                     vm["out"].as<std::string>(), vm["dtype"].as<std::string>());
+  std::cout << "wrote merged model to " << vm["out"].as<std::string>() << "\n";
+  return 0;
+}
+
+ax::cli::CommandRegistrar reg({"merge-lora", "fold a PEFT LoRA adapter into a model and write an HF model dir", run_merge_lora});
+
+}  // namespace

@@ -1,0 +1,173 @@
+#include "models/autograd_ops.hpp"
+
+#include <optional>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace ax::autograd {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptT = std::optional<at::Tensor>;
+
+// The op call's state, kept on the autograd node as a capsule: the args (inputs detached, so the node does
+// not own the graph before it), the backend that ran forward, and whatever that backend saved.
+template <class Op, class Args>
+struct State : torch::CustomClassHolder {
+  std::shared_ptr<Op> op;
+  Args args;
+  std::vector<at::Tensor> saved;
+  std::vector<bool> needs;  // requires_grad of the differentiable inputs, in forward's argument order
+};
+
+template <class S>
+c10::intrusive_ptr<S> state_of(AutogradContext* ctx) {
+  return c10::static_intrusive_pointer_cast<S>(ctx->saved_data["state"].toCapsule());
+}
+
+OptT opt(const at::Tensor& t) { return t.defined() ? OptT(t) : std::nullopt; }
+at::Tensor det(const OptT& t) { return t ? t->detach() : at::Tensor(); }
+bool req(const OptT& t) { return t && t->requires_grad(); }
+
+// ---- linear.lora
+using LinState = State<ops::LinearLora, ops::LinearLoraArgs>;
+struct LinearLoraFn : torch::autograd::Function<LinearLoraFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const OptT& a, const OptT& b,
+                            c10::intrusive_ptr<LinState> st) {
+    st->args.x = x.detach();
+    st->args.lora_a = det(a);
+    st->args.lora_b = det(b);
+    st->needs = {x.requires_grad(), req(a), req(b)};
+    at::Tensor y = st->op->forward(st->args);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<LinState>(ctx);
+    ops::LinearLoraBackwardArgs bwd;
+    bwd.grad_y = grads[0].contiguous();
+    bwd.need_dx = st->needs[0];
+    bwd.need_dlora = st->needs[1] || st->needs[2];
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dx : at::Tensor(), st->needs[1] ? g.dlora_a : at::Tensor(),
+            st->needs[2] ? g.dlora_b : at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- norm_rope
+using NrState = State<ops::NormRope, ops::NormRopeArgs>;
+struct NormRopeFn : torch::autograd::Function<NormRopeFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, c10::intrusive_ptr<NrState> st) {
+    st->args.x = x.detach();
+    st->args.weight = w.detach();
+    st->needs = {x.requires_grad(), w.requires_grad()};
+    at::Tensor y = st->op->forward(st->args);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<NrState>(ctx);
+    ops::NormRopeBackwardArgs bwd;
+    bwd.grad_y = grads[0].contiguous();
+    bwd.need_dx = st->needs[0];
+    bwd.need_dweight = st->needs[1];
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dx : at::Tensor(), st->needs[1] ? g.dweight : at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- attention
+using AttnState = State<ops::Attention, ops::AttentionArgs>;
+struct AttentionFn : torch::autograd::Function<AttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            c10::intrusive_ptr<AttnState> st) {
+    st->args.q = q.detach();
+    st->args.k = k.detach();
+    st->args.v = v.detach();
+    st->needs = {q.requires_grad(), k.requires_grad(), v.requires_grad()};
+    auto r = st->op->forward(st->args);
+    st->saved = std::move(r.saved);
+    // out is this node's output: it goes through save_for_backward (no reference cycle); lse is internal.
+    ctx->save_for_backward({r.out, r.lse});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return r.out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<AttnState>(ctx);
+    auto saved = ctx->get_saved_variables();
+    ops::AttentionBackwardArgs bwd;
+    bwd.grad_out = grads[0].contiguous();
+    bwd.out = saved[0];
+    bwd.lse = saved[1];
+    bwd.saved = st->saved;
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dq : at::Tensor(), st->needs[1] ? g.dk : at::Tensor(), st->needs[2] ? g.dv : at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+// ---- moe.experts
+using MoeState = State<ops::MoeExperts, ops::MoeExpertsArgs>;
+struct MoeExpertsFn : torch::autograd::Function<MoeExpertsFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const OptT& a, const OptT& b, const OptT& gates,
+                            c10::intrusive_ptr<MoeState> st) {
+    st->args.x = x.detach();
+    st->args.lora_a = det(a);
+    st->args.lora_b = det(b);
+    st->args.gates = det(gates);
+    st->needs = {x.requires_grad(), req(a), req(b), req(gates)};
+    auto r = st->op->forward(st->args);
+    st->saved = std::move(r.saved);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return r.y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<MoeState>(ctx);
+    ops::MoeExpertsBackwardArgs bwd;
+    bwd.grad_y = grads[0].contiguous();
+    bwd.saved = st->saved;
+    bwd.need_dx = st->needs[0];
+    bwd.need_dlora = st->needs[1] || st->needs[2];
+    bwd.need_dgates = st->needs[3];
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dx : at::Tensor(), st->needs[1] ? g.dlora_a : at::Tensor(),
+            st->needs[2] ? g.dlora_b : at::Tensor(), st->needs[3] ? g.dgates : at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor linear_lora(const std::shared_ptr<ops::LinearLora>& op, ops::LinearLoraArgs args) {
+  auto st = c10::make_intrusive<LinState>();
+  st->op = op;
+  at::Tensor x = args.x, a = args.lora_a, b = args.lora_b;
+  st->args = std::move(args);
+  return LinearLoraFn::apply(x, opt(a), opt(b), st);
+}
+
+at::Tensor norm_rope(const std::shared_ptr<ops::NormRope>& op, ops::NormRopeArgs args) {
+  auto st = c10::make_intrusive<NrState>();
+  st->op = op;
+  at::Tensor x = args.x, w = args.weight;
+  st->args = std::move(args);
+  return NormRopeFn::apply(x, w, st);
+}
+
+at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionArgs args) {
+  auto st = c10::make_intrusive<AttnState>();
+  st->op = op;
+  at::Tensor q = args.q, k = args.k, v = args.v;
+  st->args = std::move(args);
+  return AttentionFn::apply(q, k, v, st);
+}
+
+at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExpertsArgs args) {
+  auto st = c10::make_intrusive<MoeState>();
+  st->op = op;
+  at::Tensor x = args.x, a = args.lora_a, b = args.lora_b, g = args.gates;
+  st->args = std::move(args);
+  return MoeExpertsFn::apply(x, opt(a), opt(b), opt(g), st);
+}
+
+}  // namespace ax::autograd

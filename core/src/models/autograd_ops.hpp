@@ -1,0 +1,31 @@
+// Autograd adapters for the kernel ops. The ops expose explicit forward/backward methods (so backends can
+// fuse and save what they like); model code wants ordinary differentiable tensors. Each function here is a
+// torch::autograd::Function whose forward calls op.forward and whose backward calls op.backward with the
+// same args and the op's own `saved`, so any backend — reference or plugin — trains without model changes.
+//
+// Only activations and LoRA factors (and MoE gates) are differentiable: base weights are frozen by design.
+#pragma once
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_lora.hpp"
+#include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/norm_rope.hpp"
+
+namespace ax::autograd {
+
+// y = x·Wᵀ + bias + scaling·(x·Aᵀ)·Bᵀ. `args.x`, `args.lora_a`, `args.lora_b` may require grad.
+at::Tensor linear_lora(const std::shared_ptr<ops::LinearLora>& op, ops::LinearLoraArgs args);
+
+// RMSNorm over head_dim then RoPE. `args.x` and `args.weight` may require grad.
+at::Tensor norm_rope(const std::shared_ptr<ops::NormRope>& op, ops::NormRopeArgs args);
+
+// Varlen causal attention. q, k, v may require grad. Returns out [T, Hq, Dv].
+at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionArgs args);
+
+// Grouped expert projection. x, lora_a, lora_b, gates may require grad.
+at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExpertsArgs args);
+
+}  // namespace ax::autograd

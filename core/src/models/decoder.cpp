@@ -1,0 +1,459 @@
+#include "models/decoder.hpp"
+
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
+#include "models/autograd_ops.hpp"
+
+namespace ax::models {
+
+namespace {
+
+std::string layer_prefix(int64_t i) { return str("model.layers.", i, "."); }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::vector<std::string> v;
+  for (auto d : s) v.push_back(std::to_string(d));
+  return "[" + join(v, ", ") + "]";
+}
+
+// The weights in transformers 5 naming (fused experts), with shapes.
+std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const HfConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = layer_prefix(i);
+    out.push_back({p + "input_layernorm.weight", {H}});
+    out.push_back({p + "post_attention_layernorm.weight", {H}});
+    out.push_back({p + "self_attn.q_proj.weight", {Hq * D, H}});
+    out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
+    out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
+    out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
+    if (c.attention_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
+      out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
+      out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
+      out.push_back({p + "self_attn.o_proj.bias", {H}});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {D}});
+      out.push_back({p + "self_attn.k_norm.weight", {D}});
+    }
+    if (c.is_moe_layer(i)) {
+      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
+      out.push_back({p + "mlp.gate.weight", {E, H}});
+      out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
+      out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
+    } else {
+      const int64_t I = c.intermediate_size;
+      out.push_back({p + "mlp.gate_proj.weight", {I, H}});
+      out.push_back({p + "mlp.up_proj.weight", {I, H}});
+      out.push_back({p + "mlp.down_proj.weight", {H, I}});
+      if (c.mlp_bias) {
+        out.push_back({p + "mlp.gate_proj.bias", {I}});
+        out.push_back({p + "mlp.up_proj.bias", {I}});
+        out.push_back({p + "mlp.down_proj.bias", {H}});
+      }
+    }
+  }
+  out.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
+  return out;
+}
+
+// Per-expert key names as transformers save_pretrained writes them (the reverse of its conversion mapping).
+struct ExpertKeys {
+  std::string router, gate, up, down;  // with {e} left for the expert index
+};
+ExpertKeys expert_keys(const HfConfig& c, const std::string& p, bool block_sparse) {
+  if (c.model_type == "mixtral") {
+    std::string m = p + (block_sparse ? "block_sparse_moe." : "mlp.");
+    return {m + "gate.weight", m + "experts.{e}.w1.weight", m + "experts.{e}.w3.weight", m + "experts.{e}.w2.weight"};
+  }
+  return {p + "mlp.gate.weight", p + "mlp.experts.{e}.gate_proj.weight", p + "mlp.experts.{e}.up_proj.weight",
+          p + "mlp.experts.{e}.down_proj.weight"};
+}
+std::string with_expert(std::string pattern, int64_t e) {
+  auto pos = pattern.find("{e}");
+  return pattern.replace(pos, 3, std::to_string(e));
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& c) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (auto& [name, shape] : internal_tensors(c)) {
+    auto pos = name.find("mlp.experts.");
+    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
+    if (pos == std::string::npos && !router) {
+      out.push_back({name, shape});
+      continue;
+    }
+    std::string p = name.substr(0, name.find("mlp."));
+    ExpertKeys k = expert_keys(c, p, true);
+    const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+    if (router) out.push_back({k.router, shape});
+    else if (name.find("gate_up_proj") != std::string::npos)
+      for (int64_t e = 0; e < E; ++e) {
+        out.push_back({with_expert(k.gate, e), {I, H}});
+        out.push_back({with_expert(k.up, e), {I, H}});
+      }
+    else
+      for (int64_t e = 0; e < E; ++e) out.push_back({with_expert(k.down, e), {H, I}});
+  }
+  return out;
+}
+
+DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
+                           std::shared_ptr<KernelSet> kernels)
+    : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
+  if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
+  std::set<std::string> used;
+  auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
+    const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
+    if (info.shape != shape)
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ",
+                           cfg_.source, " implies ", shape_str(shape)));
+    if (!at::isFloatingType(info.scalar_type))
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
+    used.insert(key);
+    return ckpt.get(key).to(device_, dtype_);
+  };
+  for (auto& [name, shape] : internal_tensors(cfg_)) {
+    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
+    bool experts = name.find("mlp.experts.") != std::string::npos;
+    if (!router && !experts) {
+      weights_[name] = take(name, shape);
+      continue;
+    }
+    std::string p = name.substr(0, name.find("mlp."));
+    // Fused (transformers 5 / converted) or per-expert (HF hub layout; Mixtral under block_sparse_moe).
+    bool block_sparse = cfg_.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
+    ExpertKeys k = expert_keys(cfg_, p, block_sparse);
+    if (router) {
+      weights_[name] = take(k.router, shape);
+      continue;
+    }
+    if (ckpt.has(name)) {
+      weights_[name] = take(name, shape);
+      continue;
+    }
+    const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size, H = cfg_.hidden_size;
+    std::vector<at::Tensor> parts;
+    if (name.find("gate_up_proj") != std::string::npos) {
+      for (int64_t e = 0; e < E; ++e)
+        parts.push_back(at::cat({take(with_expert(k.gate, e), {I, H}), take(with_expert(k.up, e), {I, H})}, 0));
+    } else {
+      for (int64_t e = 0; e < E; ++e) parts.push_back(take(with_expert(k.down, e), {H, I}));
+    }
+    weights_[name] = at::stack(parts, 0).contiguous();
+  }
+  if (cfg_.tie_word_embeddings) weights_["lm_head.weight"] = weights_.at("model.embed_tokens.weight");
+  for (const auto& n : ckpt.names())
+    if (!used.count(n) && !(cfg_.tie_word_embeddings && n == "lm_head.weight"))
+      log::warn(str(ckpt.file_of(n), ": tensor '", n, "' is not used by the ", cfg_.model_type, " model"));
+  inv_freq_ = rope_inv_freq(cfg_).to(device_);
+}
+
+const at::Tensor& DecoderModel::w(const std::string& name) const {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) throw RuntimeError(str("model has no weight '", name, "'"));
+  return it->second;
+}
+
+at::Tensor DecoderModel::rms_norm(const at::Tensor& x, const std::string& weight) const {
+  // transformers' RMSNorm: statistics in fp32, scale applied after casting back.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor n = xf * at::rsqrt(xf.pow(2).mean(-1, true) + cfg_.rms_norm_eps);
+  return w(weight) * n.to(x.scalar_type());
+}
+
+at::Tensor DecoderModel::linear(const at::Tensor& x, const std::string& module) {
+  ops::LinearLoraArgs args;
+  args.x = x;
+  args.weight = ops::WeightTensor::dense(w(module + ".weight"));
+  auto bias = weights_.find(module + ".bias");
+  if (bias != weights_.end()) args.bias = bias->second;
+  auto op = kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), "dense");
+  const LoraModule* m = lora_.find(module);
+  if (!m) return autograd::linear_lora(op, std::move(args));
+  const double p = lora_.spec.dropout;
+  if (training_ && p > 0) {
+    // Dropout acts on the LoRA branch's input only, so the op computes the base and the branch is plain ATen.
+    at::Tensor base = autograd::linear_lora(op, std::move(args));
+    at::Tensor xd = at::dropout(x.to(m->a.scalar_type()), p, true);
+    return base + (at::matmul(at::matmul(xd, m->a.t()), m->b.t()) * m->scaling).to(base.scalar_type());
+  }
+  args.lora_a = m->a.to(x.scalar_type());
+  args.lora_b = m->b.to(x.scalar_type());
+  args.scaling = m->scaling;
+  return autograd::linear_lora(op, std::move(args));
+}
+
+at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu,
+                                         int64_t max_len) {
+  const std::string p = layer_prefix(i) + "self_attn.";
+  const int64_t T = x.size(0), D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
+  at::Tensor q = linear(x, p + "q_proj").view({T, Hq, D});
+  at::Tensor k = linear(x, p + "k_proj").view({T, Hkv, D});
+  at::Tensor v = linear(x, p + "v_proj").view({T, Hkv, D});
+  if (cfg_.qk_norm) {
+    auto op = kernels_->get<ops::NormRope>(ops::dtype_name(dtype_));
+    auto nr = [&](const at::Tensor& t, const std::string& wname) {
+      ops::NormRopeArgs a;
+      a.x = t;
+      a.weight = w(wname);
+      a.eps = cfg_.rms_norm_eps;
+      a.position_ids = pos;
+      a.inv_freq = inv_freq_;
+      return autograd::norm_rope(op, std::move(a));
+    };
+    q = nr(q, p + "q_norm.weight");
+    k = nr(k, p + "k_norm.weight");
+  } else {
+    // Plain RoPE (HF rotate-half): norm_rope is a norm+rope op, and these families have no q/k norm.
+    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq_.unsqueeze(0);
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1), sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
+    auto rot = [&](const at::Tensor& t) {
+      at::Tensor t1 = t.narrow(-1, 0, D / 2), t2 = t.narrow(-1, D / 2, D / 2);
+      return t * cos + at::cat({-t2, t1}, -1) * sin;
+    };
+    q = rot(q);
+    k = rot(k);
+  }
+  ops::AttentionArgs a;
+  a.q = q.contiguous();
+  a.k = k.contiguous();
+  a.v = v.contiguous();
+  a.cu_seqlens = cu;
+  a.max_seqlen = max_len;
+  a.softmax_scale = 1.0 / std::sqrt(double(D));
+  a.causal = true;
+  a.window_left = cfg_.sliding_window > 0 ? cfg_.sliding_window - 1 : -1;
+  a.check_values = false;  // cu_seqlens were validated when the batch was built
+  auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
+  at::Tensor o = autograd::attention(op, std::move(a));
+  return linear(o.reshape({T, Hq * D}), p + "o_proj");
+}
+
+at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
+  const std::string p = layer_prefix(i) + "mlp.";
+  return linear(at::silu(linear(x, p + "gate_proj")) * linear(x, p + "up_proj"), p + "down_proj");
+}
+
+at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {
+  const std::string p = layer_prefix(i) + "mlp.";
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k, I = cfg_.moe_intermediate_size;
+  at::Tensor logits = at::linear(x, w(p + "gate.weight"));  // [T, E]
+  router_logits.push_back(logits);
+  at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
+  auto [top_v, top_i] = at::topk(probs, k, -1);
+  if (cfg_.norm_topk_prob) top_v = top_v / top_v.sum(-1, true);
+  top_v = top_v.to(x.scalar_type());
+
+  ops::MoeRouting routing;
+  at::Tensor flat = top_i.reshape({-1});
+  auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
+  routing.sorted_expert_idxs = sorted;
+  routing.sorted_scattered_idxs = perm;
+  routing.expert_offsets = at::bincount(flat, {}, E).cumsum(0);
+  routing.top_k = k;
+
+  auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), "dense", "ENK");
+  auto lora_args = [&](ops::MoeExpertsArgs& a, const std::string& module) {
+    if (const LoraModule* m = lora_.find(module)) {
+      a.lora_a = m->a.to(x.scalar_type());
+      a.lora_b = m->b.to(x.scalar_type());
+      a.scaling = m->scaling;
+    }
+  };
+  ops::MoeExpertsArgs up;
+  up.x = x;
+  up.routing = routing;
+  up.weight = ops::WeightTensor::dense(w(p + "experts.gate_up_proj"));
+  up.layout = ops::ExpertLayout::ENK;
+  up.grouped_out = true;
+  up.check_values = false;
+  lora_args(up, p + "experts.gate_up_proj");
+  at::Tensor gu = autograd::moe_experts(op, std::move(up));  // [T·k, 2I], grouped
+  at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+
+  ops::MoeExpertsArgs down;
+  down.x = act;
+  down.routing = routing;
+  down.weight = ops::WeightTensor::dense(w(p + "experts.down_proj"));
+  down.layout = ops::ExpertLayout::ENK;
+  down.grouped_in = true;
+  down.gates = top_v;
+  down.check_values = false;
+  lora_args(down, p + "experts.down_proj");
+  return autograd::moe_experts(op, std::move(down));  // [T, H]
+}
+
+at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) const {
+  // transformers' load_balancing_loss_func without an attention mask: E · Σ_e f_e · P_e over all layers'
+  // tokens, f_e = share of top-k assignments, P_e = mean router probability.
+  const int64_t E = cfg_.num_experts;
+  at::Tensor counts = at::zeros({E}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor prob_sum = at::zeros({E}, counts.options());
+  double rows = 0;
+  for (const auto& l : router_logits) {
+    at::Tensor rw = at::softmax(l, -1);
+    at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
+    counts = counts + at::bincount(sel, {}, E).to(at::kFloat);
+    prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
+    rows += double(l.size(0));
+  }
+  return (counts / rows * (prob_sum / rows)).sum() * double(E);
+}
+
+ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
+  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
+    throw UsageError("model forward: input_ids must be [B, S]");
+  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
+  if (S == 0 || B == 0) throw UsageError("model forward: empty batch");
+  auto same_shape = [&](const at::Tensor& t, const char* what) {
+    if (t.defined() && t.sizes() != batch.input_ids.sizes())
+      throw UsageError(ax::str("model forward: ", what, " has shape ", shape_str(t.sizes().vec()), ", input_ids ", shape_str(batch.input_ids.sizes().vec())));
+  };
+  same_shape(batch.labels, "labels");
+  same_shape(batch.position_ids, "position_ids");
+  if (batch.cu_seqlens.defined()) {
+    at::Tensor c = batch.cu_seqlens.to(at::kCPU, at::kLong);
+    if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
+        (c.size(0) > 1 && (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>()))
+      throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
+    if (batch.max_seqlen > 0 && (c.narrow(0, 1, c.size(0) - 1) - c.narrow(0, 0, c.size(0) - 1)).max().item<int64_t>() > batch.max_seqlen)
+      throw UsageError("model forward: a sample is longer than max_seqlen");
+  }
+  at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
+  at::Tensor pos = batch.position_ids.defined() ? batch.position_ids.to(device_, at::kLong).reshape({T})
+                                                : at::arange(S, at::TensorOptions().dtype(at::kLong).device(device_)).repeat({B});
+  at::Tensor cu = batch.cu_seqlens.defined()
+                      ? batch.cu_seqlens.to(device_, at::kInt)
+                      : (at::arange(B + 1, at::TensorOptions().dtype(at::kInt).device(device_)) * int(S));
+  int64_t max_len = batch.cu_seqlens.defined() && batch.max_seqlen > 0 ? batch.max_seqlen : S;
+  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= cfg_.vocab_size))
+    throw UsageError(str("model forward: token ids must be in [0, ", cfg_.vocab_size, ")"));
+
+  at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
+  std::vector<at::Tensor> router_logits;
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    const std::string p = layer_prefix(i);
+    h = h + attention_block(i, rms_norm(h, p + "input_layernorm.weight"), pos, cu, max_len);
+    at::Tensor n = rms_norm(h, p + "post_attention_layernorm.weight");
+    h = h + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
+  }
+  h = rms_norm(h, "model.norm.weight");
+  at::Tensor logits = linear(h, "lm_head");  // [T, V]
+
+  ModelOutput out;
+  if (batch.labels.defined()) {
+    // HF's ForCausalLMLoss: labels shifted left by one, fp32 logits, mean over non-ignored targets. A target
+    // that starts a packed sample (position 0) is not predicted from the previous sample.
+    at::Tensor lab = batch.labels.to(device_, at::kLong).reshape({B, S});
+    at::Tensor p2 = pos.reshape({B, S});
+    at::Tensor ignore = at::full({B, 1}, -100, lab.options());
+    at::Tensor tgt = at::cat({lab.narrow(1, 1, S - 1), ignore}, 1);
+    at::Tensor next_pos = at::cat({p2.narrow(1, 1, S - 1), at::ones({B, 1}, p2.options())}, 1);
+    tgt = at::where(next_pos == 0, at::full_like(tgt, -100), tgt).reshape({T});
+    out.loss = at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Mean, -100);
+  }
+  if (!router_logits.empty()) {
+    out.aux_loss = aux_loss(router_logits);
+    if (out.loss.defined() && cfg_.output_router_logits) out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss;
+  }
+  if (want_logits) out.logits = logits.view({B, S, cfg_.vocab_size});
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [n, t] : weights_)
+    if (!(cfg_.tie_word_embeddings && n == "lm_head.weight")) out.emplace_back(n, t);
+  for (const auto& p : trainable_parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::trainable_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& m : lora_.modules) {
+    out.emplace_back(m.site.path + ".lora_A", m.a);
+    out.emplace_back(m.site.path + ".lora_B", m.b);
+  }
+  return out;
+}
+
+void DecoderModel::save_adapter(const std::string& dir) const {
+  if (lora_.modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
+  save_peft(lora_, dir);
+}
+
+std::vector<LoraSite> DecoderModel::lora_sites() const { return models::lora_sites(cfg_); }
+
+std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
+  std::vector<LoraSite> out;
+  const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
+  auto lin = [&](const std::string& path, const std::string& leaf, int64_t in, int64_t outf) {
+    out.push_back(LoraSite{path, leaf, false, 1, in, outf});
+  };
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    std::string p = layer_prefix(i);
+    lin(p + "self_attn.q_proj", "q_proj", H, Hq * D);
+    lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
+    lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
+    lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
+    if (cfg_.is_moe_layer(i)) {
+      const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
+      out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
+      out.push_back(LoraSite{p + "mlp.experts.down_proj", "down_proj", true, E, I, H});
+    } else {
+      const int64_t I = cfg_.intermediate_size;
+      lin(p + "mlp.gate_proj", "gate_proj", H, I);
+      lin(p + "mlp.up_proj", "up_proj", H, I);
+      lin(p + "mlp.down_proj", "down_proj", I, H);
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(at::ScalarType dtype) const {
+  std::map<std::string, at::Tensor> merged;
+  for (const auto& [n, t] : weights_) merged[n] = t.detach().to(at::kFloat);
+  for (const auto& m : lora_.modules) {
+    std::string key = m.site.experts ? m.site.path : m.site.path + ".weight";
+    merged[key] = merged.at(key) + lora_delta(m).to(merged[key].device());
+  }
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, shape] : internal_tensors(cfg_)) {
+    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
+    bool experts = name.find("mlp.experts.") != std::string::npos;
+    const at::Tensor& t = merged.at(name);
+    if (!router && !experts) {
+      out.emplace_back(name, t.to(dtype).contiguous());
+      continue;
+    }
+    std::string p = name.substr(0, name.find("mlp."));
+    ExpertKeys k = expert_keys(cfg_, p, true);
+    const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
+    if (router) out.emplace_back(k.router, t.to(dtype).contiguous());
+    else if (name.find("gate_up_proj") != std::string::npos)
+      for (int64_t e = 0; e < E; ++e) {
+        out.emplace_back(with_expert(k.gate, e), t[e].narrow(0, 0, I).to(dtype).contiguous());
+        out.emplace_back(with_expert(k.up, e), t[e].narrow(0, I, I).to(dtype).contiguous());
+      }
+    else
+      for (int64_t e = 0; e < E; ++e) out.emplace_back(with_expert(k.down, e), t[e].to(dtype).contiguous());
+  }
+  return out;
+}
+
+}  // namespace ax::models

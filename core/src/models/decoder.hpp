@@ -1,0 +1,64 @@
+// The decoder-only transformer behind llama, qwen3, qwen3_moe and mixtral: one implementation driven by
+// HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
+//
+// Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
+// mlp.experts.down_proj [E, H, I], router mlp.gate.weight), whatever layout the checkpoint used.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "axengine/model.hpp"
+#include "axengine/safetensors.hpp"
+#include "models/hf_config.hpp"
+#include "models/lora.hpp"
+
+namespace ax::models {
+
+class DecoderModel : public Model {
+ public:
+  // Reads the weights of `cfg` from `ckpt` (fused or per-expert), converted to `dtype` on `device`.
+  DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
+               std::shared_ptr<KernelSet> kernels);
+
+  ModelOutput forward(const Batch& batch, bool want_logits) override;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
+  void set_training(bool training) override { training_ = training; }
+  void save_adapter(const std::string& dir) const override;
+
+  const HfConfig& config() const { return cfg_; }
+  std::vector<LoraSite> lora_sites() const;
+  void set_lora(LoraSet lora) { lora_ = std::move(lora); }
+  const LoraSet& lora() const { return lora_; }
+  // Base weights with the LoRA deltas folded in, as a checkpoint in the layout HF save_pretrained writes
+  // (per-expert keys for MoE models), in `dtype`.
+  std::vector<std::pair<std::string, at::Tensor>> merged_state_dict(at::ScalarType dtype) const;
+
+ private:
+  const at::Tensor& w(const std::string& name) const;
+  at::Tensor linear(const at::Tensor& x, const std::string& module);  // module path, e.g. model.layers.0.self_attn.q_proj
+  at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len);
+  at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
+  at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
+  at::Tensor rms_norm(const at::Tensor& x, const std::string& weight) const;
+  at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
+
+  HfConfig cfg_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::shared_ptr<KernelSet> kernels_;
+  std::map<std::string, at::Tensor> weights_;  // base weights, frozen
+  at::Tensor inv_freq_;
+  LoraSet lora_;
+  bool training_ = true;
+};
+
+// The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
+// init-model and inspect).
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& cfg);
+// Every place a LoRA adapter can go in a model of this config.
+std::vector<LoraSite> lora_sites(const HfConfig& cfg);
+
+}  // namespace ax::models

@@ -1,0 +1,207 @@
+#include "models/hf_config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::models {
+using nlohmann::json;
+
+namespace {
+
+struct Reader {
+  const json& j;
+  const std::string& source;
+
+  UsageError bad(const std::string& key, const std::string& msg) const {
+    return UsageError(str(source, ": '", key, "' ", msg));
+  }
+  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
+  int64_t integer(const std::string& key) const {
+    if (!has(key)) throw bad(key, "is missing");
+    if (!j[key].is_number_integer()) throw bad(key, str("must be an integer, got ", j[key].dump()));
+    return j[key].get<int64_t>();
+  }
+  int64_t positive(const std::string& key) const {
+    int64_t v = integer(key);
+    if (v <= 0) throw bad(key, str("must be positive, got ", v));
+    return v;
+  }
+  int64_t integer_or(const std::string& key, int64_t def) const { return has(key) ? integer(key) : def; }
+  double number_or(const std::string& key, double def) const {
+    if (!has(key)) return def;
+    if (!j[key].is_number()) throw bad(key, str("must be a number, got ", j[key].dump()));
+    return j[key].get<double>();
+  }
+  bool boolean_or(const std::string& key, bool def) const {
+    if (!has(key)) return def;
+    if (!j[key].is_boolean()) throw bad(key, str("must be true or false, got ", j[key].dump()));
+    return j[key].get<bool>();
+  }
+  std::string string_or(const std::string& key, const std::string& def) const {
+    if (!has(key)) return def;
+    if (!j[key].is_string()) throw bad(key, str("must be a string, got ", j[key].dump()));
+    return j[key].get<std::string>();
+  }
+  // Token ids may be an int or a list (generation configs); we keep the first.
+  int64_t token_id(const std::string& key) const {
+    if (!has(key)) return -1;
+    const json& v = j[key];
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+    throw bad(key, str("must be a token id, got ", v.dump()));
+  }
+};
+
+RopeConfig parse_rope(const json& j, const Reader& r) {
+  RopeConfig rope;
+  // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x wrote rope_theta and rope_scaling.
+  const json* params = nullptr;
+  std::string where;
+  if (r.has("rope_parameters")) {
+    params = &j["rope_parameters"];
+    where = "rope_parameters";
+  } else if (r.has("rope_scaling")) {
+    params = &j["rope_scaling"];
+    where = "rope_scaling";
+  }
+  rope.theta = r.number_or("rope_theta", 10000.0);
+  if (!params) return rope;
+  if (!params->is_object()) throw r.bad(where, "must be an object");
+  Reader p{*params, r.source};
+  auto sub = [&](const std::string& k) { return where + "." + k; };
+  if (p.has("rope_theta")) rope.theta = p.number_or("rope_theta", rope.theta);
+  rope.type = p.string_or("rope_type", p.string_or("type", "default"));
+  if (rope.type == "default") return rope;
+  if (rope.type != "linear" && rope.type != "llama3")
+    throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3)"));
+  if (!p.has("factor")) throw r.bad(sub("factor"), str("is required for rope_type ", rope.type));
+  rope.factor = p.number_or("factor", 1.0);
+  if (rope.type == "llama3") {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!p.has(k)) throw r.bad(sub(k), "is required for rope_type llama3");
+    rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
+    rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
+    rope.original_max_position = p.integer("original_max_position_embeddings");
+    if (rope.high_freq_factor == rope.low_freq_factor) throw r.bad(sub("high_freq_factor"), "must differ from low_freq_factor");
+  }
+  return rope;
+}
+
+}  // namespace
+
+bool HfConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(str(path, ": cannot read"));
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError(str(path, ": not valid JSON: ", e.what()));
+  }
+}
+
+HfConfig parse_hf_config(const json& j, const std::string& source) {
+  if (!j.is_object()) throw UsageError(str(source, ": not a JSON object"));
+  Reader r{j, source};
+  HfConfig c;
+  c.source = source;
+  c.model_type = r.string_or("model_type", "");
+  if (c.model_type.empty()) throw r.bad("model_type", "is missing");
+  c.vocab_size = r.positive("vocab_size");
+  c.hidden_size = r.positive("hidden_size");
+  c.num_layers = r.positive("num_hidden_layers");
+  c.num_heads = r.positive("num_attention_heads");
+  c.num_kv_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_heads;
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw r.bad("num_key_value_heads", str(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
+  if (r.has("head_dim")) {
+    c.head_dim = r.positive("head_dim");
+  } else {
+    if (c.hidden_size % c.num_heads != 0)
+      throw r.bad("hidden_size", str(c.hidden_size, " is not a multiple of num_attention_heads and head_dim is not given"));
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.rope = parse_rope(j, r);
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  c.attention_bias = r.boolean_or("attention_bias", false);
+  c.mlp_bias = r.boolean_or("mlp_bias", false);
+  std::string act = r.string_or("hidden_act", "silu");
+  if (act != "silu") throw r.bad("hidden_act", str("'", act, "' is not supported (only silu)"));
+  c.bos_token_id = r.token_id("bos_token_id");
+  c.eos_token_id = r.token_id("eos_token_id");
+  c.pad_token_id = r.token_id("pad_token_id");
+
+  const std::string& t = c.model_type;
+  if (t == "qwen3" || t == "qwen3_moe") {
+    c.qk_norm = true;
+    // Qwen3 configs carry a sliding_window value but only use it when use_sliding_window is set.
+    if (r.boolean_or("use_sliding_window", false))
+      throw r.bad("use_sliding_window", "true is not supported");
+  } else if (t == "mixtral" || t == "llama") {
+    if (r.has("sliding_window")) c.sliding_window = r.positive("sliding_window");
+  } else {
+    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, qwen3, qwen3_moe, mixtral)"));
+  }
+
+  if (t == "qwen3_moe" || t == "mixtral") {
+    c.intermediate_size = r.positive("intermediate_size");
+    c.num_experts = r.has("num_experts") ? r.positive("num_experts") : r.positive("num_local_experts");
+    c.top_k = r.positive("num_experts_per_tok");
+    if (c.top_k > c.num_experts)
+      throw r.bad("num_experts_per_tok", str(c.top_k, " exceeds the number of experts ", c.num_experts));
+    c.router_aux_loss_coef = r.number_or("router_aux_loss_coef", 0.001);
+    c.output_router_logits = r.boolean_or("output_router_logits", false);
+    if (t == "qwen3_moe") {
+      c.moe_intermediate_size = r.positive("moe_intermediate_size");
+      c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+      c.decoder_sparse_step = r.has("decoder_sparse_step") ? r.positive("decoder_sparse_step") : 1;
+      if (r.has("mlp_only_layers")) {
+        if (!j["mlp_only_layers"].is_array()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
+        for (const auto& v : j["mlp_only_layers"]) {
+          if (!v.is_number_integer()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
+          c.mlp_only_layers.push_back(v.get<int64_t>());
+        }
+      }
+    } else {
+      c.moe_intermediate_size = c.intermediate_size;  // mixtral's experts use intermediate_size
+      c.norm_topk_prob = true;                        // mixtral always renormalises the top-k weights
+      if (r.number_or("router_jitter_noise", 0.0) != 0.0)
+        throw r.bad("router_jitter_noise", "must be 0 (jitter is not supported)");
+    }
+  } else {
+    c.intermediate_size = r.positive("intermediate_size");
+  }
+  return c;
+}
+
+at::Tensor rope_inv_freq(const HfConfig& c) {
+  const int64_t dim = c.head_dim;
+  at::Tensor inv = 1.0 / at::pow(c.rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim));
+  if (c.rope.type == "linear") return inv / c.rope.factor;
+  if (c.rope.type != "llama3") return inv;
+  // transformers' _compute_llama3_parameters, term for term (fp32).
+  const double factor = c.rope.factor, lo = c.rope.low_freq_factor, hi = c.rope.high_freq_factor;
+  const double old_len = double(c.rope.original_max_position);
+  const double low_freq_wavelen = old_len / lo, high_freq_wavelen = old_len / hi;
+  at::Tensor wavelen = 2 * M_PI / inv;
+  at::Tensor llama = at::where(wavelen > low_freq_wavelen, inv / factor, inv);
+  at::Tensor smooth = (old_len / wavelen - lo) / (hi - lo);
+  at::Tensor smoothed = (1 - smooth) * llama / factor + smooth * llama;
+  at::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return at::where(medium, smoothed, llama);
+}
+
+}  // namespace ax::models

@@ -1,0 +1,54 @@
+// A Hugging Face config.json, reduced to what the decoder families (llama, qwen3, qwen3_moe, mixtral) need.
+// Parsing accepts both transformers 4.x spellings (rope_theta + rope_scaling, num_experts) and 5.x ones
+// (rope_parameters, num_local_experts); anything missing, ill-typed or unsupported is a UsageError naming
+// config.json and the key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace ax::models {
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3
+  double theta = 10000.0;
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position = 8192;                  // llama3
+};
+
+struct HfConfig {
+  std::string source;      // the file, for messages
+  std::string model_type;  // llama | qwen3 | qwen3_moe | mixtral
+  int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false, mlp_bias = false;
+  bool qk_norm = false;  // qwen3 / qwen3_moe: RMSNorm over head_dim of q and k before RoPE
+  int64_t sliding_window = -1;  // -1 = none (only when the family actually uses it)
+
+  // MoE (num_experts == 0: dense)
+  int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+  double router_aux_loss_coef = 0.0;
+  bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
+
+  bool is_moe_layer(int64_t layer) const;
+  int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;
+};
+
+// `source` names the file in errors.
+HfConfig parse_hf_config(const nlohmann::json& j, const std::string& source);
+nlohmann::json read_json_file(const std::string& path);
+
+// HF's rotary inverse frequencies (fp32 [head_dim/2]) and attention scaling for the rope type.
+at::Tensor rope_inv_freq(const HfConfig& c);
+
+}  // namespace ax::models

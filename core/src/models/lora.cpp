@@ -1,0 +1,331 @@
+#include "models/lora.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/safetensors.hpp"
+#include "axengine/strings.hpp"
+#include "models/hf_config.hpp"
+
+namespace ax::models {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+bool name_matches(const std::string& path, const std::string& target) {
+  return path == target || (path.size() > target.size() && path.compare(path.size() - target.size(), target.size(), target) == 0 &&
+                            path[path.size() - target.size() - 1] == '.');
+}
+
+// peft's _MOE_TARGET_MODULE_MAPPING / _MOE_FUSED_TARGETS (peft/utils/transformers_weight_conversion.py):
+// the transformers 4 per-expert names and the fused parameter each maps to.
+struct MoeNames {
+  std::vector<std::string> gate_up;  // both needed
+  std::string down;
+};
+std::optional<MoeNames> moe_names(const std::string& model_type) {
+  if (model_type == "mixtral") return MoeNames{{"w1", "w3"}, "w2"};
+  if (model_type == "qwen3_moe") return MoeNames{{"gate_proj", "up_proj"}, "down_proj"};
+  return std::nullopt;
+}
+
+double scaling_of(double alpha, int64_t r, bool rslora) { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+
+}  // namespace
+
+const LoraModule* LoraSet::find(const std::string& path) const {
+  for (const auto& m : modules)
+    if (m.site.path == path) return &m;
+  return nullptr;
+}
+
+std::vector<LoraPlan> plan_lora(const LoraSpec& spec, const std::string& model_type, const std::vector<LoraSite>& sites) {
+  if (spec.r <= 0) throw UsageError(str("lora: r must be positive, got ", spec.r));
+  if (spec.dropout < 0 || spec.dropout >= 1) throw UsageError(str("lora: dropout must be in [0, 1), got ", spec.dropout));
+  if (spec.targets.empty()) throw UsageError("lora: no target modules given");
+  std::set<std::string> linear_targets(spec.targets.begin(), spec.targets.end());
+  bool gate_up = false, down = false;
+  int64_t gate_up_mult = 1;
+  bool has_experts = false;
+  for (const auto& s : sites) has_experts |= s.experts;
+  if (has_experts) {
+    auto names = moe_names(model_type);
+    if (names) {
+      int hits = 0;
+      for (const auto& n : names->gate_up)
+        if (linear_targets.erase(n)) ++hits;
+      if (hits == 1)
+        throw UsageError(str("lora: targets ", join(names->gate_up, " and "),
+                             " must be given together on this MoE model: they are fused into experts.gate_up_proj"));
+      if (hits == 2) gate_up = true, gate_up_mult = 2;
+      if (linear_targets.erase(names->down)) down = true;
+    }
+    if (linear_targets.erase("gate_up_proj") || linear_targets.erase("experts.gate_up_proj") ||
+        linear_targets.erase("mlp.experts.gate_up_proj"))
+      gate_up = true;
+    // transformers 5 parameter names work on every MoE family (Mixtral's own expert names are w1/w2/w3).
+    if (linear_targets.erase("down_proj") || linear_targets.erase("experts.down_proj") ||
+        linear_targets.erase("mlp.experts.down_proj"))
+      down = true;
+  }
+  std::vector<LoraPlan> out;
+  std::set<std::string> used;
+  for (const auto& s : sites) {
+    if (s.experts) {
+      if ((s.leaf == "gate_up_proj" && gate_up) || (s.leaf == "down_proj" && down)) {
+        int64_t mult = s.leaf == "gate_up_proj" ? gate_up_mult : 1;
+        out.push_back({s, spec.r * mult, spec.alpha * double(mult)});
+      }
+      continue;
+    }
+    for (const auto& t : linear_targets)
+      if (name_matches(s.path, t)) {
+        out.push_back({s, spec.r, spec.alpha});
+        used.insert(t);
+        break;
+      }
+  }
+  for (const auto& t : linear_targets)
+    if (!used.count(t)) {
+      std::vector<std::string> leaves;
+      for (const auto& s : sites) leaves.push_back(s.leaf);
+      std::string hint = closest(t, leaves);
+      throw UsageError(str("lora: target '", t, "' matches no module of this ", model_type, " model",
+                           hint.empty() ? std::string() : str(" (did you mean '", hint, "'?)")));
+    }
+  for (const auto& p : out)
+    if (p.site.experts && spec.dropout > 0)
+      throw UsageError(str("lora: dropout ", spec.dropout, " is not supported on expert weights (", p.site.path,
+                           "); peft's ParamWrapper has no dropout either"));
+  if (out.empty()) throw UsageError("lora: the targets select no module");
+  return out;
+}
+
+static std::string peft_key_for(const LoraSite& s, bool both_expert_params_targeted) {
+  // peft nests one ParamWrapper per targeted parameter of the experts module, in parameter order
+  // (gate_up_proj inner, down_proj outer): the inner one's keys gain ".base_layer".
+  if (!s.experts) return "base_model.model." + s.path;
+  std::string module = s.path.substr(0, s.path.rfind('.'));  // ...mlp.experts
+  if (s.leaf == "gate_up_proj" && both_expert_params_targeted) return "base_model.model." + module + ".base_layer";
+  return "base_model.model." + module;
+}
+
+static void assign_peft_keys(LoraSet& set) {
+  std::set<std::string> gate_up_layers, down_layers;
+  for (const auto& m : set.modules)
+    if (m.site.experts) {
+      std::string module = m.site.path.substr(0, m.site.path.rfind('.'));
+      (m.site.leaf == "gate_up_proj" ? gate_up_layers : down_layers).insert(module);
+    }
+  for (auto& m : set.modules) {
+    std::string module = m.site.experts ? m.site.path.substr(0, m.site.path.rfind('.')) : "";
+    bool both = m.site.experts && gate_up_layers.count(module) && down_layers.count(module);
+    m.peft_key = peft_key_for(m.site, both);
+  }
+}
+
+LoraSet make_lora(const LoraSpec& spec, const std::string& model_type, const std::vector<LoraSite>& sites,
+                  at::ScalarType dtype, at::Device device) {
+  LoraSet set;
+  set.spec = spec;
+  set.model_type = model_type;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(spec.seed);
+  at::ScalarType lora_dtype = spec.dtype == "fp32" ? at::kFloat : dtype;
+  if (spec.dtype != "fp32" && spec.dtype != "compute")
+    throw UsageError(str("lora: dtype must be fp32 or compute, got '", spec.dtype, "'"));
+  for (const auto& p : plan_lora(spec, model_type, sites)) {
+    LoraModule m;
+    m.site = p.site;
+    m.r = p.r;
+    m.alpha = p.alpha;
+    m.scaling = scaling_of(p.alpha, p.r, spec.rslora);
+    const int64_t E = p.site.experts ? p.site.num_experts : 1;
+    // nn.Linear's kaiming_uniform_(a=sqrt(5)): bound = 1/sqrt(fan_in), fan_in = K (also for peft's [r·E, K]).
+    const double bound = 1.0 / std::sqrt(double(p.site.in_features));
+    at::Tensor a = at::empty({p.r * E, p.site.in_features}, at::kFloat);
+    a.uniform_(-bound, bound, gen);
+    m.a = a.to(device, lora_dtype).set_requires_grad(true);
+    m.b = at::zeros({p.site.out_features, p.r * E}, at::TensorOptions().dtype(lora_dtype).device(device)).set_requires_grad(true);
+    set.modules.push_back(std::move(m));
+  }
+  assign_peft_keys(set);
+  return set;
+}
+
+at::Tensor lora_delta(const LoraModule& m) {
+  at::Tensor a = m.a.detach().to(at::kFloat), b = m.b.detach().to(at::kFloat);
+  if (!m.site.experts) return at::matmul(b, a) * m.scaling;  // [N, K]
+  const int64_t E = m.site.num_experts, r = m.r;
+  at::Tensor A = a.view({E, r, -1});                        // [E, r, K]
+  at::Tensor B = b.view({b.size(0), E, r}).permute({1, 0, 2});  // [E, N, r]
+  return at::bmm(B, A) * m.scaling;                         // [E, N, K]
+}
+
+// ---------------------------------------------------------------- PEFT format
+
+namespace {
+
+// Our b [N, r·E] (e-major columns) <-> peft's lora_B [N, r·E] (column j·E + e).
+at::Tensor b_to_peft(const at::Tensor& b, int64_t E, int64_t r) {
+  return b.view({b.size(0), E, r}).permute({0, 2, 1}).reshape({b.size(0), r * E});
+}
+at::Tensor b_from_peft(const at::Tensor& b, int64_t E, int64_t r) {
+  return b.view({b.size(0), r, E}).permute({0, 2, 1}).reshape({b.size(0), E * r});
+}
+
+}  // namespace
+
+void save_peft(const LoraSet& lora, const std::string& dir) {
+  fs::create_directories(dir);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::set<std::string> modules, params;
+  json rank_pattern = json::object(), alpha_pattern = json::object();
+  for (const auto& m : lora.modules) {
+    const int64_t E = m.site.experts ? m.site.num_experts : 1;
+    tensors.emplace_back(m.peft_key + ".lora_A.weight", m.a.detach());
+    tensors.emplace_back(m.peft_key + ".lora_B.weight", m.site.experts ? b_to_peft(m.b.detach(), E, m.r) : m.b.detach());
+    (m.site.experts ? params : modules).insert(m.site.leaf);
+    if (m.r != lora.spec.r) rank_pattern[str(".*\\.", m.site.leaf)] = m.r;
+    if (m.alpha != lora.spec.alpha) alpha_pattern[str(".*\\.", m.site.leaf)] = m.alpha;
+  }
+  json cfg = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", nullptr},
+      {"r", lora.spec.r},
+      {"lora_alpha", lora.spec.alpha},
+      {"lora_dropout", lora.spec.dropout},
+      {"use_rslora", lora.spec.rslora},
+      {"target_modules", std::vector<std::string>(modules.begin(), modules.end())},
+      {"target_parameters", params.empty() ? json(nullptr) : json(std::vector<std::string>(params.begin(), params.end()))},
+      {"rank_pattern", rank_pattern},
+      {"alpha_pattern", alpha_pattern},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"use_dora", false},
+      {"inference_mode", true},
+      {"init_lora_weights", true},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+      {"layers_pattern", nullptr},
+      {"lora_bias", false},
+  };
+  safetensors::save((fs::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
+  safetensors::write_file_atomic((fs::path(dir) / "adapter_config.json").string(), cfg.dump(2) + "\n");
+}
+
+LoraSet load_peft(const std::string& dir, const std::string& model_type, const std::vector<LoraSite>& sites,
+                  at::ScalarType compute_dtype, at::Device device) {
+  const std::string cfg_path = (fs::path(dir) / "adapter_config.json").string();
+  const std::string st_path = (fs::path(dir) / "adapter_model.safetensors").string();
+  json cfg = read_json_file(cfg_path);
+  auto bad = [&](const std::string& key, const std::string& msg) { return UsageError(str(cfg_path, ": '", key, "' ", msg)); };
+  if (!cfg.is_object()) throw UsageError(str(cfg_path, ": not a JSON object"));
+  if (cfg.value("peft_type", std::string("LORA")) != "LORA") throw bad("peft_type", "must be LORA");
+  for (const char* k : {"use_dora", "fan_in_fan_out", "lora_bias", "use_qalora"})
+    if (cfg.contains(k) && cfg[k].is_boolean() && cfg[k].get<bool>()) throw bad(k, "true is not supported");
+  if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") throw bad("bias", "must be \"none\"");
+  for (const char* k : {"modules_to_save", "layers_to_transform", "layer_replication", "trainable_token_indices"})
+    if (cfg.contains(k) && !cfg[k].is_null() && !(cfg[k].is_array() && cfg[k].empty())) throw bad(k, "is not supported");
+  if (!cfg.contains("r") || !cfg["r"].is_number_integer()) throw bad("r", "must be an integer");
+  if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) throw bad("lora_alpha", "must be a number");
+  LoraSpec spec;
+  spec.r = cfg["r"].get<int64_t>();
+  spec.alpha = cfg["lora_alpha"].get<double>();
+  spec.dropout = cfg.value("lora_dropout", 0.0);
+  spec.rslora = cfg.value("use_rslora", false);
+  auto names = [&](const char* key) {
+    std::vector<std::string> out;
+    if (!cfg.contains(key) || cfg[key].is_null()) return out;
+    if (cfg[key].is_string()) throw bad(key, "as a regular expression is not supported; give a list of module names");
+    if (!cfg[key].is_array()) throw bad(key, "must be a list of names");
+    for (const auto& v : cfg[key]) {
+      if (!v.is_string()) throw bad(key, "must be a list of names");
+      out.push_back(v.get<std::string>());
+    }
+    return out;
+  };
+  spec.targets = names("target_modules");
+  for (const auto& p : names("target_parameters")) {
+    std::string leaf = p.substr(p.rfind('.') + 1);
+    if (leaf != "gate_up_proj" && leaf != "down_proj")
+      throw bad("target_parameters", str("'", p, "' is not an expert parameter this engine knows"));
+    spec.targets.push_back(leaf == "down_proj" ? "experts.down_proj" : "gate_up_proj");
+  }
+  auto patterns = [&](const char* key) {
+    std::vector<std::pair<std::regex, double>> out;
+    if (!cfg.contains(key) || cfg[key].is_null()) return out;
+    if (!cfg[key].is_object()) throw bad(key, "must be an object");
+    for (auto it = cfg[key].begin(); it != cfg[key].end(); ++it) {
+      if (!it.value().is_number()) throw bad(key, str("value for '", it.key(), "' must be a number"));
+      try {
+        out.emplace_back(std::regex(it.key()), it.value().get<double>());
+      } catch (const std::regex_error&) {
+        throw bad(key, str("'", it.key(), "' is not a valid regular expression"));
+      }
+    }
+    return out;
+  };
+  auto rank_pattern = patterns("rank_pattern");
+  auto alpha_pattern = patterns("alpha_pattern");
+
+  auto file = safetensors::File::open(st_path);
+  LoraSet set;
+  set.spec = spec;
+  set.model_type = model_type;
+  // Plan with the config's names; the per-module rank then comes from the tensors, checked against the
+  // patterns (peft matches rank_pattern keys against the module path, first match wins; fullmatch on
+  // the key or a suffix starting at a dot, so ".*\.x" matches).
+  for (const auto& p : plan_lora(spec, model_type, sites)) {
+    LoraModule m;
+    m.site = p.site;
+    m.r = spec.r;
+    m.alpha = spec.alpha;
+    for (const auto& [re, v] : rank_pattern)
+      if (std::regex_match(p.site.path, re)) { m.r = int64_t(v); break; }
+    for (const auto& [re, v] : alpha_pattern)
+      if (std::regex_match(p.site.path, re)) { m.alpha = v; break; }
+    m.scaling = scaling_of(m.alpha, m.r, spec.rslora);
+    set.modules.push_back(std::move(m));
+  }
+  assign_peft_keys(set);
+  std::set<std::string> consumed;
+  at::ScalarType lora_dtype = at::kFloat;
+  for (auto& m : set.modules) {
+    const int64_t E = m.site.experts ? m.site.num_experts : 1;
+    auto fetch = [&](const std::string& key, std::vector<int64_t> shape) {
+      const auto* info = file->find(key);
+      if (!info) throw UsageError(str(st_path, ": missing tensor '", key, "' for ", m.site.path));
+      if (info->shape != shape)
+        throw UsageError(str(st_path, ": tensor '", key, "' has shape [", join([&] {
+          std::vector<std::string> v; for (auto d : info->shape) v.push_back(std::to_string(d)); return v; }(), ", "),
+                             "], expected [", join([&] { std::vector<std::string> v; for (auto d : shape) v.push_back(std::to_string(d)); return v; }(), ", "),
+                             "] (r=", m.r, ")"));
+      consumed.insert(key);
+      at::Tensor t = file->get(key);
+      if (t.scalar_type() != at::kFloat && t.scalar_type() != compute_dtype) t = t.to(at::kFloat);
+      lora_dtype = t.scalar_type();
+      return t;
+    };
+    at::Tensor a = fetch(m.peft_key + ".lora_A.weight", {m.r * E, m.site.in_features});
+    at::Tensor b = fetch(m.peft_key + ".lora_B.weight", {m.site.out_features, m.r * E});
+    if (m.site.experts) b = b_from_peft(b, E, m.r);
+    m.a = a.to(device).set_requires_grad(true);
+    m.b = b.contiguous().to(device).set_requires_grad(true);
+  }
+  set.spec.dtype = lora_dtype == at::kFloat ? "fp32" : "compute";
+  for (const auto& t : file->tensors())
+    if (!consumed.count(t.name))
+      throw UsageError(str(st_path, ": tensor '", t.name, "' belongs to no module the adapter config targets"));
+  log::info(str("loaded LoRA adapter ", dir, ": ", set.modules.size(), " modules, r=", spec.r));
+  return set;
+}
+
+}  // namespace ax::models

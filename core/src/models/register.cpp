@@ -1,0 +1,94 @@
+#include "models/register.hpp"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/models.hpp"
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/strings.hpp"
+#include "models/decoder.hpp"
+
+namespace ax::models {
+namespace fs = std::filesystem;
+
+namespace {
+
+class DecoderFamily : public ModelFamily {
+ public:
+  explicit DecoderFamily(std::string type) : type_(std::move(type)) {}
+  std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
+    HfConfig cfg = parse_hf_config(hf_config, (fs::path(o.dir) / "config.json").string());
+    if (cfg.model_type != type_)
+      throw UsageError(str(cfg.source, ": model_type '", cfg.model_type, "' given to the ", type_, " family"));
+    auto dtype = ops::parse_dtype(o.dtype);
+    if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
+    at::Device device(o.device);
+    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels);
+    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
+    if (o.lora) model->set_lora(make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device));
+    if (!o.adapter_dir.empty())
+      model->set_lora(load_peft(o.adapter_dir, cfg.model_type, model->lora_sites(), *dtype, device));
+    log::info(str("loaded ", cfg.model_type, " model from ", o.dir, " (", cfg.num_layers, " layers, hidden ",
+                  cfg.hidden_size, cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "", ")"));
+    return model;
+  }
+
+ private:
+  std::string type_;
+};
+
+}  // namespace
+
+void register_builtin_models(Registry& registry) {
+  const std::pair<const char*, const char*> families[] = {
+      {"llama", "Llama 2/3 decoder (GQA, llama3 RoPE scaling)"},
+      {"qwen3", "Qwen3 dense decoder (q/k RMSNorm)"},
+      {"qwen3_moe", "Qwen3 MoE (softmax top-k router, norm_topk_prob, decoder_sparse_step, mlp_only_layers)"},
+      {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
+  };
+  for (const auto& [name, summary] : families) {
+    Provider p;
+    p.info.kind = ProviderKind::model;
+    p.info.name = name;
+    p.info.summary = summary;
+    p.object = std::make_shared<DecoderFamily>(name);
+    registry.add(std::move(p));
+  }
+}
+
+}  // namespace ax::models
+
+namespace ax {
+namespace fs = std::filesystem;
+
+std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options) {
+  const std::string cfg_path = (fs::path(options.dir) / "config.json").string();
+  if (!fs::is_directory(options.dir)) throw UsageError(str(options.dir, ": not a model directory"));
+  nlohmann::json j = models::read_json_file(cfg_path);
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
+    throw UsageError(str(cfg_path, ": 'model_type' is missing"));
+  const std::string type = j["model_type"].get<std::string>();
+  // generation_config.json supplies token ids the config leaves out (HF does the same at generate time).
+  const std::string gen_path = (fs::path(options.dir) / "generation_config.json").string();
+  if (fs::exists(gen_path)) {
+    nlohmann::json g = models::read_json_file(gen_path);
+    if (!g.is_object()) throw UsageError(str(gen_path, ": not a JSON object"));
+    for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if ((!j.contains(k) || j[k].is_null()) && g.contains(k)) j[k] = g[k];
+  }
+  auto family = registry.get<ModelFamily>(ProviderKind::model, type);
+  if (!family) {
+    std::vector<std::string> known;
+    for (const auto* p : registry.list(ProviderKind::model)) known.push_back(p->info.name);
+    std::string hint = closest(type, known);
+    throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
+                         hint.empty() ? "" : str("; did you mean '", hint, "'?")));
+  }
+  return family->load(j, options);
+}
+
+}  // namespace ax

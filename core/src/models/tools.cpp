@@ -1,0 +1,215 @@
+// The model-directory tools behind `axengine init-model`, `inspect` and `merge-lora`.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "axengine/error.hpp"
+#include "axengine/hf_tokenizer.hpp"
+#include "axengine/log.hpp"
+#include "axengine/models.hpp"
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/safetensors.hpp"
+#include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
+#include "models/decoder.hpp"
+
+namespace ax {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Tiny but complete configs, in the form transformers 5 writes (rope_parameters, dtype).
+json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t eos, int64_t pad) {
+  json c = {{"vocab_size", vocab}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2}, {"max_position_embeddings", 2048}, {"initializer_range", 0.02},
+            {"hidden_act", "silu"}, {"dtype", "float32"}, {"use_cache", true}, {"attention_dropout", 0.0},
+            {"bos_token_id", bos >= 0 ? json(bos) : json(nullptr)}, {"eos_token_id", eos}, {"pad_token_id", pad}};
+  if (name == "tiny-llama") {
+    c.update({{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"intermediate_size", 128},
+              {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", true}, {"attention_bias", false},
+              {"mlp_bias", false},
+              {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
+                                   {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                   {"original_max_position_embeddings", 256}}}});
+  } else if (name == "tiny-qwen3") {
+    c.update({{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"intermediate_size", 128},
+              {"head_dim", 32}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"attention_bias", false},
+              {"use_sliding_window", false}, {"sliding_window", nullptr},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else if (name == "tiny-qwen3-moe") {
+    c.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"intermediate_size", 128},
+              {"moe_intermediate_size", 32}, {"num_experts", 6}, {"num_experts_per_tok", 2}, {"norm_topk_prob", true},
+              {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()}, {"router_aux_loss_coef", 0.001},
+              {"output_router_logits", false}, {"head_dim", 16}, {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false}, {"attention_bias", false}, {"use_sliding_window", false},
+              {"sliding_window", nullptr}, {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else if (name == "tiny-mixtral") {
+    c.update({{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"intermediate_size", 96},
+              {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
+              {"output_router_logits", false}, {"router_jitter_noise", 0.0}, {"head_dim", 16}, {"rms_norm_eps", 1e-5},
+              {"tie_word_embeddings", false}, {"sliding_window", nullptr},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else {
+    std::string hint = closest(name, model_presets());
+    throw UsageError(str("unknown preset '", name, "' (presets: ", join(model_presets(), ", "), ")",
+                         hint.empty() ? "" : str("; did you mean '", hint, "'?")));
+  }
+  return c;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::vector<std::string> v;
+  for (auto d : s) v.push_back(std::to_string(d));
+  return "[" + join(v, ", ") + "]";
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string human(int64_t n) {
+  std::ostringstream os;
+  os.precision(3);
+  if (n >= 1000000000) os << double(n) / 1e9 << "B";
+  else if (n >= 1000000) os << double(n) / 1e6 << "M";
+  else if (n >= 1000) os << double(n) / 1e3 << "K";
+  else os << n;
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<std::string> model_presets() { return {"tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"}; }
+
+void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
+  ByteLevelTokenizerOptions tok;
+  tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
+                "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
+  tok.num_merges = 40;
+  const std::string tok_json = make_byte_level_tokenizer_json(tok);
+  auto tokenizer = parse_hf_tokenizer(tok_json, "generated tokenizer.json", make_byte_level_tokenizer_config_json(tok));
+  // Round the vocabulary up to a multiple of 64, as real checkpoints pad their embedding tables.
+  const int64_t vocab = (tokenizer->vocab_size() + 63) / 64 * 64;
+  json cfg = preset_config(preset, vocab, tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id());
+  models::HfConfig hc = models::parse_hf_config(cfg, preset);
+
+  fs::create_directories(out_dir);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& [name, shape] : models::expected_checkpoint_tensors(hc)) {
+    at::Tensor t = at::empty(shape, at::kFloat);
+    // HF's _init_weights: normal(0, initializer_range) for linears / embeddings / routers, ones for norms.
+    if (name.find("norm") != std::string::npos) t.fill_(1.0);
+    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) t.zero_();
+    else t.normal_(0.0, 0.02, gen);
+    tensors.emplace_back(name, t);
+  }
+  safetensors::save((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  safetensors::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
+  json gen_cfg = {{"bos_token_id", cfg["bos_token_id"]}, {"eos_token_id", cfg["eos_token_id"]},
+                  {"pad_token_id", cfg["pad_token_id"]}, {"_from_model_config", true}};
+  safetensors::write_file_atomic((fs::path(out_dir) / "generation_config.json").string(), gen_cfg.dump(2) + "\n");
+  safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer.json").string(), tok_json);
+  safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer_config.json").string(),
+                                 make_byte_level_tokenizer_config_json(tok));
+  log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", vocab, ") to ", out_dir));
+}
+
+std::string inspect_model_dir(const std::string& dir) {
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  models::HfConfig c = models::parse_hf_config(models::read_json_file(cfg_path), cfg_path);
+  auto ckpt = safetensors::Checkpoint::open_dir(dir);
+  std::ostringstream os;
+  os << "model dir      " << dir << "\n";
+  os << "architecture   " << c.model_type << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
+     << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
+  os << "               rope " << c.rope.type << " theta " << c.rope.theta;
+  if (c.rope.type != "default") os << " factor " << c.rope.factor;
+  os << ", rms_norm_eps " << c.rms_norm_eps << (c.tie_word_embeddings ? ", tied embeddings" : "")
+     << (c.qk_norm ? ", q/k norm" : "") << "\n";
+  int64_t moe_layers = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) moe_layers += c.is_moe_layer(i);
+  if (c.num_experts > 0)
+    os << "               MoE: " << c.num_experts << " experts, top-" << c.top_k << ", expert intermediate "
+       << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, norm_topk_prob "
+       << (c.norm_topk_prob ? "on" : "off") << ", aux loss coef " << c.router_aux_loss_coef << "\n";
+  else
+    os << "               dense MLP, intermediate " << c.intermediate_size << "\n";
+
+  // Parameter counts from the config (what the model holds), checked against the checkpoint below.
+  int64_t total = 0;
+  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) total += numel(s);
+  const int64_t per_expert = 3 * c.moe_intermediate_size * c.hidden_size;
+  const int64_t active = total - moe_layers * (c.num_experts - c.top_k) * per_expert;
+  os << "parameters     " << human(total) << " total (" << total << "), " << human(active) << " active per token ("
+     << active << ")\n";
+
+  os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
+  std::set<std::string> expected;
+  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
+  for (const auto& n : ckpt.names()) {
+    const auto& t = ckpt.info(n);
+    os << "  " << n << "  " << t.dtype << " " << shape_str(t.shape) << (expected.count(n) ? "" : "  (not used)") << "\n";
+  }
+
+  os << "LoRA targets   (name: modules it matches)\n";
+  std::map<std::string, std::pair<int64_t, std::string>> by_leaf;
+  for (const auto& s : models::lora_sites(c)) {
+    auto& e = by_leaf[s.leaf + (s.experts ? " (experts)" : "")];
+    if (e.first++ == 0) e.second = s.path;
+  }
+  for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
+  if (c.num_experts > 0)
+    os << "  note: on this MoE model "
+       << (c.model_type == "mixtral" ? "w1+w3 / w2" : "gate_proj+up_proj / down_proj")
+       << " target the fused experts (as peft does for transformers 5): one rank-2r LoRA on gate_up_proj, "
+          "and dense MLP layers get none\n";
+  return os.str();
+}
+
+void merge_lora_dir(const Registry& registry, const std::string& model_dir, const std::string& adapter_dir,
+                    const std::string& out_dir, const std::string& dtype) {
+  if (fs::exists(out_dir) && !fs::is_empty(out_dir))
+    throw UsageError(str(out_dir, ": output directory exists and is not empty"));
+  ModelLoadOptions o;
+  o.dir = model_dir;
+  o.dtype = "fp32";  // merge in fp32, cast once at the end
+  o.adapter_dir = adapter_dir;
+  o.kernels = std::make_shared<KernelSet>(registry, KernelPreferences{}, DeviceInfo{});
+  auto model = load_model(registry, o);
+  auto* dm = dynamic_cast<models::DecoderModel*>(model.get());
+  if (!dm) throw UsageError(str(model_dir, ": merge-lora supports the built-in decoder families only"));
+
+  at::ScalarType out_dtype;
+  if (dtype.empty()) {  // as the base checkpoint
+    auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
+    out_dtype = ckpt.info(ckpt.names().front()).scalar_type;
+  } else {
+    auto d = ops::parse_dtype(dtype);
+    if (!d || *d == at::kDouble) throw UsageError(str("merge-lora: dtype must be fp32, bf16 or fp16, got '", dtype, "'"));
+    out_dtype = *d;
+  }
+  fs::create_directories(out_dir);
+  safetensors::save((fs::path(out_dir) / "model.safetensors").string(), dm->merged_state_dict(out_dtype),
+                    {{"format", "pt"}});
+  json cfg = models::read_json_file((fs::path(model_dir) / "config.json").string());
+  cfg["dtype"] = out_dtype == at::kFloat ? "float32" : out_dtype == at::kBFloat16 ? "bfloat16" : "float16";
+  if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
+  safetensors::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
+  for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                        "chat_template.jinja"}) {
+    fs::path src = fs::path(model_dir) / f;
+    if (fs::exists(src)) fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+  }
+  log::info(str("merged ", adapter_dir, " into ", model_dir, " -> ", out_dir));
+}
+
+}  // namespace ax

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Parity goldens for axengine's model families, made by HF transformers + peft on CPU in fp32.
+
+For each case, tests/data/models/<case>/ gets:
+  config.json, model.safetensors      the model dir, as transformers save_pretrained writes it
+  adapter/                            a peft LoRA adapter (A seeded, B set to random values so gradients
+                                      reach every factor), as peft save_pretrained writes it
+  golden.safetensors                  input_ids, labels, logits (with the adapter), loss, aux_loss (MoE),
+                                      and grad.<peft key> for every LoRA factor
+
+Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_model_goldens.py
+Sizes are tiny and odd on purpose: head_dim != hidden/heads, one kv head, expert counts that are not a
+power of two, top-1 and top-3 routing.
+"""
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+import peft
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models")
+
+CASES = {
+    # llama: GQA 4/2, head_dim 6 != 20/4, llama3 RoPE scaling, tied embeddings, attention and MLP bias.
+    "llama": dict(
+        cls="LlamaForCausalLM",
+        cfg=dict(model_type="llama", vocab_size=61, hidden_size=20, intermediate_size=28, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=6, rms_norm_eps=1e-5,
+                 rope_parameters=dict(rope_type="llama3", rope_theta=5000.0, factor=8.0, low_freq_factor=1.0,
+                                      high_freq_factor=4.0, original_max_position_embeddings=8),
+                 tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
+    # qwen3: q/k norm, kv_heads = 1, head_dim 10 != 24/3, untied.
+    "qwen3": dict(
+        cls="Qwen3ForCausalLM",
+        cfg=dict(model_type="qwen3", vocab_size=53, hidden_size=24, intermediate_size=20, num_hidden_layers=2,
+                 num_attention_heads=3, num_key_value_heads=1, head_dim=10, rms_norm_eps=1e-6,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
+        targets=["q_proj", "v_proj", "o_proj", "down_proj"],
+    ),
+    # qwen3_moe: 5 experts, top-3, norm_topk_prob, layer 1 dense (mlp_only_layers), aux loss in the loss.
+    "qwen3_moe": dict(
+        cls="Qwen3MoeForCausalLM",
+        cfg=dict(model_type="qwen3_moe", vocab_size=47, hidden_size=16, intermediate_size=18,
+                 moe_intermediate_size=6, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
+                 head_dim=8, num_experts=5, num_experts_per_tok=3, norm_topk_prob=True, decoder_sparse_step=1,
+                 mlp_only_layers=[1], router_aux_loss_coef=0.05, output_router_logits=True,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
+        targets=["q_proj", "k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
+    # qwen3_moe top-1 with decoder_sparse_step 2 and norm_topk_prob off.
+    "qwen3_moe_top1": dict(
+        cls="Qwen3MoeForCausalLM",
+        cfg=dict(model_type="qwen3_moe", vocab_size=41, hidden_size=12, intermediate_size=14,
+                 moe_intermediate_size=10, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                 head_dim=4, num_experts=3, num_experts_per_tok=1, norm_topk_prob=False, decoder_sparse_step=2,
+                 router_aux_loss_coef=0.001, output_router_logits=False,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
+        targets=["v_proj", "down_proj"],
+    ),
+    # mixtral: 3 experts top-2, per-expert w1/w2/w3 checkpoint, GQA, sliding window 4 (< the 7 tokens).
+    "mixtral": dict(
+        cls="MixtralForCausalLM",
+        cfg=dict(model_type="mixtral", vocab_size=43, hidden_size=16, intermediate_size=12, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, num_local_experts=3, num_experts_per_tok=2,
+                 router_aux_loss_coef=0.02, output_router_logits=True, rms_norm_eps=1e-5,
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=False,
+                 sliding_window=4),
+        targets=["q_proj", "o_proj", "w1", "w2", "w3"],
+    ),
+}
+
+B, S = 2, 7
+
+
+def make_case(name, spec):
+    torch.manual_seed(1234)
+    cfg_cls = transformers.AutoConfig.for_model(spec["cfg"]["model_type"]).__class__
+    kw = dict(spec["cfg"])
+    kw.pop("model_type")
+    cfg = cfg_cls(**kw)
+    cfg._experts_implementation = "eager"  # the reference loop: grouped_mm needs 16-byte strides on CPU
+    cfg._attn_implementation = "eager"
+    cfg.initializer_range = 0.2  # larger than default so logits are far from uniform
+    model = getattr(transformers, spec["cls"])(cfg).eval()
+    # Norm weights at 1 would hide a missing norm: perturb them.
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    model.save_pretrained(d)
+
+    torch.manual_seed(99)
+    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0)
+    pm = get_peft_model(model, lcfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn_like(p))
+    pm.save_pretrained(os.path.join(d, "adapter"))
+
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, cfg.vocab_size, (B, S), generator=g)
+    labels = ids.clone()
+    labels[0, 2] = -100
+    out = pm(input_ids=ids, labels=labels)
+    out.loss.backward()
+    golden = {"input_ids": ids, "labels": labels, "logits": out.logits.detach().contiguous(),
+              "loss": out.loss.detach().reshape(1)}
+    if getattr(out, "aux_loss", None) is not None:
+        golden["aux_loss"] = out.aux_loss.detach().reshape(1)
+    elif cfg.model_type in ("qwen3_moe", "mixtral"):
+        # output_router_logits off: the aux loss is not part of the loss; compute it for the test anyway.
+        out2 = pm(input_ids=ids, output_router_logits=True)
+        golden["aux_loss"] = out2.aux_loss.detach().reshape(1)
+    for n, p in pm.named_parameters():
+        if p.requires_grad:
+            key = n.replace(".default", "")  # peft's on-disk key for this factor
+            golden["grad." + key] = p.grad.detach().contiguous()
+    save_file(golden, os.path.join(d, "golden.safetensors"))
+    total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+    assert total < 300_000, f"{name}: {total} bytes"
+    print(f"{name}: loss {out.loss.item():.6f}, {total} bytes")
+
+
+def main():
+    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+    torch.set_grad_enabled(True)
+    names = sys.argv[1:] or list(CASES)
+    for n in names:
+        make_case(n, CASES[n])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+// Model parity against HF transformers + peft (goldens from scripts/goldens/make_model_goldens.py, fp32 CPU):
+// logits, loss, router aux loss and every LoRA factor's gradient, for each family and odd sizes. The
+// adapter is the one peft saved, so this also covers loading PEFT adapters (fused-expert ParamWrapper keys
+// included).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "axengine/builtins.hpp"
+#include "axengine/models.hpp"
+#include "axengine/safetensors.hpp"
+#include "models/decoder.hpp"
+#include "models/register.hpp"
+#include "unit/model_test_backends.hpp"
+#include "unit/test_paths.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Loaded {
+  std::unique_ptr<ax::Registry> registry;
+  std::unique_ptr<ax::Model> model;
+};
+
+// backends: "reference" (core's built-ins, as a run gets them) or "naive" (tests/unit/model_test_backends.hpp).
+Loaded load_case(const std::string& name, const std::string& backends, bool with_adapter = true) {
+  Loaded l;
+  l.registry = std::make_unique<ax::Registry>();
+  if (backends == "naive") {
+    ax::test::add_naive_backends(*l.registry);
+    ax::models::register_builtin_models(*l.registry);
+  } else {
+    ax::register_builtins(*l.registry);
+  }
+  ax::ModelLoadOptions o;
+  o.dir = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
+  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, ax::KernelPreferences{}, ax::DeviceInfo{});
+  if (with_adapter) o.adapter_dir = o.dir + "/adapter";
+  l.model = ax::load_model(*l.registry, o);
+  return l;
+}
+
+double rel_max(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
+}
+double rel_norm(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
+}
+
+void check_case(const std::string& name, const std::string& backends) {
+  CAPTURE(name);
+  CAPTURE(backends);
+  auto l = load_case(name, backends);
+  auto golden = ax::safetensors::File::open(
+      (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name / "golden.safetensors").string());
+  ax::Batch b;
+  b.input_ids = golden->get("input_ids");
+  b.labels = golden->get("labels");
+  auto out = l.model->forward(b, true);
+  CHECK(rel_max(out.logits, golden->get("logits")) <= 1e-4);
+  CHECK(std::abs(out.loss.item<double>() - golden->get("loss").item<double>()) <= 1e-5 * std::max(1.0, out.loss.item<double>()));
+  if (golden->find("aux_loss")) {
+    REQUIRE(out.aux_loss.defined());
+    CHECK(std::abs(out.aux_loss.item<double>() - golden->get("aux_loss").item<double>()) <= 1e-5);
+  }
+  out.loss.backward();
+  auto* dm = dynamic_cast<ax::models::DecoderModel*>(l.model.get());
+  REQUIRE(dm);
+  int checked = 0;
+  for (const auto& m : dm->lora().modules) {
+    CAPTURE(m.site.path);
+    at::Tensor ga = m.a.grad(), gb = m.b.grad();
+    REQUIRE(ga.defined());
+    REQUIRE(gb.defined());
+    if (m.site.experts) {  // to peft's lora_B column order (j·E + e)
+      const int64_t E = m.site.num_experts;
+      gb = gb.view({gb.size(0), E, m.r}).permute({0, 2, 1}).reshape({gb.size(0), m.r * E});
+    }
+    CHECK(rel_norm(ga, golden->get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
+    CHECK(rel_norm(gb, golden->get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
+    checked += 2;
+  }
+  // Every LoRA factor peft trained is one we trained.
+  int golden_grads = 0;
+  for (const auto& t : golden->tensors()) golden_grads += t.name.rfind("grad.", 0) == 0;
+  CHECK(checked == golden_grads);
+}
+
+}  // namespace
+
+TEST_CASE("model parity: llama (GQA, head_dim != hidden/heads, llama3 rope, tied, bias) vs transformers+peft") {
+  check_case("llama", "reference");
+  check_case("llama", "naive");
+}
+TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
+  check_case("qwen3", "reference");
+  check_case("qwen3", "naive");
+}
+TEST_CASE("model parity: qwen3_moe (5 experts top-3, mlp_only_layers, aux loss) vs transformers+peft") {
+  check_case("qwen3_moe", "reference");
+  check_case("qwen3_moe", "naive");
+}
+TEST_CASE("model parity: qwen3_moe top-1, decoder_sparse_step 2 vs transformers+peft") {
+  check_case("qwen3_moe_top1", "reference");
+  check_case("qwen3_moe_top1", "naive");
+}
+TEST_CASE("model parity: mixtral (per-expert w1/w2/w3 checkpoint, top-2) vs transformers+peft") {
+  check_case("mixtral", "reference");
+  check_case("mixtral", "naive");
+}
+
+TEST_CASE("model: shape disagreeing with config.json names the tensor") {
+  auto d = ax::test::scratch_dir("badshape");
+  fs::path src = fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "qwen3";
+  fs::copy_file(src / "config.json", d / "config.json");
+  auto ckpt = ax::safetensors::Checkpoint::open_dir(src.string());
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  for (const auto& n : ckpt.names()) ts.emplace_back(n, n == "model.layers.1.self_attn.k_proj.weight" ? at::zeros({3, 3}) : ckpt.get(n));
+  ax::safetensors::save((d / "model.safetensors").string(), ts);
+  ax::Registry reg;
+  ax::test::add_naive_backends(reg);
+  ax::models::register_builtin_models(reg);
+  ax::ModelLoadOptions o;
+  o.dir = d.string();
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+  CHECK_THROWS_WITH_AS(ax::load_model(reg, o), doctest::Contains("'model.layers.1.self_attn.k_proj.weight' has shape [3, 3]"),
+                       ax::UsageError);
+  ts.clear();
+  for (const auto& n : ckpt.names())
+    if (n != "model.norm.weight") ts.emplace_back(n, ckpt.get(n));
+  ax::safetensors::save((d / "model.safetensors").string(), ts);
+  CHECK_THROWS_WITH_AS(ax::load_model(reg, o), doctest::Contains("missing tensor"), ax::UsageError);
+  ax::test::remove_tree(d);
+}

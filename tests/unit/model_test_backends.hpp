@@ -1,0 +1,170 @@
+// Test-only backends of the four ops a decoder uses, written the naive way (loops, gathers, the math of
+// the op contracts straight from the headers) with backward by recomputation under autograd. They let the
+// model parity tests run against HF goldens independently of any production backend: the model code sees
+// them only through a KernelSet, exactly as it sees `reference` or a plugin.
+#pragma once
+#include <memory>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_lora.hpp"
+#include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/norm_rope.hpp"
+#include "axengine/registry.hpp"
+#include "axengine/selection.hpp"
+
+namespace ax::test {
+
+// Recomputes `f` on leaf copies of `inputs` (undefined entries stay undefined) and returns d(out)/d(input).
+template <class F>
+std::vector<at::Tensor> recompute_grads(const std::vector<at::Tensor>& inputs, const at::Tensor& grad_out, F f) {
+  c10::AutoGradMode on(true);
+  std::vector<at::Tensor> leaves, diff;
+  for (const auto& t : inputs) {
+    leaves.push_back(t.defined() ? t.detach().clone().requires_grad_(t.is_floating_point()) : at::Tensor());
+    if (leaves.back().defined() && leaves.back().requires_grad()) diff.push_back(leaves.back());
+  }
+  at::Tensor out = f(leaves);
+  auto g = torch::autograd::grad({out}, diff, {grad_out}, false, false, true);
+  std::vector<at::Tensor> res;
+  std::size_t k = 0;
+  for (const auto& l : leaves) res.push_back(l.defined() && l.requires_grad() ? g[k++] : at::Tensor());
+  return res;
+}
+
+struct NaiveLinearLora : ops::LinearLora {
+  static at::Tensor f(const ops::LinearLoraArgs& a, const at::Tensor& x, const at::Tensor& A, const at::Tensor& B) {
+    at::Tensor y = at::matmul(x, a.weight.values.t());
+    if (a.bias.defined()) y = y + a.bias;
+    if (A.defined()) y = y + at::matmul(at::matmul(x, A.t()), B.t()) * a.scaling;
+    return y;
+  }
+  at::Tensor run_forward(const ops::LinearLoraArgs& a) override { return f(a, a.x, a.lora_a, a.lora_b); }
+  ops::LinearLoraGrads run_backward(const ops::LinearLoraArgs& a, const ops::LinearLoraBackwardArgs& b) override {
+    auto g = recompute_grads({a.x, a.lora_a, a.lora_b}, b.grad_y, [&](auto& v) { return f(a, v[0], v[1], v[2]); });
+    return {g[0], g[1], g[2]};
+  }
+};
+
+struct NaiveNormRope : ops::NormRope {
+  static at::Tensor f(const ops::NormRopeArgs& a, const at::Tensor& x, const at::Tensor& w) {
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor n = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + a.eps)).to(x.scalar_type()) * (a.weight_offset ? w + 1 : w);
+    at::Tensor cos = a.cos, sin = a.sin;
+    if (!cos.defined()) {
+      at::Tensor ang = a.position_ids.to(at::kFloat).unsqueeze(-1) * a.inv_freq;
+      at::Tensor emb = at::cat({ang, ang}, -1);
+      cos = (emb.cos() * a.attention_scaling).to(x.scalar_type());
+      sin = (emb.sin() * a.attention_scaling).to(x.scalar_type());
+    }
+    const int64_t R = cos.size(-1), D = x.size(-1);
+    cos = cos.unsqueeze(-2);
+    sin = sin.unsqueeze(-2);
+    at::Tensor r = n.narrow(-1, 0, R);
+    at::Tensor rot = at::cat({-r.narrow(-1, R / 2, R / 2), r.narrow(-1, 0, R / 2)}, -1);
+    at::Tensor y = r * cos + rot * sin;
+    return R == D ? y : at::cat({y, n.narrow(-1, R, D - R)}, -1);
+  }
+  at::Tensor run_forward(const ops::NormRopeArgs& a) override { return f(a, a.x, a.weight); }
+  ops::NormRopeGrads run_backward(const ops::NormRopeArgs& a, const ops::NormRopeBackwardArgs& b) override {
+    auto g = recompute_grads({a.x, a.weight}, b.grad_y, [&](auto& v) { return f(a, v[0], v[1]); });
+    return {g[0], g[1]};
+  }
+};
+
+struct NaiveAttention : ops::Attention {
+  static at::Tensor f(const ops::AttentionArgs& a, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      at::Tensor* lse_out) {
+    at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong);
+    const int64_t Hq = q.size(1), Hkv = k.size(1), D = q.size(2);
+    const double scale = a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(double(D));
+    std::vector<at::Tensor> outs, lses;
+    for (int64_t b = 0; b + 1 < cu.size(0); ++b) {
+      int64_t s = cu[b].item<int64_t>(), e = cu[b + 1].item<int64_t>(), L = e - s;
+      if (L == 0) continue;
+      at::Tensor qb = q.narrow(0, s, L).transpose(0, 1);  // [Hq, L, D]
+      at::Tensor kb = k.narrow(0, s, L).repeat_interleave(Hq / Hkv, 1).transpose(0, 1);
+      at::Tensor vb = v.narrow(0, s, L).repeat_interleave(Hq / Hkv, 1).transpose(0, 1);
+      at::Tensor sc = at::matmul(qb.to(at::kFloat), kb.to(at::kFloat).transpose(1, 2)) * scale;
+      at::Tensor i = at::arange(L).unsqueeze(1), j = at::arange(L).unsqueeze(0);
+      at::Tensor allowed = a.causal ? (j <= i) : at::ones({L, L}, at::kBool);
+      if (a.window_left >= 0) allowed = allowed.logical_and(j >= i - a.window_left);
+      sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+      lses.push_back(at::logsumexp(sc, -1));
+      outs.push_back(at::matmul(at::softmax(sc, -1), vb.to(at::kFloat)).to(q.scalar_type()).transpose(0, 1));
+    }
+    if (lse_out) *lse_out = at::cat(lses, 1);
+    return at::cat(outs, 0);
+  }
+  ops::AttentionResult run_forward(const ops::AttentionArgs& a) override {
+    ops::AttentionResult r;
+    r.out = f(a, a.q, a.k, a.v, &r.lse);
+    return r;
+  }
+  ops::AttentionGrads run_backward(const ops::AttentionArgs& a, const ops::AttentionBackwardArgs& b) override {
+    auto g = recompute_grads({a.q, a.k, a.v}, b.grad_out, [&](auto& v) { return f(a, v[0], v[1], v[2], nullptr); });
+    return {g[0], g[1], g[2]};
+  }
+};
+
+struct NaiveMoeExperts : ops::MoeExperts {
+  static at::Tensor f(const ops::MoeExpertsArgs& a, const at::Tensor& x, const at::Tensor& A, const at::Tensor& B,
+                      const at::Tensor& gates) {
+    const auto& r = a.routing;
+    const int64_t k = r.top_k, M = r.sorted_expert_idxs.size(0);
+    at::Tensor eidx = r.sorted_expert_idxs, sidx = r.sorted_scattered_idxs;
+    at::Tensor active = eidx >= 0;
+    at::Tensor e = eidx.clamp_min(0);
+    at::Tensor xs = a.grouped_in ? x : x.index_select(0, at::div(sidx.clamp_min(0), k, "floor"));
+    at::Tensor W = a.weight.values.index_select(0, e);  // [M, ...]
+    if (a.layout == ops::ExpertLayout::EKN) W = W.transpose(1, 2);  // -> [M, N, K]
+    at::Tensor y = at::bmm(W, xs.unsqueeze(-1)).squeeze(-1);  // [M, N]
+    if (a.bias.defined()) y = y + a.bias.index_select(0, e);
+    if (A.defined()) {
+      const int64_t E = a.weight.shape[0], rr = A.size(0) / E;
+      at::Tensor Ae = A.view({E, rr, -1}).index_select(0, e);                          // [M, r, K]
+      at::Tensor Be = B.view({B.size(0), E, rr}).permute({1, 0, 2}).index_select(0, e);  // [M, N, r]
+      y = y + at::bmm(Be, at::bmm(Ae, xs.unsqueeze(-1))).squeeze(-1) * a.scaling;
+    }
+    y = y * active.unsqueeze(-1).to(y.scalar_type());
+    if (gates.defined()) {
+      const int64_t T = gates.size(0);
+      at::Tensor g = gates.reshape({-1}).index_select(0, sidx.clamp_min(0));  // gate of each entry
+      at::Tensor tok = at::div(sidx.clamp_min(0), k, "floor");
+      at::Tensor out = at::zeros({T, y.size(1)}, y.options());
+      return out.index_add(0, tok, y * g.unsqueeze(-1));
+    }
+    if (a.grouped_out) return y;
+    at::Tensor out = at::zeros({M, y.size(1)}, y.options());
+    return out.index_add(0, sidx.clamp_min(0), y);
+  }
+  ops::MoeExpertsResult run_forward(const ops::MoeExpertsArgs& a) override {
+    return {f(a, a.x, a.lora_a, a.lora_b, a.gates), {}};
+  }
+  ops::MoeExpertsGrads run_backward(const ops::MoeExpertsArgs& a, const ops::MoeExpertsBackwardArgs& b) override {
+    auto g = recompute_grads({a.x, a.lora_a, a.lora_b, a.gates}, b.grad_y,
+                             [&](auto& v) { return f(a, v[0], v[1], v[2], v[3]); });
+    return {g[0], g[1], g[2], g[3]};
+  }
+};
+
+inline void add_naive_backends(Registry& r) {
+  auto add = [&](const char* op, std::shared_ptr<void> obj) {
+    Provider p;
+    p.info.kind = ProviderKind::kernel;
+    p.info.op = op;
+    p.info.name = "naive_test";
+    p.object = std::move(obj);
+    r.add(std::move(p));
+  };
+  // The registry hands out shared_ptr<void> cast back to the op interface: store the interface pointer.
+  add("linear.lora", std::shared_ptr<ops::LinearLora>(std::make_shared<NaiveLinearLora>()));
+  add("norm_rope", std::shared_ptr<ops::NormRope>(std::make_shared<NaiveNormRope>()));
+  add("attention", std::shared_ptr<ops::Attention>(std::make_shared<NaiveAttention>()));
+  add("moe.experts", std::shared_ptr<ops::MoeExperts>(std::make_shared<NaiveMoeExperts>()));
+}
+
+}  // namespace ax::test

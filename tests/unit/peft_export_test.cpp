@@ -1,0 +1,94 @@
+// Adapters axengine writes: they reload in axengine with identical logits, and (driven by
+// tests/python/check_peft_adapters.py, the CTest test peft_loads_axengine_adapters) HF peft loads them
+// and reproduces axengine's logits. With AXENGINE_PEFT_EXPORT_DIR set, the cases are written there for
+// that script; otherwise to a scratch dir that is removed afterwards.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/ATen.h>
+
+#include "axengine/builtins.hpp"
+#include "axengine/models.hpp"
+#include "axengine/safetensors.hpp"
+#include "models/decoder.hpp"
+#include "models/register.hpp"
+#include "unit/model_test_backends.hpp"
+#include "unit/test_paths.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  const char* name;
+  std::vector<std::string> targets;
+  bool rslora;
+};
+
+std::unique_ptr<ax::Model> load(ax::Registry& reg, const std::string& dir, std::optional<ax::LoraSpec> spec,
+                                 const std::string& adapter) {
+  ax::ModelLoadOptions o;
+  o.dir = dir;
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+  o.lora = std::move(spec);
+  o.adapter_dir = adapter;
+  return ax::load_model(reg, o);
+}
+
+}  // namespace
+
+TEST_CASE("peft export: adapters and merged models written by axengine reload with the same logits") {
+  const char* env = std::getenv("AXENGINE_PEFT_EXPORT_DIR");
+  fs::path root = env ? fs::path(env) : ax::test::scratch_dir("peft_export");
+  fs::create_directories(root);
+  ax::Registry reg;
+  ax::register_builtins(reg);  // reference kernels + model families, as a run gets them
+  const std::vector<Case> cases = {
+      {"llama", {"q_proj", "v_proj", "down_proj"}, false},
+      {"qwen3", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, true},
+      {"qwen3_moe", {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, false},
+      {"qwen3_moe_top1", {"k_proj", "down_proj"}, true},
+      {"mixtral", {"q_proj", "w1", "w3", "w2"}, false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / c.name).string();
+    ax::LoraSpec spec;
+    spec.targets = c.targets;
+    spec.r = 3;
+    spec.alpha = 7;
+    spec.rslora = c.rslora;
+    spec.seed = 5;
+    auto model = load(reg, base, spec, "");
+    {  // B starts at zero; make it matter.
+      at::NoGradGuard ng;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+      for (auto& [n, t] : model->trainable_parameters())
+        if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0, 0.5, gen);
+    }
+    auto g = ax::safetensors::File::open(base + "/golden.safetensors");
+    ax::Batch b;
+    b.input_ids = g->get("input_ids");
+    at::Tensor logits = model->forward(b, true).logits.detach();
+    at::Tensor plain = load(reg, base, std::nullopt, "")->forward(b, true).logits.detach();
+    CHECK((logits - plain).abs().max().item<double>() > 1e-3);  // the adapter changes the output
+
+    fs::path out = root / c.name;
+    fs::create_directories(out);
+    model->save_adapter((out / "adapter").string());
+    ax::safetensors::save((out / "expected.safetensors").string(), {{"input_ids", b.input_ids}, {"logits", logits}});
+    {  // the base dir, for the python side
+      std::ofstream(out / "base_dir.txt") << base;
+    }
+    auto reloaded = load(reg, base, std::nullopt, (out / "adapter").string());
+    CHECK((reloaded->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-6);
+
+    ax::merge_lora_dir(reg, base, (out / "adapter").string(), (out / "merged").string(), "fp32");
+    auto merged = load(reg, (out / "merged").string(), std::nullopt, "");
+    CHECK((merged->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-4);
+  }
+  if (!env) ax::test::remove_tree(root);
+}
