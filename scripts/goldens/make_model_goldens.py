@@ -26,14 +26,14 @@ from safetensors.torch import save_file
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models")
 
 CASES = {
-    # llama: GQA 4/2, head_dim 6 != 20/4, llama3 RoPE scaling, tied embeddings, attention bias.
+    # llama: GQA 4/2, head_dim 6 != 20/4, llama3 RoPE scaling, tied embeddings, attention and MLP bias.
     "llama": dict(
         cls="LlamaForCausalLM",
         cfg=dict(model_type="llama", vocab_size=61, hidden_size=20, intermediate_size=28, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=6, rms_norm_eps=1e-5,
                  rope_parameters=dict(rope_type="llama3", rope_theta=5000.0, factor=8.0, low_freq_factor=1.0,
                                       high_freq_factor=4.0, original_max_position_embeddings=8),
-                 tie_word_embeddings=True, attention_bias=True),
+                 tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
     # qwen3: q/k norm, kv_heads = 1, head_dim 10 != 24/3, untied.
@@ -64,13 +64,14 @@ CASES = {
                  rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
         targets=["v_proj", "down_proj"],
     ),
-    # mixtral: 3 experts top-2, per-expert w1/w2/w3 checkpoint, GQA.
+    # mixtral: 3 experts top-2, per-expert w1/w2/w3 checkpoint, GQA, sliding window 4 (< the 7 tokens).
     "mixtral": dict(
         cls="MixtralForCausalLM",
         cfg=dict(model_type="mixtral", vocab_size=43, hidden_size=16, intermediate_size=12, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, num_local_experts=3, num_experts_per_tok=2,
                  router_aux_loss_coef=0.02, output_router_logits=True, rms_norm_eps=1e-5,
-                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=False),
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=False,
+                 sliding_window=4),
         targets=["q_proj", "o_proj", "w1", "w2", "w3"],
     ),
 }

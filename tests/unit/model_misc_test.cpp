@@ -2,7 +2,10 @@
 // spec errors, init-model / inspect / merge-lora.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <iterator>
+#include <sys/wait.h>
 #include <fstream>
 
 #include <ATen/ATen.h>
@@ -238,4 +241,80 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
   CHECK(r.find("(9408)") != std::string::npos);
   CHECK(r.find("(8256)") != std::string::npos);
   CHECK_THROWS_WITH_AS(ax::init_model_dir("tiny-lama", "/tmp/x", 0), doctest::Contains("did you mean 'tiny-llama'"), ax::UsageError);
+}
+
+TEST_CASE("model forward: inconsistent batches are rejected, not read out of bounds") {
+  Env env;
+  auto m = env.load(case_dir("qwen3"));
+  ax::Batch b;
+  b.input_ids = at::zeros({2, 5}, at::kLong);
+  b.labels = at::zeros({2, 4}, at::kLong);
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("labels has shape"), ax::UsageError);
+  b.labels = at::Tensor();
+  b.cu_seqlens = at::tensor({0, 5, 9}, at::kInt);
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("cu_seqlens"), ax::UsageError);
+  b.cu_seqlens = at::Tensor();
+  b.input_ids = at::full({1, 3}, 53, at::kLong);  // vocab is 53
+  CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("token ids must be in [0, 53)"), ax::UsageError);
+}
+
+TEST_CASE("model: a sharded checkpoint (model.safetensors.index.json) loads like the single file") {
+  Env env;
+  auto d = ax::test::scratch_dir("sharded");
+  fs::copy_file(case_dir("qwen3_moe") / "config.json", d / "config.json");
+  auto ckpt = ax::safetensors::Checkpoint::open_dir(case_dir("qwen3_moe").string());
+  std::vector<std::pair<std::string, at::Tensor>> s1, s2;
+  json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
+  int i = 0;
+  for (const auto& n : ckpt.names()) {
+    bool first = i++ % 2 == 0;
+    (first ? s1 : s2).emplace_back(n, ckpt.get(n));
+    index["weight_map"][n] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  ax::safetensors::save((d / "model-00001-of-00002.safetensors").string(), s1);
+  ax::safetensors::save((d / "model-00002-of-00002.safetensors").string(), s2);
+  std::ofstream(d / "model.safetensors.index.json") << index.dump();
+  auto g = ax::safetensors::File::open((case_dir("qwen3_moe") / "golden.safetensors").string());
+  ax::Batch b;
+  b.input_ids = g->get("input_ids");
+  CHECK(at::equal(env.load(d)->forward(b, true).logits, env.load(case_dir("qwen3_moe"))->forward(b, true).logits));
+  ax::test::remove_tree(d);
+}
+
+TEST_CASE("CLI: init-model, inspect and merge-lora run and report bad input with exit code 2") {
+  auto d = ax::test::scratch_dir("cli_models");
+  const std::string bin = std::string(AXENGINE_BIN_DIR) + "/axengine";
+  auto run = [&](const std::string& args) {
+    int rc = std::system((bin + " " + args + " > " + (d / "out.txt").string() + " 2>&1").c_str());
+    return WEXITSTATUS(rc);
+  };
+  auto output = [&] {
+    std::ifstream in(d / "out.txt");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(run("init-model --preset tiny-qwen3-moe --out " + (d / "m").string() + " --seed 2") == 0);
+  CHECK(run("inspect " + (d / "m").string()) == 0);
+  CHECK(output().find("qwen3_moe: 2 layers") != std::string::npos);
+  CHECK(output().find("gate_up_proj (experts)") != std::string::npos);
+  CHECK(run("init-model --preset tiny-gpt --out " + (d / "x").string()) == 2);
+  CHECK(output().find("unknown preset 'tiny-gpt'") != std::string::npos);
+  CHECK(run("inspect " + (d / "nothing").string()) == 2);
+  CHECK(output().find("config.json") != std::string::npos);
+  // An adapter for the new model, then merge it.
+  {
+    Env env;
+    ax::LoraSpec spec;
+    spec.targets = {"q_proj", "gate_proj", "up_proj", "down_proj"};
+    env.load(d / "m", "fp32", spec)->save_adapter((d / "adapter").string());
+  }
+  CHECK(run("merge-lora --model " + (d / "m").string() + " --adapter " + (d / "adapter").string() + " --out " +
+            (d / "merged").string() + " --dtype bf16") == 0);
+  auto merged = ax::safetensors::Checkpoint::open_dir((d / "merged").string());
+  CHECK((merged.info("model.embed_tokens.weight").scalar_type == at::kBFloat16));
+  CHECK(merged.has("model.layers.0.mlp.experts.5.up_proj.weight"));
+  CHECK(fs::exists(d / "merged" / "tokenizer.json"));
+  CHECK(run("merge-lora --model " + (d / "m").string() + " --adapter " + (d / "adapter").string() + " --out " +
+            (d / "merged").string()) == 2);  // output dir not empty
+  CHECK(output().find("not empty") != std::string::npos);
+  ax::test::remove_tree(d);
 }

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "axengine/builtins.hpp"
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
@@ -24,11 +25,16 @@ struct Loaded {
   std::unique_ptr<ax::Model> model;
 };
 
-Loaded load_case(const std::string& name, bool with_adapter = true) {
+// backends: "reference" (core's built-ins, as a run gets them) or "naive" (tests/unit/model_test_backends.hpp).
+Loaded load_case(const std::string& name, const std::string& backends, bool with_adapter = true) {
   Loaded l;
   l.registry = std::make_unique<ax::Registry>();
-  ax::test::add_naive_backends(*l.registry);
-  ax::models::register_builtin_models(*l.registry);
+  if (backends == "naive") {
+    ax::test::add_naive_backends(*l.registry);
+    ax::models::register_builtin_models(*l.registry);
+  } else {
+    ax::register_builtins(*l.registry);
+  }
   ax::ModelLoadOptions o;
   o.dir = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
   o.kernels = std::make_shared<ax::KernelSet>(*l.registry, ax::KernelPreferences{}, ax::DeviceInfo{});
@@ -44,9 +50,10 @@ double rel_norm(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
 }
 
-void check_case(const std::string& name) {
+void check_case(const std::string& name, const std::string& backends) {
   CAPTURE(name);
-  auto l = load_case(name);
+  CAPTURE(backends);
+  auto l = load_case(name, backends);
   auto golden = ax::safetensors::File::open(
       (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name / "golden.safetensors").string());
   ax::Batch b;
@@ -84,11 +91,26 @@ void check_case(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("model parity: llama (GQA, head_dim != hidden/heads, llama3 rope, tied, bias) vs transformers+peft") { check_case("llama"); }
-TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") { check_case("qwen3"); }
-TEST_CASE("model parity: qwen3_moe (5 experts top-3, mlp_only_layers, aux loss) vs transformers+peft") { check_case("qwen3_moe"); }
-TEST_CASE("model parity: qwen3_moe top-1, decoder_sparse_step 2 vs transformers+peft") { check_case("qwen3_moe_top1"); }
-TEST_CASE("model parity: mixtral (per-expert w1/w2/w3 checkpoint, top-2) vs transformers+peft") { check_case("mixtral"); }
+TEST_CASE("model parity: llama (GQA, head_dim != hidden/heads, llama3 rope, tied, bias) vs transformers+peft") {
+  check_case("llama", "reference");
+  check_case("llama", "naive");
+}
+TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
+  check_case("qwen3", "reference");
+  check_case("qwen3", "naive");
+}
+TEST_CASE("model parity: qwen3_moe (5 experts top-3, mlp_only_layers, aux loss) vs transformers+peft") {
+  check_case("qwen3_moe", "reference");
+  check_case("qwen3_moe", "naive");
+}
+TEST_CASE("model parity: qwen3_moe top-1, decoder_sparse_step 2 vs transformers+peft") {
+  check_case("qwen3_moe_top1", "reference");
+  check_case("qwen3_moe_top1", "naive");
+}
+TEST_CASE("model parity: mixtral (per-expert w1/w2/w3 checkpoint, top-2) vs transformers+peft") {
+  check_case("mixtral", "reference");
+  check_case("mixtral", "naive");
+}
 
 TEST_CASE("model: shape disagreeing with config.json names the tensor") {
   auto d = ax::test::scratch_dir("badshape");

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "axengine/builtins.hpp"
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
@@ -44,8 +45,7 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
   fs::path root = env ? fs::path(env) : ax::test::scratch_dir("peft_export");
   fs::create_directories(root);
   ax::Registry reg;
-  ax::test::add_naive_backends(reg);
-  ax::models::register_builtin_models(reg);
+  ax::register_builtins(reg);  // reference kernels + model families, as a run gets them
   const std::vector<Case> cases = {
       {"llama", {"q_proj", "v_proj", "down_proj"}, false},
       {"qwen3", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, true},

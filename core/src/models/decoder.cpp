@@ -319,6 +319,21 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
     throw UsageError("model forward: input_ids must be [B, S]");
   const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
+  if (S == 0 || B == 0) throw UsageError("model forward: empty batch");
+  auto same_shape = [&](const at::Tensor& t, const char* what) {
+    if (t.defined() && t.sizes() != batch.input_ids.sizes())
+      throw UsageError(ax::str("model forward: ", what, " has shape ", shape_str(t.sizes().vec()), ", input_ids ", shape_str(batch.input_ids.sizes().vec())));
+  };
+  same_shape(batch.labels, "labels");
+  same_shape(batch.position_ids, "position_ids");
+  if (batch.cu_seqlens.defined()) {
+    at::Tensor c = batch.cu_seqlens.to(at::kCPU, at::kLong);
+    if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
+        (c.size(0) > 1 && (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>()))
+      throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
+    if (batch.max_seqlen > 0 && (c.narrow(0, 1, c.size(0) - 1) - c.narrow(0, 0, c.size(0) - 1)).max().item<int64_t>() > batch.max_seqlen)
+      throw UsageError("model forward: a sample is longer than max_seqlen");
+  }
   at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
   at::Tensor pos = batch.position_ids.defined() ? batch.position_ids.to(device_, at::kLong).reshape({T})
                                                 : at::arange(S, at::TensorOptions().dtype(at::kLong).device(device_)).repeat({B});
