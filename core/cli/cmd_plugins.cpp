@@ -1,0 +1,67 @@
+// axengine plugins list [--config FILE] | plugins explain --config FILE
+#include <iostream>
+
+#include "axengine/builtins.hpp"
+#include "axengine/engine.hpp"
+#include "axengine/strings.hpp"
+#include "command.hpp"
+
+namespace {
+
+namespace po = boost::program_options;
+
+void print_reports(const ax::PluginLoader& loader, const ax::Registry& registry) {
+  const auto& reports = loader.reports();
+  std::cout << "plugins (" << reports.size() << " files examined; search order: config plugins.paths, "
+            << "AXENGINE_PLUGIN_PATH, <exe dir>/plugins)\n";
+  for (const auto& r : reports) {
+    std::cout << "  [" << ax::to_string(r.status) << "] " << (r.name.empty() ? "-" : r.name)
+              << (r.version.empty() ? "" : " " + r.version) << "  " << r.path << "  (via " << r.origin << ")\n";
+    if (!r.reason.empty()) std::cout << "      " << r.reason << "\n";
+    for (const auto& key : r.providers) std::cout << "      provides " << key << "\n";
+  }
+  std::cout << "providers:\n";
+  for (const auto& p : registry.all())
+    std::cout << "  " << p.info.key() << "  [" << p.info.needs.describe() << "]  from " << p.info.plugin << "\n";
+}
+
+int run_plugins(const std::vector<std::string>& args) {
+  const std::string usage = "axengine plugins list [--config FILE] | axengine plugins explain --config FILE";
+  if (args.empty() || (args[0] != "list" && args[0] != "explain")) {
+    if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+      std::cout << "usage: " << usage << "\n  list     plugins found, their providers, why any was refused\n"
+                << "  explain  op -> chosen backend for the config's device, and why others were passed over\n";
+      return 0;
+    }
+    throw ax::UsageError("plugins: expected 'list' or 'explain' (usage: " + usage + ")");
+  }
+  const std::string sub = args[0];
+  po::options_description opts("plugins " + sub + " options");
+  opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key");
+  po::variables_map vm;
+  if (!ax::cli::parse_options("axengine plugins " + sub + " [--config FILE]", {args.begin() + 1, args.end()}, opts, vm))
+    return 0;
+  auto sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (sub == "explain") {
+    if (!vm.count("config")) throw ax::UsageError("plugins explain: --config FILE is required");
+    auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
+    std::cout << ax::format_resolution_table(engine->resolve_all(), engine->device);
+    return 0;
+  }
+  if (vm.count("config")) {
+    auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
+    print_reports(*engine->plugins, engine->registry);
+    return 0;
+  }
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::PluginLoader loader(registry);
+  loader.discover({});
+  print_reports(loader, registry);
+  return 0;
+}
+
+ax::cli::CommandRegistrar reg({"plugins", "list plugins, or explain the kernel backend chosen per op", run_plugins});
+
+}  // namespace

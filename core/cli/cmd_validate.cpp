@@ -1,0 +1,30 @@
+// axengine validate --config FILE [--set k=v]... | --schema
+#include <iostream>
+
+#include "axengine/config.hpp"
+#include "command.hpp"
+
+namespace {
+
+int run_validate(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  po::options_description opts("validate options");
+  opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set train.lr=1e-4")(
+      "schema", "print the reference of every config key (markdown) instead");
+  po::variables_map vm;
+  if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... | --schema", args, opts, vm)) return 0;
+  if (vm.count("schema")) {
+    std::cout << ax::config_reference_markdown();
+    return 0;
+  }
+  if (!vm.count("config")) throw ax::UsageError("validate: --config FILE is required");
+  auto sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  ax::load_config(vm["config"].as<std::string>(), sets);
+  std::cout << vm["config"].as<std::string>() << ": ok\n";
+  return 0;
+}
+
+ax::cli::CommandRegistrar reg({"validate", "check a run config (types, unknown keys, values)", run_validate});
+
+}  // namespace

@@ -1,0 +1,67 @@
+// The run config (TOML): typed sections bound strictly by config_binder.hpp. Every key, its default and
+// meaning is listed in docs/config.md, which is generated from the same binding code
+// (`axengine validate --schema`) and checked by a test.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "axengine/config_binder.hpp"
+#include "axengine/selection.hpp"
+
+namespace ax {
+
+struct RunSection {
+  std::string output_dir = "runs/default";  // resolved against the config file's directory
+  int64_t seed = 42;
+  std::string log_level = "info";
+};
+
+struct ModelSection {
+  std::string path;                 // HF model directory; resolved against the config file's directory
+  std::string dtype = "auto";       // auto: bf16 on CUDA, fp32 on CPU
+  std::string weight_format = "dense";  // base weights: dense | nf4 | mxfp4 | nvfp4 (quantised at load)
+};
+
+struct DeviceSection {
+  std::string type = "auto";  // auto | cpu | cuda
+  std::string arch;           // "sm_120": select kernels as on that GPU (AXENGINE_ARCH wins)
+};
+
+struct PluginsSection {
+  std::vector<std::string> paths;  // directories or .so files, searched first; resolved against the config dir
+};
+
+struct RunConfig {
+  std::string file;  // the config file ("" when built from defaults)
+  std::string dir;   // its directory, for relative paths
+  RunSection run;
+  ModelSection model;
+  DeviceSection device;
+  PluginsSection plugins;
+  KernelPreferences kernels;
+  toml::table document;  // the whole document after --set overrides, for sections bound elsewhere
+};
+
+// Parses `file`, applies `overrides` ("a.b=value"; the value is TOML, or a bare string), binds every
+// section and rejects unknown keys. Throws ConfigError with file:line:column.
+RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides = {});
+
+// Sections bound outside core/src/config (datasets, training, LoRA...) register here so that
+// load_config validates them and the docs list them. `bind` must bind every key it accepts.
+struct ConfigSection {
+  std::string name;  // top-level key
+  std::string doc;
+  void (*bind)(TableBinder& table, RunConfig& config);
+};
+void register_config_section(ConfigSection section);
+
+// Markdown reference of every key (the generated part of docs/config.md).
+std::string config_reference_markdown();
+
+// "auto" resolved for a device: bf16 on CUDA, fp32 on CPU.
+std::string resolve_dtype(const std::string& dtype, bool cuda);
+
+}  // namespace ax

@@ -1,0 +1,65 @@
+#include "axengine/engine.hpp"
+
+#include <sstream>
+
+#include "axengine/builtins.hpp"
+#include "axengine/kernel_op.hpp"
+#include "axengine/log.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax {
+
+std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std::vector<std::string>& overrides,
+                                      const std::string& exe_dir) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->config = load_config(config_file, overrides);
+  log::Level level;
+  if (!std::getenv("AXENGINE_LOG") && log::parse_level(e->config.run.log_level, level)) log::set_level(level);
+  e->device = detect_device(e->config.device.type, e->config.device.arch);
+  e->dtype = resolve_dtype(e->config.model.dtype, e->device.is_cuda());
+  register_builtins(e->registry);
+  e->plugins = std::make_unique<PluginLoader>(e->registry);
+  e->plugins->discover(e->config.plugins.paths, exe_dir);
+  return e;
+}
+
+std::vector<Resolution> Engine::resolve_all() const {
+  std::vector<Resolution> out;
+  for (const auto& op : known_ops()) {
+    // Weight format matters to the ops that read the frozen base weights.
+    bool reads_weights = op.id == "moe.experts" || op.id == "linear.lora" || op.id == "dequant";
+    std::string format = reads_weights ? config.model.weight_format : "";
+    if (op.id == "dequant" && format == "dense") continue;  // nothing to dequantise
+    out.push_back(resolve_backend(registry, config.kernels, op.id, KernelQuery{device, dtype, format, ""}));
+  }
+  return out;
+}
+
+std::shared_ptr<KernelSet> Engine::kernel_set() const {
+  return std::make_shared<KernelSet>(registry, config.kernels, device);
+}
+
+std::string format_resolution_table(const std::vector<Resolution>& resolutions, const DeviceInfo& device) {
+  std::ostringstream os;
+  os << "kernel backends for " << device.arch_name();
+  if (device.is_cuda()) os << " (" << device.name << ", arch " << device.arch_source << ")";
+  os << "\n";
+  std::size_t w_op = 2, w_be = 7;
+  for (const auto& r : resolutions) {
+    w_op = std::max(w_op, r.op.size());
+    w_be = std::max(w_be, r.chosen.empty() ? std::size_t(6) : r.chosen.size());
+  }
+  auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
+  os << "  " << pad("op", w_op) << "  " << pad("backend", w_be) << "  query / list / passed over\n";
+  for (const auto& r : resolutions) {
+    std::vector<std::string> q{r.query.dtype};
+    if (!r.query.format.empty()) q.push_back(r.query.format);
+    os << "  " << pad(r.op, w_op) << "  " << pad(r.chosen.empty() ? "(none)" : r.chosen, w_be) << "  "
+       << join(q, ",") << " from " << r.list_source << "\n";
+    for (const auto& c : r.candidates)
+      if (c.verdict != "chosen") os << "  " << pad("", w_op) << "  " << pad("", w_be) << "    " << c.backend << ": " << c.verdict << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ax

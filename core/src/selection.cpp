@@ -1,0 +1,76 @@
+#include "axengine/selection.hpp"
+
+#include <algorithm>
+
+#include "axengine/strings.hpp"
+
+namespace ax {
+
+Resolution resolve_backend(const Registry& registry, const KernelPreferences& prefs, const std::string& op,
+                           const KernelQuery& query) {
+  Resolution res;
+  res.op = op;
+  res.query = query;
+  std::vector<std::string> order;
+  auto arch_it = query.device.is_cuda() ? prefs.by_arch.find(query.device.arch) : prefs.by_arch.end();
+  if (arch_it != prefs.by_arch.end() && arch_it->second.count(op)) {
+    order = arch_it->second.at(op);
+    res.list_source = str("[kernels.arch.", query.device.arch_name(), "]");
+  } else if (prefs.prefer.count(op)) {
+    order = prefs.prefer.at(op);
+    res.list_source = "[kernels]";
+  } else {
+    for (const Provider* p : registry.list(ProviderKind::kernel, op))
+      if (p->info.name != "reference") order.push_back(p->info.name);
+    std::sort(order.begin(), order.end());
+    res.list_source = "default (all registered)";
+  }
+  if (!prefs.strict && std::find(order.begin(), order.end(), "reference") == order.end()) order.push_back("reference");
+
+  for (const auto& name : order) {
+    Resolution::Candidate c{name, ""};
+    const Provider* p = registry.find(ProviderKind::kernel, op, name);
+    if (!p) {
+      c.verdict = "not registered (no loaded plugin provides it)";
+    } else if (!res.chosen.empty()) {
+      c.verdict = str("not tried (", res.chosen, " chosen first)");
+    } else if (auto why = unmet_requirement(p->info.needs, query)) {
+      c.verdict = *why;
+    } else {
+      c.verdict = "chosen";
+      res.chosen = name;
+    }
+    res.candidates.push_back(std::move(c));
+  }
+  return res;
+}
+
+KernelSet::KernelSet(const Registry& registry, KernelPreferences prefs, DeviceInfo device)
+    : registry_(registry), prefs_(std::move(prefs)), device_(std::move(device)) {}
+
+std::shared_ptr<void> KernelSet::get_backend(const std::string& op, const std::string& dtype, const std::string& format,
+                                             const std::string& layout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [res, obj] : cache_)
+    if (res.op == op && res.query.dtype == dtype && res.query.format == format && res.query.layout == layout) return obj;
+  Resolution res = resolve_backend(registry_, prefs_, op, KernelQuery{device_, dtype, format, layout});
+  if (res.chosen.empty()) {
+    std::vector<std::string> why;
+    for (const auto& c : res.candidates) why.push_back(str(c.backend, ": ", c.verdict));
+    throw UsageError(str("kernels.strict: no backend for ", op, " (dtype ", dtype.empty() ? "any" : dtype,
+                         format.empty() ? "" : ", format " + format, ") on ", device_.arch_name(), " — ",
+                         why.empty() ? std::string("the list is empty") : join(why, "; ")));
+  }
+  auto obj = registry_.find(ProviderKind::kernel, op, res.chosen)->object;
+  cache_.emplace_back(std::move(res), obj);
+  return obj;
+}
+
+std::vector<Resolution> KernelSet::resolutions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Resolution> out;
+  for (const auto& [res, obj] : cache_) out.push_back(res);
+  return out;
+}
+
+}  // namespace ax
