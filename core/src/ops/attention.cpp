@@ -1,0 +1,73 @@
+// validate() for attention.
+#include "axengine/ops/attention.hpp"
+
+#include <ATen/ATen.h>
+
+#include "ops/check.hpp"
+
+namespace ax::ops {
+
+namespace {
+constexpr const char* kOp = "attention";
+}
+
+void validate(const AttentionArgs& a) {
+  check::rank(kOp, "q", a.q, 3);
+  check::compute_dtype(kOp, "q", a.q);
+  const auto dt = a.q.scalar_type();
+  const at::Device dev = a.q.device();
+  const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2);
+  check::rank(kOp, "k", a.k, 3);
+  check::rank(kOp, "v", a.v, 3);
+  const int64_t Hkv = a.k.size(1);
+  check::shape(kOp, "k", a.k, {T, -1, D});
+  check::shape(kOp, "v", a.v, {T, Hkv, -1});
+  if (Hkv < 1 || Hq % Hkv != 0)
+    check::fail(kOp, "k", str("has ", Hkv, " heads, which must divide q's ", Hq, " heads (GQA)"));
+  if (D < 1) check::fail(kOp, "q", "head_dim must be >= 1");
+  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"k", &a.k}, {"v", &a.v}}) {
+    check::dtype(kOp, name, *t, dt);
+    check::same_device(kOp, name, *t, "q", dev);
+  }
+  check::rank(kOp, "cu_seqlens", a.cu_seqlens, 1);
+  check::dtype(kOp, "cu_seqlens", a.cu_seqlens, at::kInt);
+  check::same_device(kOp, "cu_seqlens", a.cu_seqlens, "q", dev);
+  if (a.cu_seqlens.numel() < 2) check::fail(kOp, "cu_seqlens", "needs at least 2 entries (one sequence)");
+  if (a.max_seqlen < 0) check::fail(kOp, "max_seqlen", str("must be >= 0, got ", a.max_seqlen));
+  if (!(a.softmax_scale >= 0)) check::fail(kOp, "softmax_scale", str("must be >= 0 (0 = 1/sqrt(D)), got ", a.softmax_scale));
+  if (a.window_left < -1) check::fail(kOp, "window_left", str("must be >= -1, got ", a.window_left));
+  if (a.window_left >= 0 && !a.causal) check::fail(kOp, "window_left", "a sliding window needs causal = true");
+  check::out_like(kOp, "out", a.out, {T, Hq, a.v.size(2)}, dt, dev);
+  if (a.check_values) {
+    at::Tensor cu = a.cu_seqlens.to(at::kCPU).contiguous();
+    const int32_t* c = cu.data_ptr<int32_t>();
+    const int64_t n = cu.numel();
+    if (c[0] != 0) check::fail(kOp, "cu_seqlens", str("must start at 0, got ", c[0]));
+    int64_t longest = 0;
+    for (int64_t i = 1; i < n; ++i) {
+      if (c[i] < c[i - 1])
+        check::fail(kOp, "cu_seqlens", str("must be nondecreasing, got ", c[i - 1], " then ", c[i], " at ", i));
+      longest = std::max<int64_t>(longest, c[i] - c[i - 1]);
+    }
+    if (c[n - 1] != T) check::fail(kOp, "cu_seqlens", str("must end at the token count ", T, ", got ", c[n - 1]));
+    if (a.max_seqlen > 0 && longest > a.max_seqlen)
+      check::fail(kOp, "max_seqlen", str("is ", a.max_seqlen, " but the longest sequence has ", longest, " tokens"));
+  }
+}
+
+void validate_backward(const AttentionArgs& a, const AttentionBackwardArgs& b) {
+  const auto dt = a.q.scalar_type();
+  const at::Device dev = a.q.device();
+  const std::vector<int64_t> o = {a.q.size(0), a.q.size(1), a.v.size(2)};
+  check::defined(kOp, "grad_out", b.grad_out);
+  check::out_like(kOp, "grad_out", b.grad_out, o, dt, dev);
+  check::defined(kOp, "out", b.out);
+  check::out_like(kOp, "out", b.out, o, dt, dev);
+  check::defined(kOp, "lse", b.lse);
+  check::out_like(kOp, "lse", b.lse, {a.q.size(1), a.q.size(0)}, at::kFloat, dev);
+  check::out_like(kOp, "grads_out.dq", b.grads_out.dq, a.q.sizes(), dt, dev);
+  check::out_like(kOp, "grads_out.dk", b.grads_out.dk, a.k.sizes(), dt, dev);
+  check::out_like(kOp, "grads_out.dv", b.grads_out.dv, a.v.sizes(), dt, dev);
+}
+
+}  // namespace ax::ops
