@@ -1,0 +1,78 @@
+// axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml]
+//                      [--quick] [--no-discover] [--verbose]
+// Certifies kernel backends against the reference (core/include/axengine/conformance.hpp). With --plugin,
+// only the backends of those plugin files are tested. Exit 0: all passed; 1: a case failed; 2: usage.
+#include <fstream>
+#include <iostream>
+
+#include "axengine/builtins.hpp"
+#include "axengine/conformance.hpp"
+#include "axengine/plugin_loader.hpp"
+#include "axengine/strings.hpp"
+#include "command.hpp"
+
+namespace {
+
+namespace po = boost::program_options;
+
+int run_conformance(const std::vector<std::string>& args) {
+  po::options_description opts("conformance options");
+  opts.add_options()
+      ("plugin", po::value<std::vector<std::string>>()->composing(), "plugin .so to load and certify (repeatable)")
+      ("op", po::value<std::string>(), "only this op (moe.experts, dequant, norm_rope, attention, linear.lora)")
+      ("backend", po::value<std::string>(), "only this backend name")
+      ("device", po::value<std::string>(), "only this device: cpu or cuda")
+      ("report", po::value<std::string>(), "write JUnit XML here")
+      ("quick", "the CI grid: fewer random shapes, every edge case")
+      ("no-discover", "load only the --plugin files (no search of AXENGINE_PLUGIN_PATH / <exe dir>/plugins)")
+      ("verbose,v", "list skipped cases and print each failure as it happens");
+  po::variables_map vm;
+  const std::string usage =
+      "axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml] [--quick]";
+  if (!ax::cli::parse_options(usage, args, opts, vm)) return 0;
+
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::PluginLoader loader(registry);
+  ax::conformance::Options o;
+  // Explicit files first: they are what is being certified, and a discovered copy must not shadow them.
+  if (vm.count("plugin")) {
+    for (const auto& path : vm["plugin"].as<std::vector<std::string>>()) {
+      const ax::PluginReport& r = loader.load_file(path, "command line");
+      if (r.status != ax::PluginReport::Status::loaded)
+        throw ax::UsageError(ax::str("conformance: --plugin ", path, " was ", ax::to_string(r.status), ": ", r.reason));
+      if (!r.reason.empty()) std::cerr << "conformance: " << path << ": " << r.reason << "\n";
+      o.plugins.push_back(r.name);
+    }
+  }
+  if (!vm.count("no-discover")) loader.discover({});
+  if (vm.count("op")) o.op = vm["op"].as<std::string>();
+  if (vm.count("backend")) o.backend = vm["backend"].as<std::string>();
+  if (vm.count("device")) o.device = vm["device"].as<std::string>();
+  o.quick = vm.count("quick") > 0;
+  const bool verbose = vm.count("verbose") > 0;
+  // Opened before the run so that an unwritable path is a usage error, not an hour later.
+  std::ofstream xml;
+  if (vm.count("report")) {
+    xml.open(vm["report"].as<std::string>());
+    if (!xml) throw ax::UsageError("conformance: cannot write --report " + vm["report"].as<std::string>());
+  }
+  if (verbose)
+    o.on_case = [](const ax::conformance::CaseResult& c) {
+      if (c.status == ax::conformance::Status::fail)
+        std::cerr << "FAIL " << c.backend << " on " << c.device << ": " << c.name << "\n     " << c.message << "\n";
+    };
+
+  ax::conformance::Report report = ax::conformance::run(registry, o);
+  ax::conformance::print_summary(report, std::cout, verbose);
+  if (xml.is_open()) {
+    ax::conformance::write_junit(report, xml);
+    xml.close();
+    if (!xml) throw ax::RuntimeError("conformance: failed writing " + vm["report"].as<std::string>());
+  }
+  return report.ok() ? ax::kExitOk : ax::kExitRuntime;
+}
+
+ax::cli::CommandRegistrar reg({"conformance", "certify kernel backends (and plugins) against the reference", run_conformance});
+
+}  // namespace
