@@ -4,6 +4,7 @@
 // only the backends of those plugin files are tested. Exit 0: all passed; 1: a case failed; 2: usage.
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include "axengine/builtins.hpp"
 #include "axengine/conformance.hpp"
@@ -14,6 +15,13 @@
 namespace {
 
 namespace po = boost::program_options;
+
+// The registry holds objects whose code lives in the plugins: it must go before the loader unloads them.
+struct Session {
+  std::unique_ptr<ax::Registry> registry = std::make_unique<ax::Registry>();
+  ax::PluginLoader loader{*registry};
+  ~Session() { registry.reset(); }
+};
 
 int run_conformance(const std::vector<std::string>& args) {
   po::options_description opts("conformance options");
@@ -31,9 +39,10 @@ int run_conformance(const std::vector<std::string>& args) {
       "axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml] [--quick]";
   if (!ax::cli::parse_options(usage, args, opts, vm)) return 0;
 
-  ax::Registry registry;
+  Session session;
+  ax::Registry& registry = *session.registry;
   ax::register_builtins(registry);
-  ax::PluginLoader loader(registry);
+  ax::PluginLoader& loader = session.loader;
   ax::conformance::Options o;
   // Explicit files first: they are what is being certified, and a discovered copy must not shadow them.
   if (vm.count("plugin")) {

@@ -1,6 +1,8 @@
 // Conformance cases for dequant (docs/ops/dequant.md): whole and selective dequantisation of nf4 (plain
 // and double-quantised absmax), mxfp4 and nvfp4 (per-tensor and per-expert global scale) to each claimed
 // dtype, within one unit roundoff of the reference; guard bands; determinism; bad input; 2^31.
+#include <map>
+
 #include "axengine/ops/dequant.hpp"
 #include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
@@ -41,12 +43,21 @@ std::string prefix(const std::string& phase, const std::string& dtype, const std
   return ax::str("dequant/", phase, "/", dtype, "/", variant);
 }
 
+// Quantised weights by (shape, variant), shared by the cases of one target: quantising is the slow part.
+std::map<std::string, ops::WeightTensor>& weight_cache() {
+  static std::map<std::string, ops::WeightTensor> cache;
+  return cache;
+}
+
 ops::WeightTensor make(const Layout& l, const std::string& variant, const std::string& name, unsigned seed) {
-  at::Generator g = case_generator(seed, name);
+  const std::string key = l.name() + "/" + variant;
+  if (auto it = weight_cache().find(key); it != weight_cache().end()) return it->second;
+  (void)name;
+  at::Generator g = case_generator(seed, "dequant/weight/" + key);
   at::Tensor w = at::randn(l.shape, g, at::kFloat);
   // A few large outliers per tensor so absmax / shared exponents vary from block to block.
   w.view(-1).narrow(0, 0, std::min<int64_t>(w.numel(), 7)).mul_(9.0);
-  return make_weight(w, variant, l.axis, at::kFloat);
+  return weight_cache().emplace(key, make_weight(w, variant, l.axis, at::kFloat)).first->second;
 }
 
 void dequant_case(CaseRunner& cases, const std::string& dtype, const std::string& variant, const Layout& l,
@@ -171,6 +182,7 @@ void large_case(CaseRunner& cases, const std::string& dtype) {
 
 void run_dequant(CaseRunner& cases) {
   const Target& T = cases.target();
+  weight_cache().clear();
   std::vector<std::string> variants;
   for (const char* v : {"nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"})
     if (T.claims_format(base_format(v))) variants.push_back(v);
@@ -183,6 +195,7 @@ void run_dequant(CaseRunner& cases) {
     }
     if (T.claims_format("nf4")) large_case(cases, dtype);
   }
+  weight_cache().clear();
 }
 
 }  // namespace ax::conformance::detail

@@ -59,6 +59,9 @@ void CaseRunner::run(const std::string& name, const std::function<std::string()>
   } catch (const CaseFailure& e) {
     r.status = Status::fail;
     r.message = e.what();
+  } catch (const c10::Error& e) {
+    r.status = Status::fail;
+    r.message = ax::str("threw on valid input: ", e.what_without_backtrace());
   } catch (const std::exception& e) {
     // The backend (or the reference) threw on valid input.
     r.status = Status::fail;
@@ -122,8 +125,8 @@ std::string check_bitwise(const std::string& what, const at::Tensor& a, const at
     fail(ax::str(what, ": second run has shape/dtype ", b.sizes(), "/", dtype_name(b.scalar_type()), ", first ", a.sizes(),
              "/", dtype_name(a.scalar_type())));
   // Compare the bytes, not the values: NaN != NaN and -0 == +0 would hide differences.
-  at::Tensor ab = a.detach().contiguous().to(at::kCPU).view(at::kByte);
-  at::Tensor bb = b.detach().contiguous().to(at::kCPU).view(at::kByte);
+  at::Tensor ab = a.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
+  at::Tensor bb = b.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
   if (!at::equal(ab, bb)) {
     long differing = (a.detach().to(at::kCPU, at::kDouble) != b.detach().to(at::kCPU, at::kDouble)).sum().item<long>();
     fail(ax::str(what, ": two identical calls differ bitwise (", differing, " of ", a.numel(), " elements)"));
@@ -136,6 +139,7 @@ std::string check_throws_naming(const std::string& argument, const std::function
     fn();
   } catch (const std::exception& e) {
     std::string msg = e.what();
+    if (auto* c10e = dynamic_cast<const c10::Error*>(&e)) msg = c10e->what_without_backtrace();
     if (msg.find(argument) == std::string::npos)
       fail(ax::str("threw, but the message does not name '", argument, "': ", msg.substr(0, 300)));
     return ax::str("threw naming '", argument, "'");
@@ -152,7 +156,7 @@ void InputGuard::add(const std::string& name, const at::Tensor& t) {
 std::string InputGuard::check() const {
   for (const auto& [name, pair] : saved_) {
     const auto& [live, copy] = pair;
-    at::Tensor a = live.detach().contiguous().to(at::kCPU), b = copy.contiguous().to(at::kCPU);
+    at::Tensor a = live.detach().to(at::kCPU).contiguous().reshape(-1), b = copy.to(at::kCPU).contiguous().reshape(-1);
     if (!at::equal(a.view(at::kByte), b.view(at::kByte))) fail(ax::str("the call modified its input '", name, "'"));
   }
   return ax::str(saved_.size(), " inputs unchanged");

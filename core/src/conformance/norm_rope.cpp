@@ -173,12 +173,13 @@ void bad_input_cases(CaseRunner& cases, const std::string& dtype) {
          a.sin = at::cat({a.sin, a.sin}, -1);
          fwd(a);
        }},
-      {"inv_freq_shape", "inv_freq",
+      {"inv_freq_wider_than_head", "inv_freq",
        [&] {
          auto a = good;
          a.cos = a.sin = at::Tensor();
          a.position_ids = p.pos.to(T.device);
-         a.inv_freq = p.inv_freq.to(T.device).narrow(0, 0, 3);
+         at::Tensor f = p.inv_freq.to(T.device);
+         a.inv_freq = at::cat({f, f, f});  // rotary dim 3·R > D
          fwd(a);
        }},
       {"grad_y_shape", "grad_y",
