@@ -36,7 +36,10 @@ target_include_directories(ax_torch SYSTEM INTERFACE
   ${AXENGINE_TORCH_DIR}/include ${AXENGINE_TORCH_DIR}/include/torch/csrc/api/include)
 target_compile_definitions(ax_torch INTERFACE
   _GLIBCXX_USE_CXX11_ABI=${_ax_cxx11_abi} AXENGINE_TORCH_CUDA="${AXENGINE_TORCH_CUDA}")
-target_link_libraries(ax_torch INTERFACE ${_ax_tlib}/libtorch.so ${_ax_tlib}/libtorch_cpu.so ${_ax_tlib}/libc10.so)
+# libtorch.so exports its own copies of std::filesystem symbols, and calling them crashes. Symbol lookup
+# follows the order of DT_NEEDED entries, so libstdc++ must be needed before any torch library.
+target_link_libraries(ax_torch INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+  ${_ax_tlib}/libtorch.so ${_ax_tlib}/libtorch_cpu.so ${_ax_tlib}/libc10.so)
 if(NOT AXENGINE_TORCH_CUDA STREQUAL "none" AND EXISTS ${_ax_tlib}/libtorch_cuda.so)
   # Nothing calls into libtorch_cuda directly, but loading it is what registers ATen's CUDA kernels:
   # keep it even under --as-needed.

@@ -28,11 +28,20 @@ if [ ! -x "$AXENGINE_VENV/bin/python" ]; then
   python3 -m venv "$AXENGINE_VENV" >&2
 fi
 # Pinned peers: LibTorch itself, and the references our goldens and parity tests are measured against.
-if ! "$AXENGINE_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-     -r "$here/requirements.txt" --dry-run 2>/dev/null | grep -q "Would install"; then
-  :  # all satisfied
-else
-  echo "setup: installing Python requirements into $AXENGINE_VENV (first run downloads LibTorch, a few GB)" >&2
+# Checked offline first (importlib.metadata), so a set-up machine does not ask PyPI again.
+if ! "$AXENGINE_VENV/bin/python" - "$here/requirements.txt" <<'PY'
+import sys, importlib.metadata as md
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line: continue
+    name, want = line.split("==")
+    try:
+        if md.version(name) != want: sys.exit(1)
+    except md.PackageNotFoundError:
+        sys.exit(1)
+PY
+then
+  echo "setup: installing Python requirements into $AXENGINE_VENV (the first run downloads LibTorch, a few GB)" >&2
   "$AXENGINE_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt" >&2
 fi
 "$AXENGINE_VENV/bin/python" - >&2 <<'PY'

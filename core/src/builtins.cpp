@@ -1,9 +1,11 @@
 #include "axengine/builtins.hpp"
 
+#include "ops/reference/register.hpp"
+
 namespace ax {
 
 void register_builtins(Registry& registry) {
-  (void)registry;  // each area adds its registration call here as it lands
+  ops::register_reference_kernels(registry);
 }
 
 }  // namespace ax

@@ -8,4 +8,6 @@ TEST_CASE("closest suggests a near key and nothing for unrelated words") {
   CHECK(ax::closest("learnig_rate", keys) == "learning_rate");
   CHECK(ax::closest("zzz", keys).empty());
   CHECK(ax::edit_distance("kitten", "sitting") == 3);
+  CHECK(ax::edit_distance("modle", "model") == 1);
+  CHECK(ax::closest("modle", {"run", "model"}) == "model");
 }

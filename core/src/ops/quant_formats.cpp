@@ -78,6 +78,13 @@ std::string WeightTensor::describe() const {
   return s;
 }
 
+WeightTensor WeightTensor::to(const at::Device& device) const {
+  WeightTensor w = *this;
+  for (at::Tensor* t : {&w.values, &w.codes, &w.scales, &w.nested_scales, &w.nested_code, &w.global_scale})
+    if (t->defined()) *t = t->to(device);
+  return w;
+}
+
 namespace {
 
 // "<what>.<field>" for messages: validate_weight's `what` is "moe.experts: weight" style (op: arg).

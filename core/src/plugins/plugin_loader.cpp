@@ -31,7 +31,11 @@ struct PluginLoader::Loaded {
 };
 
 PluginLoader::PluginLoader(Registry& registry) : registry_(registry) {}
-PluginLoader::~PluginLoader() = default;
+// Libraries are never unloaded: provider objects in the registry (which may outlive the loader), static
+// destructors and atexit handlers still point into their code.
+PluginLoader::~PluginLoader() {
+  for (auto& l : libraries_) (void)l.release();
+}
 
 namespace {
 

@@ -26,7 +26,8 @@ at::Tensor pack_nibbles(const at::Tensor& codes, bool first_high);
 at::Tensor unpack_nibbles(const at::Tensor& packed, bool first_high);  // uint8 [..., 2n] codes 0..15
 
 // fp32 -> E2M1 codes (uint8 0..15): round to nearest, ties to even, saturating at ±6 (as torchao's
-// f32_to_f4_unpacked). NaN is not representable; it maps to code 7 (6.0) — callers never pass NaN.
+// f32_to_f4_unpacked); negative values (also those rounding to 0) get the sign bit. NaN is not
+// representable and maps to code 0; callers never pass NaN.
 at::Tensor e2m1_encode(const at::Tensor& x);
 at::Tensor e2m1_decode(const at::Tensor& codes);   // -> fp32
 at::Tensor e8m0_decode(const at::Tensor& scales);  // uint8 s -> fp32 2^(s-127) (255 = NaN)

@@ -70,6 +70,7 @@ struct WeightTensor {
   int64_t numel() const;
   at::Device device() const;      // of `values` or `codes`
   std::string describe() const;   // "nf4[8, 64, 32] blocksize 64 double-quant", for errors and logs
+  WeightTensor to(const at::Device& device) const;  // every tensor moved (no copy when already there)
 };
 
 // Checks a weight's internal consistency (field dtypes, sizes against `shape`, one device) and throws

@@ -283,7 +283,7 @@ at::Tensor dequantize(const WeightTensor& w, at::ScalarType dtype, const at::Ten
     if (w.double_quant()) {
       // bitsandbytes dequantize_blockwise then + offset: code[q] · nested_absmax[b / 256] + offset (fp32)
       const int64_t nb = n / bs;
-      at::Tensor nested_idx = at::arange(nb, w.scales.options().dtype(at::kLong)) / w.nested_blocksize;
+      at::Tensor nested_idx = at::arange(nb, w.scales.options().dtype(at::kLong)).div(w.nested_blocksize, "floor");
       absmax = w.nested_code.index({w.scales.reshape(-1).to(at::kLong)}) * w.nested_scales.index({nested_idx}) +
                w.nested_offset;
     } else {

@@ -1,0 +1,173 @@
+// Kernel selection per GPU: preference lists, per-arch overrides, requirements, strict mode, and the
+// arch override that lets all of this be tested without a GPU.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include "axengine/engine.hpp"
+#include "axengine/kernel_op.hpp"
+#include "axengine/selection.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+struct FakeBackend : ax::KernelBackend {};
+
+void add(ax::Registry& reg, const std::string& op, const std::string& name, ax::Requirements req) {
+  ax::ProviderInfo info;
+  info.kind = ax::ProviderKind::kernel;
+  info.op = op;
+  info.name = name;
+  info.needs = std::move(req);
+  info.plugin = name + "_plugin";
+  reg.add({info, std::make_shared<FakeBackend>()});
+}
+
+ax::Registry make_registry() {
+  ax::Registry reg;
+  add(reg, "moe.experts", "sonicmoe", {{"cuda"}, 90, 100, {"bf16", "fp16"}, {"dense"}, {}});
+  add(reg, "moe.experts", "scattermoe", {{"cuda"}, 80, 0, {"bf16", "fp16"}, {"dense", "mxfp4", "nvfp4"}, {}});
+  add(reg, "moe.experts", "reference", {});
+  add(reg, "attention", "reference", {});
+  return reg;
+}
+
+ax::DeviceInfo gpu(int arch) {
+  ax::DeviceInfo d;
+  d.type = ax::DeviceInfo::Type::cuda;
+  d.arch = arch;
+  return d;
+}
+
+ax::KernelPreferences prefs() {
+  ax::KernelPreferences p;
+  p.prefer["moe.experts"] = {"sonicmoe", "scattermoe", "reference"};
+  p.by_arch[120]["moe.experts"] = {"scattermoe", "reference"};
+  return p;
+}
+
+std::string verdict(const ax::Resolution& r, const std::string& backend) {
+  for (const auto& c : r.candidates)
+    if (c.backend == backend) return c.verdict;
+  return "(absent)";
+}
+
+}  // namespace
+
+TEST_CASE("selection: the first backend whose requirements fit the device wins") {
+  auto reg = make_registry();
+  auto r = ax::resolve_backend(reg, prefs(), "moe.experts", {gpu(90), "bf16", "dense", ""});
+  CHECK(r.chosen == "sonicmoe");
+  CHECK(r.list_source == "[kernels]");
+  CHECK(verdict(r, "scattermoe") == "not tried (sonicmoe chosen first)");
+}
+
+TEST_CASE("selection: per-arch lists replace the default list on that arch") {
+  auto reg = make_registry();
+  auto r = ax::resolve_backend(reg, prefs(), "moe.experts", {gpu(120), "bf16", "dense", ""});
+  CHECK(r.chosen == "scattermoe");
+  CHECK(r.list_source == "[kernels.arch.sm_120]");
+  CHECK(verdict(r, "sonicmoe") == "(absent)");
+}
+
+TEST_CASE("selection: requirements pass over backends with the reason") {
+  auto reg = make_registry();
+  auto p = prefs();
+  p.by_arch.clear();
+  auto r = ax::resolve_backend(reg, p, "moe.experts", {gpu(120), "bf16", "dense", ""});
+  CHECK(r.chosen == "scattermoe");
+  CHECK(verdict(r, "sonicmoe") == "needs sm_90..sm_100, device is sm_120");
+
+  r = ax::resolve_backend(reg, p, "moe.experts", {ax::DeviceInfo{}, "fp32", "dense", ""});
+  CHECK(r.chosen == "reference");
+  CHECK(verdict(r, "sonicmoe") == "needs cuda, device is cpu");
+
+  r = ax::resolve_backend(reg, p, "moe.experts", {gpu(90), "fp32", "dense", ""});
+  CHECK(r.chosen == "reference");
+  CHECK(verdict(r, "scattermoe") == "needs dtype bf16|fp16, asked for fp32");
+
+  r = ax::resolve_backend(reg, p, "moe.experts", {gpu(90), "bf16", "nvfp4", ""});
+  CHECK(r.chosen == "scattermoe");
+  CHECK(verdict(r, "sonicmoe") == "needs weight format dense, asked for nvfp4");
+
+  r = ax::resolve_backend(reg, p, "moe.experts", {gpu(75), "bf16", "dense", ""});
+  CHECK(verdict(r, "scattermoe") == "needs sm_80 or newer, device is sm_75");
+}
+
+TEST_CASE("selection: reference is the implicit last resort unless strict") {
+  auto reg = make_registry();
+  ax::KernelPreferences p;
+  p.prefer["moe.experts"] = {"sonicmoe"};
+  auto r = ax::resolve_backend(reg, p, "moe.experts", {ax::DeviceInfo{}, "fp32", "", ""});
+  CHECK(r.chosen == "reference");
+  REQUIRE(r.candidates.size() == 2);
+
+  p.strict = true;
+  r = ax::resolve_backend(reg, p, "moe.experts", {ax::DeviceInfo{}, "fp32", "", ""});
+  CHECK(r.chosen.empty());
+  ax::KernelSet set(reg, p, ax::DeviceInfo{});
+  CHECK_THROWS_WITH_AS(set.get_backend("moe.experts", "fp32", "", ""),
+                       doctest::Contains("no backend for moe.experts"), ax::UsageError);
+  CHECK_THROWS_WITH_AS(set.get_backend("moe.experts", "fp32", "", ""),
+                       doctest::Contains("sonicmoe: needs cuda, device is cpu"), ax::UsageError);
+}
+
+TEST_CASE("selection: an op the config does not mention tries plugins by name, then reference") {
+  auto reg = make_registry();
+  auto r = ax::resolve_backend(reg, ax::KernelPreferences{}, "moe.experts", {gpu(100), "bf16", "", ""});
+  CHECK(r.list_source == "default (all registered)");
+  REQUIRE(r.candidates.size() == 3);
+  CHECK(r.candidates[0].backend == "scattermoe");  // name order
+  CHECK(r.chosen == "scattermoe");
+  CHECK(r.candidates[2].backend == "reference");
+}
+
+TEST_CASE("selection: unregistered backends are reported, KernelSet caches per query") {
+  auto reg = make_registry();
+  ax::KernelPreferences p;
+  p.prefer["attention"] = {"flash9000"};
+  ax::KernelSet set(reg, p, gpu(90));
+  auto a = set.get_backend("attention", "bf16", "", "");
+  auto b = set.get_backend("attention", "bf16", "", "");
+  CHECK(a == b);
+  auto res = set.resolutions();
+  REQUIRE(res.size() == 1);
+  CHECK(verdict(res[0], "flash9000") == "not registered (no loaded plugin provides it)");
+  CHECK(res[0].chosen == "reference");
+}
+
+TEST_CASE("device: AXENGINE_ARCH and device.arch make selection behave as on that GPU") {
+  ::setenv("AXENGINE_ARCH", "sm_120", 1);
+  auto d = ax::detect_device("auto", "sm_90");
+  ::unsetenv("AXENGINE_ARCH");
+  CHECK(d.is_cuda());
+  CHECK(d.arch == 120);
+  CHECK(d.arch_source == "AXENGINE_ARCH");
+  d = ax::detect_device("auto", "sm_90a");
+  CHECK(d.arch == 90);
+  CHECK(d.arch_source == "config device.arch");
+  CHECK_THROWS_AS(ax::detect_device("auto", "hopper"), ax::UsageError);
+  CHECK_THROWS_AS(ax::detect_device("tpu", ""), ax::UsageError);
+  CHECK(ax::parse_arch("sm_120") == 120);
+  CHECK(!ax::parse_arch("sm_"));
+}
+
+TEST_CASE("cli: plugins explain prints the resolution with reasons, per arch") {
+  using namespace ax_test;
+  TempDir dir;
+  write_file(dir / "run.toml",
+             "[kernels]\nmoe = [\"sonicmoe\", \"reference\"]\nstrict = false\n"
+             "[kernels.arch.sm_120]\nmoe = [\"scattermoe\", \"reference\"]\n");
+  auto r = run("AXENGINE_ARCH=sm_120 " + axengine() + " plugins explain --config " + (dir / "run.toml"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("kernel backends for sm_120") != std::string::npos);
+  CHECK(r.output.find("from [kernels.arch.sm_120]") != std::string::npos);
+  CHECK(r.output.find("sonicmoe") == std::string::npos);
+
+  r = run(axengine() + " plugins explain --config " + (dir / "run.toml") + " --set device.type=\"cpu\" --set kernels.strict=true");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("sonicmoe: not registered") != std::string::npos);
+  CHECK(r.output.find("(none)") != std::string::npos);
+}
