@@ -97,7 +97,7 @@ void dequant_case(CaseRunner& cases, const std::string& dtype, const std::string
     at::Tensor got = T.impl<Dequant>().dequantize(ia);
     std::vector<std::string> msgs;
     if (out) msgs.push_back(out->check("out", got));
-    msgs.push_back(check_close("y", got, want.to(T.device), tolerance(dtype).rounding));
+    msgs.push_back(check_close("y", got, want.to(T.device), tolerance(dtype).dequant));
     msgs.push_back(guard.check());
     return join(msgs, "; ");
   });
@@ -171,7 +171,7 @@ void large_case(CaseRunner& cases, const std::string& dtype) {
     a.dtype = scalar_type(dtype);
     at::Tensor got = T.impl<Dequant>().dequantize(a);
     at::Tensor want = T.ref<Dequant>().dequantize(a);
-    const double tol = tolerance(dtype).rounding;
+    const double tol = tolerance(dtype).dequant;
     return join({check_close("y first rows", got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol),
                  check_close("y last rows", got.narrow(0, rows - 2, 2), want.narrow(0, rows - 2, 2), tol)},
                 "; ");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
@@ -104,8 +105,9 @@ double rel_error(const at::Tensor& got, const at::Tensor& want) {
   if (!at::isfinite(g).all().item<bool>()) return std::nan("");
   double num = (g - w).norm().item<double>();
   double den = w.norm().item<double>();
-  // An all-zero reference (e.g. the gradient of a LoRA factor whose partner is zero): compare absolutely.
-  return den > 0 ? num / den : num;
+  // An all-zero reference (e.g. a gradient no entry reaches): the result must be exactly zero too.
+  if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return num / den;
 }
 
 std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol) {
@@ -116,6 +118,7 @@ std::string check_close(const std::string& what, const at::Tensor& got, const at
     fail(ax::str(what, ": dtype ", dtype_name(got.scalar_type()), ", reference has ", dtype_name(want.scalar_type())));
   double err = rel_error(got, want);
   if (std::isnan(err)) fail(ax::str(what, ": output holds NaN or Inf (reference is finite)"));
+  if (std::isinf(err)) fail(ax::str(what, ": the reference is exactly zero, the output is not"));
   if (err > tol) fail(ax::str(what, ": norm-relative error ", sci(err), " > tolerance ", sci(tol)));
   return ax::str(what, " err=", sci(err), " tol=", sci(tol));
 }

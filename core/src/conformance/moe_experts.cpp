@@ -221,6 +221,16 @@ void forward_case(CaseRunner& cases, const Combo& c, const Shape& shape, const V
     std::vector<std::string> msgs;
     if (out) msgs.push_back(out->check("y", got));
     msgs.push_back(check_close("y", got, want.to(T.device), tolerance(c.dtype).forward));
+    if (!v.gates) {
+      // Rows of inactive entries (-1) must be exact zeros, not merely small.
+      at::Tensor inactive = p.routing.sorted_expert_idxs.eq(-1);
+      at::Tensor rows = v.grouped_out ? inactive.nonzero().flatten() : p.routing.sorted_scattered_idxs.masked_select(inactive);
+      if (rows.numel() > 0) {
+        if (got.detach().to(at::kCPU).index_select(0, rows).ne(0).any().item<bool>())
+          fail(ax::str("y: rows of inactive (-1) routing entries are not exactly zero"));
+        msgs.push_back(ax::str("y: ", rows.numel(), " inactive rows exactly zero"));
+      }
+    }
     msgs.push_back(guard.check());
     return join_msgs(msgs);
   });
