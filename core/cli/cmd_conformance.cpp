@@ -1,10 +1,15 @@
 // axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml]
-//                      [--quick] [--no-discover] [--verbose]
+//                      [--quick] [--no-discover] [--verbose] [--case-timeout S]
 // Certifies kernel backends against the reference (core/include/axengine/conformance.hpp). With --plugin,
 // only the backends of those plugin files are tested. Exit 0: all passed; 1: a case failed; 2: usage.
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "axengine/builtins.hpp"
 #include "axengine/conformance.hpp"
@@ -15,6 +20,50 @@
 namespace {
 
 namespace po = boost::program_options;
+
+// Ends the process (exit 1) when one case runs longer than the limit. A hung kernel cannot be
+// interrupted in-process; this at least turns the hang into a failure that names the case.
+class Watchdog {
+ public:
+  explicit Watchdog(double limit_s) : limit_(limit_s) {
+    if (limit_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~Watchdog() { stop(); }
+  void started(const std::string& name) {
+    std::lock_guard lock(mu_);
+    current_ = name;
+    since_ = std::chrono::steady_clock::now();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mu_);
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      if (done_ || current_.empty()) continue;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count() > limit_) {
+        std::cerr << "FAIL (hang) " << current_ << "\n     did not finish within " << limit_
+                  << " s (--case-timeout); the run is aborted\n" << std::flush;
+        std::_Exit(ax::kExitRuntime);
+      }
+    }
+  }
+  double limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string current_;
+  std::chrono::steady_clock::time_point since_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 // The registry holds objects whose code lives in the plugins: it must go before the loader unloads them.
 struct Session {
@@ -33,7 +82,9 @@ int run_conformance(const std::vector<std::string>& args) {
       ("report", po::value<std::string>(), "write JUnit XML here")
       ("quick", "the CI grid: fewer random shapes, every edge case")
       ("no-discover", "load only the --plugin files (no search of AXENGINE_PLUGIN_PATH / <exe dir>/plugins)")
-      ("verbose,v", "list skipped cases and print each failure as it happens");
+      ("verbose,v", "list skipped cases and print each failure as it happens")
+      ("case-timeout", po::value<double>()->default_value(600), "seconds one case may take before the run is "
+                                                                  "declared hung (exit 1, naming the case); 0: no limit");
   po::variables_map vm;
   const std::string usage =
       "axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml] [--quick]";
@@ -72,7 +123,11 @@ int run_conformance(const std::vector<std::string>& args) {
         std::cerr << "FAIL " << c.backend << " on " << c.device << ": " << c.name << "\n     " << c.message << "\n";
     };
 
+  // A backend that hangs on some input must not hang CI: a watchdog names the case and ends the run.
+  Watchdog watchdog(vm["case-timeout"].as<double>());
+  o.on_start = [&](const std::string& name) { watchdog.started(name); };
   ax::conformance::Report report = ax::conformance::run(registry, o);
+  watchdog.stop();
   ax::conformance::print_summary(report, std::cout, verbose);
   if (xml.is_open()) {
     ax::conformance::write_junit(report, xml);

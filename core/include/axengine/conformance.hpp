@@ -71,7 +71,8 @@ struct Options {
   std::string device;   // "cpu" or "cuda"; empty: every device the backend claims (absent ones skip)
   bool quick = false;   // the CI grid: fewer random shapes, still every edge case
   unsigned seed = 20240521;
-  // Called after each case (progress output). Optional.
+  // Called before each case starts (its name) and after it ends (progress output, watchdogs). Optional.
+  std::function<void(const std::string& name)> on_start;
   std::function<void(const CaseResult&)> on_case;
 };
 

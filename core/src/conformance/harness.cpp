@@ -35,8 +35,9 @@ bool Target::claims_format(const std::string& f) const { return contains(formats
 bool Target::claims_layout(const std::string& l) const { return contains(layouts, l); }
 
 CaseRunner::CaseRunner(const Target& target, std::string device_name, std::vector<CaseResult>& out,
-                       const std::function<void(const CaseResult&)>& on_case)
-    : target_(target), device_name_(std::move(device_name)), out_(out), on_case_(on_case) {}
+                       const std::function<void(const CaseResult&)>& on_case,
+                       const std::function<void(const std::string&)>& on_start)
+    : target_(target), device_name_(std::move(device_name)), out_(out), on_case_(on_case), on_start_(on_start) {}
 
 void CaseRunner::record(CaseResult r) {
   r.op = target_.backend->info.op;
@@ -50,6 +51,7 @@ void CaseRunner::record(CaseResult r) {
 void CaseRunner::run(const std::string& name, const std::function<std::string()>& body) {
   CaseResult r;
   r.name = name;
+  if (on_start_) on_start_(ax::str(target_.backend->info.op, " / ", target_.backend->info.name, " on ", device_name_, ": ", name));
   auto t0 = std::chrono::steady_clock::now();
   try {
     r.message = body();

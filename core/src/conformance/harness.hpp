@@ -51,7 +51,8 @@ struct Target {
 class CaseRunner {
  public:
   CaseRunner(const Target& target, std::string device_name, std::vector<CaseResult>& out,
-             const std::function<void(const CaseResult&)>& on_case);
+             const std::function<void(const CaseResult&)>& on_case,
+             const std::function<void(const std::string&)>& on_start);
   void run(const std::string& name, const std::function<std::string()>& body);
   void skip_case(const std::string& name, const std::string& reason);
   const Target& target() const { return target_; }
@@ -62,6 +63,7 @@ class CaseRunner {
   std::string device_name_;
   std::vector<CaseResult>& out_;
   const std::function<void(const CaseResult&)>& on_case_;
+  const std::function<void(const std::string&)>& on_start_;
 };
 
 // dtype names as the contracts and Requirements spell them.

@@ -65,7 +65,7 @@ void run_target(const Provider& backend, const Provider& reference, const std::s
   t.dtypes = claimed(backend.info.needs.dtypes, space.dtypes);
   t.formats = claimed(backend.info.needs.formats, space.formats);
   t.layouts = claimed(backend.info.needs.layouts, space.layouts);
-  CaseRunner cases(t, device_name, out, options.on_case);
+  CaseRunner cases(t, device_name, out, options.on_case, options.on_start);
   const std::string prefix = backend.info.op + "/device";
   if (device_name == "cuda") {
     if (!at::hasCUDA()) return cases.skip_case(prefix, "no CUDA device present");
