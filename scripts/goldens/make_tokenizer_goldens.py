@@ -11,6 +11,8 @@ Writes tests/data/tokenizers/<name>/{tokenizer.json, tokenizer_config.json, expe
                          "a b" strings, decoders Replace/ByteFallback/Fuse/Strip, TemplateProcessing "<s> $A"
   mistral_metaspace_unk  Metaspace pre-tokenizer (prepend_scheme first, split false) and decoder, unk_token with
                          fuse_unk and no byte fallback
+  transformers_qwen2     what transformers 5's Qwen2Tokenizer / LlamaTokenizer write around the vocabularies above
+  transformers_llama     (the families' real pipelines, e.g. Llama's Metaspace prepend_scheme "first")
   *_variant              the vocabularies above under the other supported components: GPT-2 ByteLevel with
                          regex and prefix space, NFD/NFKD/NFKC, Strip, regex Replace, every Split behavior,
                          invert, Digits, Metaspace split=true, RobertaProcessing, an eos-only template
@@ -374,6 +376,24 @@ def variants(qwen, llama2):
     return out
 
 
+def make_with_transformers(name, cls, vocab, merges):
+    """The tokenizer.json / tokenizer_config.json that transformers itself writes for a model family (v5 builds
+    the family's pipeline around a given vocabulary): the real component configuration, not our imitation."""
+    d = os.path.join(OUT, name)
+    cls(vocab=vocab, merges=merges).save_pretrained(d)
+    for extra in os.listdir(d):
+        if extra not in ("tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(d, extra))
+    with open(os.path.join(d, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    # transformers' own encode must agree with the tokenizers pipeline we record (it is its backend).
+    hf = __import__("transformers").AutoTokenizer.from_pretrained(d)
+    for text in TEST_TEXTS:
+        assert hf(text, add_special_tokens=True)["input_ids"] == tok.encode(text).ids, (name, text)
+    return tok, config
+
+
 def main():
     corpus = make_corpus()
     os.makedirs(OUT, exist_ok=True)
@@ -389,6 +409,16 @@ def main():
     record(llama2, "llama2_metaspace", config)
     tok, config = make_mistral_unk(tokens, merges)
     record(tok, "mistral_metaspace_unk", config)
+    from transformers import LlamaTokenizer, Qwen2Tokenizer
+    print("recording transformers_qwen2 / transformers_llama (files written by transformers 5)")
+    qwen_model = json.loads(qwen.to_str())["model"]
+    tok, config = make_with_transformers("transformers_qwen2", Qwen2Tokenizer, qwen_model["vocab"],
+                                         [tuple(m) for m in qwen_model["merges"]])
+    record(tok, "transformers_qwen2", config)
+    llama_model = json.loads(llama2.to_str())["model"]
+    tok, config = make_with_transformers("transformers_llama", LlamaTokenizer, llama_model["vocab"],
+                                         [tuple(m) for m in llama_model["merges"]])
+    record(tok, "transformers_llama", config)
     for name, tok, config in variants(qwen, llama2):
         print(f"recording {name}")
         record(tok, name, config)

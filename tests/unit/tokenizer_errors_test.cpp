@@ -100,6 +100,10 @@ TEST_CASE("tokenizer errors: malformed fields name the file and JSON path") {
   CHECK(error_of(j) == "m/tokenizer.json: model.vocab.a is not a valid token id: -4");
 
   j = minimal_tokenizer();
+  j["model"]["vocab"]["a"] = 1 << 30;  // would mean a table of a billion entries
+  CHECK(error_of(j) == "m/tokenizer.json: model.vocab.a is not a valid token id: 1073741824");
+
+  j = minimal_tokenizer();
   j.erase("model");
   CHECK(error_of(j) == "m/tokenizer.json: model is missing");
 

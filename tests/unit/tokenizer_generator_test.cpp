@@ -111,3 +111,17 @@ TEST_CASE("byte-level tokenizer generator: a pure byte vocabulary and bad option
   CHECK_THROWS_WITH_AS(ax::make_byte_level_tokenizer_json(o), doctest::Contains("'<eos>' must also be one of"),
                        ax::UsageError);
 }
+
+TEST_CASE("byte-level tokenizer generator: write_byte_level_tokenizer writes a directory the loader reads") {
+  ax::test::ScratchDir dir("tok_writer");
+  auto o = arithmetic_options();
+  ax::write_byte_level_tokenizer(dir.path.string(), o);
+  const auto tok = ax::load_hf_tokenizer(dir.path.string());
+  const auto same = ax::parse_hf_tokenizer(ax::make_byte_level_tokenizer_json(o), "x",
+                                           ax::make_byte_level_tokenizer_config_json(o));
+  CHECK(tok->fingerprint() == same->fingerprint());
+  CHECK(tok->eos_id() == same->eos_id());
+  CHECK(tok->pad_id() == tok->vocab_size() - 1);
+  CHECK_THROWS_WITH_AS(ax::write_byte_level_tokenizer((dir.path / "missing").string(), o),
+                       doctest::Contains("missing/tokenizer.json: cannot be written"), ax::RuntimeError);
+}

@@ -33,3 +33,13 @@ TEST_CASE("tokenizer parity: every Split behavior, invert, Digits, regex Replace
 TEST_CASE("tokenizer parity: Metaspace split=true, individual digits, NFKD and an eos-only template") {
   CHECK(ax::test::check_against_hf_goldens("metaspace_split_variant") >= 13);
 }
+
+// Files written by transformers 5 itself (Qwen2Tokenizer / LlamaTokenizer around the vocabularies above): the
+// families' real pipeline configuration, e.g. Llama's Metaspace prepend_scheme "first" without a normalizer.
+TEST_CASE("tokenizer parity: tokenizer.json written by transformers' Qwen2Tokenizer") {
+  CHECK(ax::test::check_against_hf_goldens("transformers_qwen2") >= 66);
+}
+
+TEST_CASE("tokenizer parity: tokenizer.json written by transformers' LlamaTokenizer") {
+  CHECK(ax::test::check_against_hf_goldens("transformers_llama") >= 67);
+}

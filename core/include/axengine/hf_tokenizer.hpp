@@ -6,9 +6,13 @@
 //                  ignore_merges, continuing_subword_prefix, end_of_word_suffix; dropout must be null/0)
 //   normalizer     NFC, NFD, NFKC, NFKD, Prepend, Replace, Strip, Sequence
 //   pre_tokenizer  ByteLevel, Split, Metaspace, Digits, Sequence
-//   post_processor TemplateProcessing, ByteLevel, Sequence
+//   post_processor TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing, Sequence
 //   decoder        ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence
 // That covers Qwen2/3 and Llama 3 (byte-level) and Llama 2 / Mistral / Mixtral (Metaspace, byte fallback).
+// Behaviour follows HF tokenizers 0.23 (checked by tests/unit/tokenizer_parity_test.cpp), including its quirks:
+// added tokens are split out before normalization, ids HF does not know are skipped by decode, and
+// add_special_tokens does exactly what the post_processor says (tokenizer_config's add_bos_token is not read).
+// vocab_size() is one more than the largest id of the model vocabulary and the added tokens.
 #pragma once
 #include <memory>
 #include <string>
@@ -45,5 +49,7 @@ struct ByteLevelTokenizerOptions {
 std::string make_byte_level_tokenizer_json(const ByteLevelTokenizerOptions& options);
 // The matching tokenizer_config.json text (bos/eos/pad names, added-token table).
 std::string make_byte_level_tokenizer_config_json(const ByteLevelTokenizerOptions& options);
+// Writes both into the existing directory `dir` (RuntimeError naming the file when it cannot).
+void write_byte_level_tokenizer(const std::string& dir, const ByteLevelTokenizerOptions& options);
 
 }  // namespace ax

@@ -1,5 +1,6 @@
 #include "tokenizer/bpe.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 

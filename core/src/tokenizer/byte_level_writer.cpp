@@ -1,5 +1,6 @@
 // Writes a Qwen-style byte-level BPE tokenizer.json (and its tokenizer_config.json) for freshly initialised
 // models, optionally with merges learned from a small corpus by plain greedy BPE training.
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -161,20 +162,13 @@ std::string make_byte_level_tokenizer_json(const ByteLevelTokenizerOptions& o) {
 }
 
 std::string make_byte_level_tokenizer_config_json(const ByteLevelTokenizerOptions& o) {
-  validate(o);
-  // Ids follow make_byte_level_tokenizer_json: bytes, then merges, then the specials.
-  const auto merges = learn_merges(o);
-  std::set<std::string> merged;
-  for (const auto& [a, b] : merges) merged.insert(a + b);
-  std::set<std::string> byte_tokens(tok::byte_level_alphabet().byte_to_utf8.begin(),
-                                    tok::byte_level_alphabet().byte_to_utf8.end());
-  int32_t next_id = 256;
-  for (const auto& m : merged)
-    if (!byte_tokens.count(m)) ++next_id;
+  // The ids come from the tokenizer.json itself, so the two files cannot disagree.
+  const auto tokenizer = nlohmann::json::parse(make_byte_level_tokenizer_json(o));
   ordered_json decoder = ordered_json::object();
-  for (const auto& t : o.special_tokens)
-    decoder[std::to_string(next_id++)] = {{"content", t},       {"lstrip", false}, {"normalized", false},
-                                          {"rstrip", false},    {"single_word", false}, {"special", true}};
+  for (const auto& t : tokenizer["added_tokens"])
+    decoder[std::to_string(t["id"].get<int64_t>())] = {
+        {"content", t["content"]}, {"lstrip", false}, {"normalized", false},
+        {"rstrip", false},         {"single_word", false}, {"special", true}};
   auto name = [](const std::string& s) { return s.empty() ? ordered_json(nullptr) : ordered_json(s); };
   ordered_json root;
   root["added_tokens_decoder"] = decoder;
@@ -185,6 +179,18 @@ std::string make_byte_level_tokenizer_config_json(const ByteLevelTokenizerOption
   root["model_max_length"] = 131072;
   root["tokenizer_class"] = "PreTrainedTokenizerFast";
   return root.dump(2, ' ', false) + "\n";
+}
+
+void write_byte_level_tokenizer(const std::string& dir, const ByteLevelTokenizerOptions& o) {
+  const std::string base = dir.empty() || dir.back() == '/' ? dir : dir + "/";
+  for (const auto& [file, text] : {std::pair{std::string("tokenizer.json"), make_byte_level_tokenizer_json(o)},
+                                   std::pair{std::string("tokenizer_config.json"),
+                                             make_byte_level_tokenizer_config_json(o)}}) {
+    std::ofstream out(base + file, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw RuntimeError(base + file + ": cannot be written");
+  }
 }
 
 }  // namespace ax

@@ -2,6 +2,7 @@
 // applies it: normalizer -> pre-tokenizer -> (model) -> post-processor; decoder on the way back.
 // Offsets are not tracked (we only need ids), except whether a piece starts at the beginning of the input,
 // which Metaspace's prepend_scheme "first" depends on.
+// Implementations: normalizers.cpp, pre_tokenizers.cpp, decoders.cpp, post_processors.cpp (helpers: split.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>

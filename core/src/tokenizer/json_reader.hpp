@@ -2,6 +2,8 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "axengine/error.hpp"
@@ -63,10 +65,12 @@ struct JsonReader {
     if (it == j.end() || it->is_null()) return fallback;
     return integer(*it, join(path, key));
   }
-  // A token id: an integer in [0, 2^31).
+  // A token id: a non-negative integer below 2^24 (real vocabularies stay far below; the bound keeps a corrupt
+  // file from making us allocate gigabytes for the id -> token table).
+  static constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
   int32_t id(const json& j, const std::string& path) const {
     const int64_t v = integer(j, path);
-    if (v < 0 || v > INT32_MAX) fail(path, "is not a valid token id: " + std::to_string(v));
+    if (v < 0 || v > kMaxTokenId) fail(path, "is not a valid token id: " + std::to_string(v));
     return static_cast<int32_t>(v);
   }
   std::string type(const json& j, const std::string& path) const { return string(j, "type", path); }

@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "axengine/error.hpp"
 #include "tokenizer/unicode.hpp"
 
 namespace ax::tok {
@@ -64,7 +65,7 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof message);
-      throw std::runtime_error(std::string("regex match failed: ") + reinterpret_cast<const char*>(message));
+      throw RuntimeError(std::string("tokenizer regex match failed: ") + reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const std::size_t begin = ovector[0], end = ovector[1];

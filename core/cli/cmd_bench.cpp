@@ -1,0 +1,67 @@
+// axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE]
+// Runs the MoE expert-block comparison (moe_block_bench.hpp) with the plugins found the usual way
+// (AXENGINE_PLUGIN_PATH, <exe dir>/plugins), so anyone can reproduce bench/results/moe-*.json.
+#include <fstream>
+#include <iostream>
+
+#include "axengine/builtins.hpp"
+#include "axengine/error.hpp"
+#include "axengine/plugin_loader.hpp"
+#include "axengine/strings.hpp"
+#include "command.hpp"
+#include "moe_block_bench.hpp"
+
+namespace {
+
+namespace po = boost::program_options;
+
+int run_bench(const std::vector<std::string>& args) {
+  const std::string usage =
+      "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE]";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    if (args.empty()) throw ax::UsageError("bench: expected a benchmark name: moe (usage: " + usage + ")");
+    std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up, down with gates, LoRA), "
+              << "forward + backward,\n        through moe.experts backends and through at::_grouped_mm\n";
+    return 0;
+  }
+  if (args[0] != "moe") throw ax::UsageError("bench: unknown benchmark '" + args[0] + "' (known: moe)");
+  po::options_description opts("bench moe options");
+  opts.add_options()("shape", po::value<std::vector<std::string>>()->composing(),
+                     ("shape (repeatable; default all): " + ax::join(ax::bench::moe_bench_shapes(), ", ")).c_str())(
+      "backend", po::value<std::vector<std::string>>()->composing(),
+      "grouped_mm or a moe.experts backend (repeatable; default grouped_mm, scattermoe, reference)")(
+      "tokens", po::value<int64_t>()->default_value(4096), "tokens T")(
+      "rank", po::value<int64_t>()->default_value(16), "LoRA rank")(
+      "iters", po::value<int>()->default_value(20), "timed repetitions (median reported)")(
+      "out", po::value<std::string>(), "write the rows as JSON to FILE");
+  po::variables_map vm;
+  if (!ax::cli::parse_options(usage, {args.begin() + 1, args.end()}, opts, vm)) return 0;
+  ax::bench::MoeBenchOptions o;
+  if (vm.count("shape")) o.shapes = vm["shape"].as<std::vector<std::string>>();
+  if (vm.count("backend")) o.backends = vm["backend"].as<std::vector<std::string>>();
+  o.tokens = vm["tokens"].as<int64_t>();
+  o.rank = vm["rank"].as<int64_t>();
+  o.iters = vm["iters"].as<int>();
+  if (o.tokens < 1 || o.rank < 1 || o.iters < 1) throw ax::UsageError("bench moe: --tokens, --rank and --iters must be >= 1");
+
+  // Leaked on purpose: backend objects must not outlive the plugin libraries that hold their code.
+  ax::Registry& registry = *new ax::Registry;
+  ax::register_builtins(registry);
+  ax::PluginLoader& loader = *new ax::PluginLoader(registry);
+  loader.discover({});
+  nlohmann::json rows = ax::bench::run_moe_bench(registry, o);
+  if (vm.count("out")) {
+    std::string command = "axengine bench";
+    for (const auto& a : args) command += " " + a;
+    const std::string path = vm["out"].as<std::string>();
+    std::ofstream f(path);
+    if (!f) throw ax::UsageError("bench moe: cannot write --out " + path);
+    f << nlohmann::json{{"command", command}, {"floor_tflops", 790.0}, {"rows", rows}}.dump(2) << "\n";
+  }
+  return 0;
+}
+
+ax::cli::CommandRegistrar reg({"bench", "benchmarks: `bench moe` compares moe.experts backends on the MoE expert block",
+                               run_bench});
+
+}  // namespace

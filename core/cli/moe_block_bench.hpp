@@ -1,0 +1,30 @@
+// The MoE expert-block benchmark shared by `axengine bench moe` (cmd_bench.cpp) and the standalone
+// bench/moe_bench: the block (gate_up -> SiLU·up -> down with gates, LoRA on both projections), forward +
+// backward, through moe.experts backends and through the same block written with at::_grouped_mm
+// (gather, grouped GEMMs for base and LoRA, index_add; autograd for the backward).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "axengine/registry.hpp"
+
+namespace ax::bench {
+
+struct MoeBenchOptions {
+  std::vector<std::string> shapes;    // empty: all
+  std::vector<std::string> backends;  // "grouped_mm" or moe.experts backend names; empty: grouped_mm, scattermoe, reference
+  int64_t tokens = 4096;
+  int64_t rank = 16;
+  int iters = 20;
+};
+
+// The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral.
+std::vector<std::string> moe_bench_shapes();
+
+// Runs the comparison on CUDA device 0, printing a table to stdout as it goes, and returns the rows
+// {shape, backend, ms, tflops, pct_of_floor, peak_extra_mb, first_call_s, speedup_vs_grouped_mm, ...}.
+// Throws UsageError for an unknown shape or when there is no CUDA device.
+nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& options);
+
+}  // namespace ax::bench

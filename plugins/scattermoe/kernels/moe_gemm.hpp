@@ -1,0 +1,91 @@
+// Plain C++ launch interface of the scattermoe CUDA kernels: raw device pointers, sizes and a stream.
+// No torch headers here or in the .cu files (nvcc compile time); the ATen glue lives in ../src/.
+//
+// Every kernel works on the *expert-sorted* row order of a MoE layer: row m (0 <= m < M) of the sorted
+// order belongs to expert e when seg[e] <= m < seg[e+1]. Index arrays map a sorted row to the row of
+// a tensor stored in another order (token order, scattered order).
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace ax::scattermoe {
+
+enum class DType { bf16, fp16 };
+
+// Tile rows of the grouped kernels (M direction); the glue sizes workspaces with it.
+constexpr int kTileM = 128;
+
+// From expert segment ends (ends[e] = one past the last sorted row of expert e; expert 0 starts at
+// `first`) computes seg[E+1] (segment starts, seg[E] = end of the last) and tile_start[E+1]
+// (first M tile of each expert, tile_start[E] = total tiles). One block; no host synchronisation.
+void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_t* tile_start,
+                 cudaStream_t stream);
+
+// Grouped GEMM over expert segments. For every expert e and sorted row m of its segment:
+//   acc    = sum_k A[arow(m), k] * W_e(k, n)                         (k < K)
+//   acc    = acc * rs(m)                                            (when row_scale)
+//   acc   += sum_j A2[m, j] * W2_e(j, n)                             (j < K2, the fused LoRA term)
+//   C[crow(m), n] = alpha * acc + bias[e * bias_estride + n]         (bias optional)
+// arow(m) = a_idx ? a_idx[m] / a_div : m;  crow(m) = c_idx ? c_idx[m] : m;
+// Inactive rows (row_expert[m] < 0, routing entries owned by another rank) read nothing: their A row
+// is zero, and their output row is written as zeros (grouped output) or skipped (c_idx set: the caller
+// zeroes scattered outputs first).
+// rs(m) = row_scale[rs_idx ? rs_idx[m] : m];
+// W_e(k, n) = w[e * w_estride + (w_kmajor ? n * ldw + k : k * ldw + n)]   (likewise W2).
+struct GroupedGemmArgs {
+  DType dtype = DType::bf16;
+  int E = 0;
+  int64_t M = 0;  // rows of the sorted order (an upper bound of the routed rows): sizes the grid
+  int N = 0, K = 0, K2 = 0;
+  const int64_t* seg = nullptr;        // [E+1], from launch_prep
+  const int32_t* tile_start = nullptr; // [E+1], from launch_prep
+  const int64_t* row_expert = nullptr; // [M] expert of each sorted row, -1 inactive (optional)
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const int64_t* a_idx = nullptr;
+  int a_div = 1;
+  const void* w = nullptr;
+  int64_t w_estride = 0, ldw = 0;
+  bool w_kmajor = false;
+  const void* a2 = nullptr;
+  int64_t lda2 = 0;
+  const void* w2 = nullptr;
+  int64_t w2_estride = 0, ldw2 = 0;
+  bool w2_kmajor = false;
+  const void* row_scale = nullptr;  // dtype elements
+  const int64_t* rs_idx = nullptr;
+  const void* bias = nullptr;
+  int64_t bias_estride = 0;
+  float alpha = 1.f;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  const int64_t* c_idx = nullptr;
+};
+void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+
+// Per-expert Gram product (reduction over the expert's sorted rows, deterministic, no atomics):
+//   C_e[i, j] = alpha * sum_{m in seg(e)} P[prow(m), i] * Q[m, j]        (i < I, j < J)
+// stored at c[e * c_estride + i * ldc_i + j * ldc_j]; experts without rows get zeros.
+// prow(m) = p_idx ? p_idx[m] / p_div : m; inactive rows (row_expert[m] < 0) contribute nothing.
+struct GramArgs {
+  DType dtype = DType::bf16;
+  int E = 0, I = 0, J = 0;
+  const int64_t* seg = nullptr;
+  const int64_t* row_expert = nullptr;
+  const void* p = nullptr;
+  int64_t ldp = 0;
+  const int64_t* p_idx = nullptr;
+  int p_div = 1;
+  const void* q = nullptr;
+  int64_t ldq = 0;
+  float alpha = 1.f;
+  void* c = nullptr;
+  int64_t c_estride = 0, ldc_i = 0, ldc_j = 0;
+};
+void gram_gemm(const GramArgs& args, cudaStream_t stream);
+
+// Throws std::runtime_error with the CUDA error text if the last launch failed.
+void check_launch(const char* what);
+
+}  // namespace ax::scattermoe

@@ -1,0 +1,349 @@
+// The scattermoe plugin: ATen glue between ax::ops::MoeExperts and the CUDA kernels in ../kernels.
+//
+// Forward (per projection, docs/plugins/scattermoe.md):
+//   XA  = s · gather(X) · A_eᵀ                 [M, r]  thin grouped GEMM, saved for backward
+//   Y   = gather(X) · W_e + XA · B_eᵀ + bias    one grouped GEMM: the LoRA term is two extra k-tiles
+//   gates: Y_t = Σ_j g_tj · Y_(t,j)             batched [1,k]x[k,N] products (no atomics, no extra buffer)
+// Backward (frozen base, g = gate of the entry or 1):
+//   YB  = s · g · dY · B_e                     [M, r]
+//   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above)
+//   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic
+// All routing stays on the device: no host synchronisation on the hot path (check_values off).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <axengine/error.hpp>
+#include <axengine/ops/moe_experts.hpp>
+#include <axengine/plugin.hpp>
+#include <axengine/strings.hpp>
+
+#include "../kernels/moe_gemm.hpp"
+
+namespace ax::scattermoe {
+namespace {
+
+using ops::ExpertLayout;
+
+DType kernel_dtype(at::ScalarType t) {
+  if (t == at::kBFloat16) return DType::bf16;
+  if (t == at::kHalf) return DType::fp16;
+  throw UsageError(str("moe.experts[scattermoe]: dtype ", c10::toString(t), " is not supported (bf16, fp16)"));
+}
+
+// Row-major view with unit column stride (copies only when the caller's tensor is not).
+at::Tensor rows(const at::Tensor& t) { return (t.dim() == 2 && t.stride(1) == 1) ? t : t.contiguous(); }
+
+// A dense expert weight as the kernels read it: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+struct WeightView {
+  at::Tensor t;
+  int64_t estride = 0, ld = 0;
+  bool kmajor = false;
+};
+WeightView weight_view(const ops::MoeExpertsArgs& args) {
+  at::Tensor w = args.weight.values;
+  // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
+  const bool enk = args.layout == ExpertLayout::ENK;
+  // Accept either inner dimension contiguous (a transposed view is just the other layout).
+  if (w.stride(2) != 1 && w.stride(1) != 1) w = w.contiguous();
+  WeightView v;
+  v.t = w;
+  v.estride = w.stride(0);
+  if (w.stride(2) == 1) {
+    v.kmajor = enk;  // innermost is K for ENK, N for EKN
+    v.ld = w.stride(1);
+  } else {
+    v.kmajor = !enk;
+    v.ld = w.stride(2);
+  }
+  return v;
+}
+
+struct Routing {
+  at::Tensor expert, scattered, offsets;
+  at::Tensor ws;  // [2(E+1)] int64: seg, then tile_start as int32 pairs
+  int64_t* seg() const { return ws.data_ptr<int64_t>(); }
+  int32_t* tiles() const { return reinterpret_cast<int32_t*>(ws.data_ptr<int64_t>() + offsets.size(0) + 1); }
+};
+
+Routing prepare(const ops::MoeExpertsArgs& args, cudaStream_t stream) {
+  Routing r;
+  r.expert = args.routing.sorted_expert_idxs.contiguous();
+  r.scattered = args.routing.sorted_scattered_idxs.contiguous();
+  r.offsets = args.routing.expert_offsets.contiguous();
+  const int64_t E = r.offsets.size(0);
+  r.ws = at::empty({2 * (E + 1)}, r.offsets.options());
+  launch_prep(r.offsets.data_ptr<int64_t>(), static_cast<int>(E), 0, r.seg(), r.tiles(), stream);
+  check_launch("routing preparation");
+  return r;
+}
+
+class ScatterMoe final : public ops::MoeExperts {
+ protected:
+  ops::MoeExpertsResult run_forward(const ops::MoeExpertsArgs& args) override {
+    check_supported(args);
+    const auto d = ops::moe_dims(args);
+    const at::Tensor x = rows(args.x);
+    const DType dt = kernel_dtype(x.scalar_type());
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const Routing rt = prepare(args, stream);
+    const WeightView w = weight_view(args);
+    const bool lora = d.r > 0;
+    const bool gated = args.gates.defined();
+    const auto opts = x.options();
+
+    GroupedGemmArgs g;
+    g.dtype = dt;
+    g.E = static_cast<int>(d.E);
+    g.M = d.M;
+    g.seg = rt.seg();
+    g.tile_start = rt.tiles();
+    g.row_expert = rt.expert.data_ptr<int64_t>();
+    g.a = x.data_ptr();
+    g.lda = x.stride(0);
+    g.a_idx = args.grouped_in ? nullptr : rt.scattered.data_ptr<int64_t>();
+    g.a_div = static_cast<int>(d.k);
+
+    at::Tensor xa, la, lb;
+    if (lora) {
+      la = rows(args.lora_a);
+      lb = rows(args.lora_b);
+      xa = at::empty({d.M, d.r}, opts);
+      GroupedGemmArgs t = g;  // XA = s · X · A_eᵀ: A_e(k, j) = lora_a[(e r + j), k]
+      t.N = static_cast<int>(d.r);
+      t.K = static_cast<int>(d.K);
+      t.w = la.data_ptr();
+      t.w_kmajor = true;
+      t.ldw = la.stride(0);
+      t.w_estride = d.r * la.stride(0);
+      t.alpha = static_cast<float>(args.scaling);
+      t.c = xa.data_ptr();
+      t.ldc = d.r;
+      grouped_gemm(t, stream);
+      check_launch("forward XA");
+    }
+
+    // The expert outputs: grouped, or scattered (the gates combine reads them back in token order).
+    const bool scattered_out = gated || !args.grouped_out;
+    at::Tensor y_rows;
+    const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
+    y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
+    y_rows.zero_();  // inactive entries and rows past the last expert read as zero
+    g.N = static_cast<int>(d.N);
+    g.K = static_cast<int>(d.K);
+    g.w = w.t.data_ptr();
+    g.w_kmajor = w.kmajor;
+    g.ldw = w.ld;
+    g.w_estride = w.estride;
+    if (lora) {
+      g.K2 = static_cast<int>(d.r);
+      g.a2 = xa.data_ptr();
+      g.lda2 = d.r;
+      g.w2 = lb.data_ptr();  // B_e(j, n) = lora_b[n, e r + j]
+      g.w2_kmajor = true;
+      g.ldw2 = lb.stride(0);
+      g.w2_estride = d.r;
+    }
+    at::Tensor bias;
+    if (args.bias.defined()) {
+      bias = args.bias.contiguous();
+      g.bias = bias.data_ptr();
+      g.bias_estride = bias.stride(0);
+    }
+    g.c = y_rows.data_ptr();
+    g.ldc = y_rows.stride(0);
+    g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
+    grouped_gemm(g, stream);
+    check_launch("forward GEMM");
+
+    ops::MoeExpertsResult res;
+    if (gated) {
+      const at::Tensor gates = args.gates.to(x.scalar_type()).reshape({d.T, 1, d.k});
+      at::Tensor y = at::bmm(gates, y_rows.view({d.T, d.k, d.N})).view({d.T, d.N});
+      if (args.out.defined()) {
+        args.out.copy_(y);
+        y = args.out;
+      }
+      res.y = y;
+    } else if (args.out.defined() && !direct) {
+      args.out.copy_(y_rows);
+      res.y = args.out;
+    } else {
+      res.y = y_rows;
+    }
+    // saved: {XA or empty, expert rows (gated only) or empty}
+    res.saved = {lora ? xa : at::Tensor(), gated ? y_rows : at::Tensor()};
+    return res;
+  }
+
+  ops::MoeExpertsGrads run_backward(const ops::MoeExpertsArgs& args, const ops::MoeExpertsBackwardArgs& bwd) override {
+    check_supported(args);
+    const auto d = ops::moe_dims(args);
+    const at::Tensor x = rows(args.x);
+    const DType dt = kernel_dtype(x.scalar_type());
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+    const Routing rt = prepare(args, stream);
+    const WeightView w = weight_view(args);
+    const bool lora = d.r > 0;
+    const bool gated = args.gates.defined();
+    const auto opts = x.options();
+    const at::Tensor gy = rows(bwd.grad_y);
+    at::Tensor xa = bwd.saved.size() > 0 ? bwd.saved[0] : at::Tensor();
+    at::Tensor y_rows = bwd.saved.size() > 1 ? bwd.saved[1] : at::Tensor();
+    if (lora && !xa.defined()) throw RuntimeError("moe.experts[scattermoe]: backward needs the forward's saved XA");
+    if (gated && bwd.need_dgates && !y_rows.defined())
+      throw RuntimeError("moe.experts[scattermoe]: backward needs the forward's saved expert outputs");
+    int64_t* scat = rt.scattered.data_ptr<int64_t>();
+    at::Tensor gates_flat;
+    if (gated) gates_flat = args.gates.to(x.scalar_type()).contiguous().view({-1});
+
+    // How the kernels read dY for sorted row m: row scat[m]/k of [T, N] (gated), row m (grouped_out)
+    // or row scat[m] (scattered output).
+    const int64_t* dy_idx = gated ? scat : (args.grouped_out ? nullptr : scat);
+    const int dy_div = gated ? static_cast<int>(d.k) : 1;
+
+    GroupedGemmArgs base;
+    base.dtype = dt;
+    base.E = static_cast<int>(d.E);
+    base.M = d.M;
+    base.seg = rt.seg();
+    base.tile_start = rt.tiles();
+    base.row_expert = rt.expert.data_ptr<int64_t>();
+    base.a = gy.data_ptr();
+    base.lda = gy.stride(0);
+    base.a_idx = dy_idx;
+    base.a_div = dy_div;
+    if (gated) {
+      base.row_scale = gates_flat.data_ptr();
+      base.rs_idx = scat;
+    }
+
+    const bool want_dlora = lora && bwd.need_dlora;
+    at::Tensor la, lb, yb;
+    if (lora && (bwd.need_dx || want_dlora)) {
+      la = rows(args.lora_a);
+      lb = rows(args.lora_b);
+      yb = at::empty({d.M, d.r}, opts);
+      GroupedGemmArgs t = base;  // YB = s · g · dY · B_e: B_e(n, j) = lora_b[n, e r + j]
+      t.N = static_cast<int>(d.r);
+      t.K = static_cast<int>(d.N);
+      t.w = lb.data_ptr();
+      t.w_kmajor = false;
+      t.ldw = lb.stride(0);
+      t.w_estride = d.r;
+      t.alpha = static_cast<float>(args.scaling);
+      t.c = yb.data_ptr();
+      t.ldc = d.r;
+      grouped_gemm(t, stream);
+      check_launch("backward YB");
+    }
+
+    ops::MoeExpertsGrads grads;
+    if (bwd.need_dx) {
+      at::Tensor dx_rows = at::empty({d.M, d.K}, opts);
+      dx_rows.zero_();
+      GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
+      t.N = static_cast<int>(d.K);
+      t.K = static_cast<int>(d.N);
+      t.w = w.t.data_ptr();
+      t.w_kmajor = !w.kmajor;
+      t.ldw = w.ld;
+      t.w_estride = w.estride;
+      if (lora) {
+        t.K2 = static_cast<int>(d.r);
+        t.a2 = yb.data_ptr();
+        t.lda2 = d.r;
+        t.w2 = la.data_ptr();  // A_e(j, k) = lora_a[e r + j, k]
+        t.w2_kmajor = false;
+        t.ldw2 = la.stride(0);
+        t.w2_estride = d.r * la.stride(0);
+      }
+      t.c = dx_rows.data_ptr();
+      t.ldc = d.K;
+      t.c_idx = args.grouped_in ? nullptr : scat;  // scattered: row t·k + j, summed over j below
+      grouped_gemm(t, stream);
+      check_launch("backward dX");
+      at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
+      grads.dx = assign(bwd.out.dx, dx);
+    }
+
+    if (want_dlora) {
+      at::Tensor da = at::empty({d.r * d.E, d.K}, opts);
+      at::Tensor db = at::empty({d.N, d.r * d.E}, opts);
+      GramArgs ga;  // dA_e[j, k] = Σ_m YB[m, j] · X[row(m), k]
+      ga.dtype = dt;
+      ga.E = static_cast<int>(d.E);
+      ga.seg = rt.seg();
+      ga.row_expert = rt.expert.data_ptr<int64_t>();
+      ga.I = static_cast<int>(d.K);
+      ga.J = static_cast<int>(d.r);
+      ga.p = x.data_ptr();
+      ga.ldp = x.stride(0);
+      ga.p_idx = args.grouped_in ? nullptr : scat;
+      ga.p_div = static_cast<int>(d.k);
+      ga.q = yb.data_ptr();
+      ga.ldq = d.r;
+      ga.c = da.data_ptr();
+      ga.c_estride = d.r * d.K;
+      ga.ldc_i = 1;
+      ga.ldc_j = d.K;
+      gram_gemm(ga, stream);
+      check_launch("backward dA");
+
+      at::Tensor xq = xa;  // dB_e[n, j] = Σ_m g_m dY[row(m), n] · XA[m, j]
+      if (gated) xq = xa * gates_flat.index_select(0, rt.scattered.clamp(0, d.M - 1)).unsqueeze(1);
+      GramArgs gb = ga;
+      gb.I = static_cast<int>(d.N);
+      gb.p = gy.data_ptr();
+      gb.ldp = gy.stride(0);
+      gb.p_idx = dy_idx;
+      gb.p_div = dy_div;
+      gb.q = xq.data_ptr();
+      gb.c = db.data_ptr();
+      gb.c_estride = d.r;
+      gb.ldc_i = d.r * d.E;
+      gb.ldc_j = 1;
+      gram_gemm(gb, stream);
+      check_launch("backward dB");
+      grads.dlora_a = assign(bwd.out.dlora_a, da);
+      grads.dlora_b = assign(bwd.out.dlora_b, db);
+    }
+
+    if (gated && bwd.need_dgates) {  // dgates[t, j] = dY[t] · Y_(t,j)
+      at::Tensor dg = at::bmm(y_rows.view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
+      grads.dgates = assign(bwd.out.dgates, dg.to(args.gates.scalar_type()));
+    }
+    return grads;
+  }
+
+ private:
+  static at::Tensor assign(const at::Tensor& out, const at::Tensor& value) {
+    if (!out.defined()) return value;
+    out.copy_(value);
+    return out;
+  }
+
+  static void check_supported(const ops::MoeExpertsArgs& args) {
+    if (!args.x.is_cuda()) throw UsageError("moe.experts[scattermoe]: x: needs a CUDA tensor");
+    if (!args.weight.is_dense())
+      throw UsageError(str("moe.experts[scattermoe]: weight: format ", ops::to_string(args.weight.format),
+                           " is not supported yet (dense only)"));
+    kernel_dtype(args.x.scalar_type());
+    if (args.weight.values.scalar_type() != args.x.scalar_type())
+      throw UsageError("moe.experts[scattermoe]: weight: dtype must match x");
+  }
+};
+
+}  // namespace
+}  // namespace ax::scattermoe
+
+// (Plain literals: a multi-line raw string inside a macro argument trips some preprocessors.)
+AXENGINE_PLUGIN_DESCRIPTOR(
+    "{\"name\": \"scattermoe\", \"version\": \"0.1.0\","
+    " \"summary\": \"ScatterMoE-style grouped expert GEMMs with fused LoRA (CUDA, mma.sync tensor cores)\","
+    " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\","
+    " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
+    " \"formats\": [\"dense\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
+
+AXENGINE_PLUGIN_REGISTER(reg) {
+  reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ax::scattermoe::ScatterMoe>());
+}

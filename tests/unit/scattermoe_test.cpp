@@ -1,0 +1,174 @@
+// scattermoe plugin parity: forward and backward against an fp64 formula of the moe.experts contract,
+// over layouts, gates / grouped / scattered outputs, inactive routing entries, experts without tokens,
+// sizes that are not multiples of any tile (element-load path) and ranks that are not powers of two.
+// Needs a CUDA device and the built plugin; skips (with a message) otherwise.
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <dlfcn.h>
+#include <doctest/doctest.h>
+
+#include <axengine/ops/moe_experts.hpp>
+#include <axengine/plugin.hpp>
+
+#include <string>
+
+namespace {
+
+std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
+  if (!at::hasCUDA() || at::detail::getCUDAHooks().deviceCount() == 0) return nullptr;
+  const std::string path = std::string(AXENGINE_PLUGIN_DIR) + "/axengine_scattermoe.so";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded for the process' life
+  if (!lib) return nullptr;
+  auto fn = reinterpret_cast<ax::PluginRegisterFn*>(dlsym(lib, "axengine_plugin_register"));
+  REQUIRE(static_cast<bool>(fn));
+  ax::PluginRegistrar reg;
+  fn(reg);
+  REQUIRE(reg.staged().size() == 1);
+  return std::static_pointer_cast<ax::ops::MoeExperts>(reg.staged()[0].object);
+}
+
+double rel_err(const at::Tensor& out, const at::Tensor& ref) {
+  const at::Tensor o = out.to(at::kCPU, at::kDouble), r = ref.to(at::kCPU, at::kDouble);
+  if (!o.isfinite().all().item<bool>()) return 1e30;
+  return (o - r).norm().item<double>() / std::max(r.norm().item<double>(), 1e-30);
+}
+
+struct Case {
+  int64_t T, K, N, E, k, r;
+  ax::ops::ExpertLayout layout;
+  bool gates, grouped_in, grouped_out, bias, inactive;
+  at::ScalarType dtype = at::kBFloat16;
+};
+
+void run_case(ax::ops::MoeExperts& be, const Case& c) {
+  using namespace ax::ops;
+  const auto dev = at::Device(at::kCUDA, 0);
+  const auto fo = at::TensorOptions().dtype(c.dtype).device(dev);
+  const int64_t M = c.T * c.k;
+  // Routing: top-k of random logits, one expert left without tokens when E > k.
+  at::Tensor logits = at::randn({c.T, c.E}, at::TensorOptions().device(dev));
+  if (c.E > c.k) logits.select(1, c.E - 1).fill_(-1e9);
+  at::Tensor topk = std::get<1>(logits.topk(c.k, 1));        // [T, k]
+  at::Tensor flat = topk.reshape({-1});
+  auto [sorted_e, sorted_s] = flat.sort(/*stable=*/true, 0, false);
+  at::Tensor offsets = at::bincount(flat, {}, c.E).cumsum(0);
+  at::Tensor eid = sorted_e.clone();
+  at::Tensor sid = sorted_s.clone();
+  at::Tensor active = at::ones({M}, at::TensorOptions().dtype(at::kBool).device(dev));
+  if (c.inactive) {  // every 5th entry belongs to another rank; its scattered index is garbage
+    at::Tensor drop = at::arange(M, eid.options()).remainder(5).eq(2);
+    eid.masked_fill_(drop, -1);
+    sid.masked_fill_(drop, 1 << 30);
+    active = drop.logical_not();
+  }
+  at::Tensor inv = at::argsort(sorted_s);                 // scattered entry s sits at sorted position inv[s]
+  at::Tensor active_s = active.index_select(0, inv);      // whether scattered entry s is active
+
+  const bool enk = c.layout == ExpertLayout::ENK;
+  at::Tensor x_tok = at::randn({c.T, c.K}, fo);
+  at::Tensor w = at::randn(enk ? std::vector<int64_t>{c.E, c.N, c.K} : std::vector<int64_t>{c.E, c.K, c.N}, fo)
+                     .mul_(1.0 / std::sqrt(double(c.K)));
+  at::Tensor la = c.r ? at::randn({c.r * c.E, c.K}, fo).mul_(1.0 / std::sqrt(double(c.K))) : at::Tensor();
+  at::Tensor lb = c.r ? at::randn({c.N, c.r * c.E}, fo).mul_(0.5) : at::Tensor();
+  at::Tensor bias = c.bias ? at::randn({c.E, c.N}, fo) : at::Tensor();
+  at::Tensor gates = c.gates ? at::rand({c.T, c.k}, fo) : at::Tensor();
+  const double s = 0.75;
+
+  // ---- fp64 reference, entries in scattered order s = t·k + j
+  auto D = [](const at::Tensor& t) { return t.defined() ? t.to(at::kDouble).detach().requires_grad_(true) : t; };
+  // grouped input: row p of X holds the token of entry p
+  at::Tensor x_in = c.grouped_in ? x_tok.index_select(0, sorted_s.div(c.k, "floor")) : x_tok;
+  at::Tensor xd = D(x_in), lad = D(la), lbd = D(lb), gd = D(gates);
+  at::Tensor tok = at::arange(M, flat.options()).div(c.k, "floor");
+  at::Tensor xs = xd.index_select(0, c.grouped_in ? inv : tok);        // [M, K], scattered order
+  at::Tensor wd = w.to(at::kDouble);
+  at::Tensor We = (enk ? wd.transpose(1, 2) : wd).index_select(0, flat);  // [M, K, N]
+  at::Tensor ys = at::bmm(xs.unsqueeze(1), We).squeeze(1);
+  if (c.r) {
+    at::Tensor Ae = lad.view({c.E, c.r, c.K}).index_select(0, flat);                     // [M, r, K]
+    at::Tensor Be = lbd.view({c.N, c.E, c.r}).permute({1, 0, 2}).index_select(0, flat);  // [M, N, r]
+    at::Tensor xa = at::bmm(xs.unsqueeze(1), Ae.transpose(1, 2));                       // [M, 1, r]
+    ys = ys + s * at::bmm(xa, Be.transpose(1, 2)).squeeze(1);
+  }
+  if (c.bias) ys = ys + bias.to(at::kDouble).index_select(0, flat);
+  ys = ys * active_s.unsqueeze(1).to(at::kDouble);
+  at::Tensor yref = c.gates ? (ys.view({c.T, c.k, c.N}) * gd.unsqueeze(-1)).sum(1)
+                            : (c.grouped_out ? ys.index_select(0, sorted_s) : ys);
+  at::Tensor gy = at::randn(yref.sizes(), fo);
+  yref.backward(gy.to(at::kDouble));
+
+  // ---- the plugin
+  MoeExpertsArgs a;
+  a.x = x_in;
+  a.routing = MoeRouting{eid, sid, offsets, c.k};
+  a.weight = WeightTensor::dense(w);
+  a.layout = c.layout;
+  a.lora_a = la;
+  a.lora_b = lb;
+  a.scaling = s;
+  a.bias = bias;
+  a.gates = gates;
+  a.grouped_in = c.grouped_in;
+  a.grouped_out = c.grouped_out;
+  a.check_values = true;
+  MoeExpertsResult res = be.forward(a);
+  CHECK(rel_err(res.y, yref) < 1e-2);
+  MoeExpertsResult res2 = be.forward(a);
+  CHECK(at::equal(res.y, res2.y));  // deterministic
+
+  MoeExpertsBackwardArgs b;
+  b.grad_y = gy;
+  b.saved = res.saved;
+  MoeExpertsGrads g = be.backward(a, b);
+  CHECK(rel_err(g.dx, xd.grad()) < 1e-2);
+  if (c.r) {
+    CHECK(rel_err(g.dlora_a, lad.grad()) < 1e-2);
+    CHECK(rel_err(g.dlora_b, lbd.grad()) < 1e-2);
+  }
+  if (c.gates) CHECK(rel_err(g.dgates, gd.grad()) < 1e-2);
+  MoeExpertsGrads g2 = be.backward(a, b);
+  if (g.dx.defined()) CHECK(at::equal(g.dx, g2.dx));
+  if (c.r) CHECK(at::equal(g.dlora_a, g2.dlora_a));
+  if (c.r) CHECK(at::equal(g.dlora_b, g2.dlora_b));
+}
+
+}  // namespace
+
+TEST_CASE("scattermoe plugin matches the fp64 moe.experts formula (CUDA)") {
+  auto be = load_scattermoe();
+  if (!be) {
+    MESSAGE("skipped: needs a CUDA device and the built scattermoe plugin");
+    return;
+  }
+  using L = ax::ops::ExpertLayout;
+  const Case cases[] = {
+      // T, K, N, E, k, r, layout, gates, grouped_in, grouped_out, bias, inactive
+      {256, 128, 192, 8, 2, 16, L::EKN, true, false, false, false, false},
+      {256, 128, 192, 8, 2, 16, L::ENK, true, false, false, false, false},
+      {300, 136, 264, 8, 2, 16, L::ENK, false, false, true, true, false},
+      {300, 136, 264, 8, 2, 16, L::EKN, false, false, false, true, true},
+      {200, 100, 90, 6, 3, 5, L::EKN, true, false, false, true, true},   // element-load path
+      {200, 100, 90, 6, 3, 5, L::ENK, false, true, false, false, false},
+      {64, 64, 48, 4, 4, 8, L::ENK, true, false, false, false, true},   // k = E
+      {1, 72, 24, 3, 1, 3, L::EKN, false, false, false, false, false},  // T = 1, thin N
+      {512, 256, 512, 16, 4, 0, L::ENK, true, false, false, false, false},  // no LoRA
+  };
+  for (const auto& dtype : {at::kBFloat16, at::kHalf}) {
+    for (const Case& c0 : cases) {
+      Case c = c0;
+      c.dtype = dtype;
+      CAPTURE(c.T);
+      CAPTURE(c.K);
+      CAPTURE(c.N);
+      CAPTURE(c.E);
+      CAPTURE(c.k);
+      CAPTURE(c.r);
+      CAPTURE(static_cast<int>(c.layout));
+      CAPTURE(c.gates);
+      CAPTURE(c.grouped_in);
+      CAPTURE(c.grouped_out);
+      CAPTURE(static_cast<int>(dtype));
+      run_case(*be, c);
+    }
+  }
+}
