@@ -53,7 +53,7 @@ void print_summary(const Report& report, std::ostream& os, bool verbose) {
       ++n[static_cast<int>(c->status)];
       total += c->seconds;
     }
-    os << (n[1] ? "FAIL " : "ok   ") << op << " / " << backend << " (" << cases.front()->plugin << ") on " << device
+    os << (n[1] ? "FAIL " : n[0] ? "ok   " : "skip ") << op << " / " << backend << " (" << cases.front()->plugin << ") on " << device
        << ": " << n[0] << " passed, " << n[1] << " failed, " << n[2] << " skipped (" << seconds(total) << " s)\n";
     for (const auto* c : cases)
       if (c->status == Status::fail || (verbose && c->status == Status::skip))
