@@ -13,6 +13,8 @@ function(axengine_add_plugin name)
   if(ARG_OUTPUT_DIR)
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIR})
   elseif(DEFINED AXENGINE_PLUGIN_OUTPUT_DIR)
+    # The project's own plugins: beside the executable in the build tree, and installed there too.
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${AXENGINE_PLUGIN_OUTPUT_DIR})
+    install(TARGETS ${name} LIBRARY DESTINATION bin/plugins)
   endif()
 endfunction()

@@ -4,6 +4,9 @@
 # torch.utils.cmake_prefix_path is. We import the libraries ourselves rather than calling
 # find_package(Torch): TorchConfig of a CUDA wheel insists on a CUDA toolkit, and we must also build
 # where there is none. Sets AXENGINE_TORCH_VERSION, AXENGINE_TORCH_CUDA ("13.0" or "none").
+if(TARGET ax_torch)  # already imported (a project that includes the installed SDK twice)
+  return()
+endif()
 if(NOT AXENGINE_PYTHON)
   find_program(AXENGINE_PYTHON NAMES python3 python REQUIRED)
 endif()

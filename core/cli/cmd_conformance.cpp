@@ -1,0 +1,142 @@
+// axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml]
+//                      [--quick] [--no-discover] [--verbose] [--case-timeout S]
+// Certifies kernel backends against the reference (core/include/axengine/conformance.hpp). With --plugin,
+// only the backends of those plugin files are tested. Exit 0: all passed; 1: a case failed; 2: usage.
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "axengine/builtins.hpp"
+#include "axengine/conformance.hpp"
+#include "axengine/plugin_loader.hpp"
+#include "axengine/strings.hpp"
+#include "command.hpp"
+
+namespace {
+
+namespace po = boost::program_options;
+
+// Ends the process (exit 1) when one case runs longer than the limit. A hung kernel cannot be
+// interrupted in-process; this at least turns the hang into a failure that names the case.
+class Watchdog {
+ public:
+  explicit Watchdog(double limit_s) : limit_(limit_s) {
+    if (limit_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~Watchdog() { stop(); }
+  void started(const std::string& name) {
+    std::lock_guard lock(mu_);
+    current_ = name;
+    since_ = std::chrono::steady_clock::now();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock lock(mu_);
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      if (done_ || current_.empty()) continue;
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count() > limit_) {
+        std::cerr << "FAIL (hang) " << current_ << "\n     did not finish within " << limit_
+                  << " s (--case-timeout); the run is aborted\n" << std::flush;
+        std::_Exit(ax::kExitRuntime);
+      }
+    }
+  }
+  double limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string current_;
+  std::chrono::steady_clock::time_point since_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// The registry holds objects whose code lives in the plugins: it must go before the loader unloads them.
+struct Session {
+  std::unique_ptr<ax::Registry> registry = std::make_unique<ax::Registry>();
+  ax::PluginLoader loader{*registry};
+  ~Session() { registry.reset(); }
+};
+
+int run_conformance(const std::vector<std::string>& args) {
+  po::options_description opts("conformance options");
+  opts.add_options()
+      ("plugin", po::value<std::vector<std::string>>()->composing(), "plugin .so to load and certify (repeatable)")
+      ("op", po::value<std::string>(), "only this op (moe.experts, dequant, norm_rope, attention, linear.lora)")
+      ("backend", po::value<std::string>(), "only this backend name")
+      ("device", po::value<std::string>(), "only this device: cpu or cuda")
+      ("report", po::value<std::string>(), "write JUnit XML here")
+      ("quick", "the CI grid: fewer random shapes, every edge case")
+      ("no-discover", "load only the --plugin files (no search of AXENGINE_PLUGIN_PATH / <exe dir>/plugins)")
+      ("verbose,v", "list skipped cases and print each failure as it happens")
+      ("case-timeout", po::value<double>()->default_value(600), "seconds one case may take before the run is "
+                                                                  "declared hung (exit 1, naming the case); 0: no limit");
+  po::variables_map vm;
+  const std::string usage =
+      "axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml] [--quick]";
+  if (!ax::cli::parse_options(usage, args, opts, vm)) return 0;
+
+  Session session;
+  ax::Registry& registry = *session.registry;
+  ax::register_builtins(registry);
+  ax::PluginLoader& loader = session.loader;
+  ax::conformance::Options o;
+  // Explicit files first: they are what is being certified, and a discovered copy must not shadow them.
+  if (vm.count("plugin")) {
+    for (const auto& path : vm["plugin"].as<std::vector<std::string>>()) {
+      const ax::PluginReport& r = loader.load_file(path, "command line");
+      if (r.status != ax::PluginReport::Status::loaded)
+        throw ax::UsageError(ax::str("conformance: --plugin ", path, " was ", ax::to_string(r.status), ": ", r.reason));
+      if (!r.reason.empty()) std::cerr << "conformance: " << path << ": " << r.reason << "\n";
+      o.plugins.push_back(r.name);
+    }
+  }
+  if (!vm.count("no-discover")) loader.discover({});
+  if (vm.count("op")) o.op = vm["op"].as<std::string>();
+  if (vm.count("backend")) o.backend = vm["backend"].as<std::string>();
+  if (vm.count("device")) o.device = vm["device"].as<std::string>();
+  o.quick = vm.count("quick") > 0;
+  const bool verbose = vm.count("verbose") > 0;
+  // Opened before the run so that an unwritable path is a usage error, not an hour later.
+  std::ofstream xml;
+  if (vm.count("report")) {
+    xml.open(vm["report"].as<std::string>());
+    if (!xml) throw ax::UsageError("conformance: cannot write --report " + vm["report"].as<std::string>());
+  }
+  if (verbose)
+    o.on_case = [](const ax::conformance::CaseResult& c) {
+      if (c.status == ax::conformance::Status::fail)
+        std::cerr << "FAIL " << c.backend << " on " << c.device << ": " << c.name << "\n     " << c.message << "\n";
+    };
+
+  // A backend that hangs on some input must not hang CI: a watchdog names the case and ends the run.
+  Watchdog watchdog(vm["case-timeout"].as<double>());
+  o.on_start = [&](const std::string& name) { watchdog.started(name); };
+  ax::conformance::Report report = ax::conformance::run(registry, o);
+  watchdog.stop();
+  ax::conformance::print_summary(report, std::cout, verbose);
+  if (xml.is_open()) {
+    ax::conformance::write_junit(report, xml);
+    xml.close();
+    if (!xml) throw ax::RuntimeError("conformance: failed writing " + vm["report"].as<std::string>());
+  }
+  return report.ok() ? ax::kExitOk : ax::kExitRuntime;
+}
+
+ax::cli::CommandRegistrar reg({"conformance", "certify kernel backends (and plugins) against the reference", run_conformance});
+
+}  // namespace

@@ -1,0 +1,135 @@
+// Internals of the conformance suite shared by the per-op case files: the target under test, the case
+// runner, and the checks (norm-relative closeness, bitwise equality, "throws naming X", inputs left
+// untouched). Not installed: only conformance.hpp is public.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "axengine/conformance.hpp"
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/registry.hpp"
+
+namespace ax::conformance::detail {
+
+// Thrown inside a case body: the case fails / is skipped with this message.
+struct CaseFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct CaseSkip : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void fail(const std::string& message);
+[[noreturn]] void skip(const std::string& reason);
+
+// One backend on one device, with what it claims (already intersected with what the op defines).
+struct Target {
+  const Provider* backend = nullptr;
+  const Provider* reference = nullptr;  // the op's `reference` backend
+  at::Device device = at::kCPU;         // where the backend under test runs
+  at::Device reference_device = at::kCPU;  // where the reference runs (CPU when the backend IS reference on CUDA)
+  std::vector<std::string> dtypes;      // "fp32", "bf16", "fp16"
+  std::vector<std::string> formats;     // weight formats: "dense", "nf4", ...
+  std::vector<std::string> layouts;     // op-specific layouts
+  bool quick = false;
+  unsigned seed = 0;
+
+  template <class Op>
+  Op& impl() const { return *static_cast<Op*>(backend->object.get()); }
+  template <class Op>
+  Op& ref() const { return *static_cast<Op*>(reference->object.get()); }
+  bool claims_dtype(const std::string& d) const;
+  bool claims_format(const std::string& f) const;
+  bool claims_layout(const std::string& l) const;
+};
+
+// Collects the cases of one target. The body returns the pass message (e.g. measured errors) or throws.
+class CaseRunner {
+ public:
+  CaseRunner(const Target& target, std::string device_name, std::vector<CaseResult>& out,
+             const std::function<void(const CaseResult&)>& on_case,
+             const std::function<void(const std::string&)>& on_start);
+  void run(const std::string& name, const std::function<std::string()>& body);
+  void skip_case(const std::string& name, const std::string& reason);
+  const Target& target() const { return target_; }
+
+ private:
+  void record(CaseResult r);
+  const Target& target_;
+  std::string device_name_;
+  std::vector<CaseResult>& out_;
+  const std::function<void(const CaseResult&)>& on_case_;
+  const std::function<void(const std::string&)>& on_start_;
+};
+
+// dtype names as the contracts and Requirements spell them.
+at::ScalarType scalar_type(const std::string& dtype);
+std::string dtype_name(at::ScalarType t);
+
+// ||got - want||_2 / max(||want||_2, tiny), in float64 on the CPU. NaN when got has NaN/Inf anywhere.
+double rel_error(const at::Tensor& got, const at::Tensor& want);
+// Fails unless got has want's shape, dtype and device and rel_error <= tol. Returns "what err=1.2e-03
+// tol=1.0e-02" for the pass message.
+std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol);
+// Fails unless a and b are the same bits (the determinism / same-call-twice checks).
+std::string check_bitwise(const std::string& what, const at::Tensor& a, const at::Tensor& b);
+// Fails unless fn throws a std::exception whose message contains `argument` (case-sensitive).
+// A crash cannot be caught in-process: it takes the run down, which the CLI reports as a failure.
+std::string check_throws_naming(const std::string& argument, const std::function<void()>& fn);
+
+// Snapshots tensors before a call and fails if any changed (bitwise) after it: the op interfaces return
+// fresh outputs, so "writes only its outputs" means "never writes its inputs".
+class InputGuard {
+ public:
+  void add(const std::string& name, const at::Tensor& t);
+  std::string check() const;  // fails naming the first modified input; returns "N inputs unchanged"
+
+ private:
+  std::vector<std::pair<std::string, std::pair<at::Tensor, at::Tensor>>> saved_;  // name -> (live, copy)
+};
+
+// A preallocated output for the ops' `out` arguments: a strided view into a larger buffer whose
+// guard band (everything outside the view) holds a poison pattern. check() fails if the backend wrote
+// outside the view, did not write the result into it, or returned another tensor.
+class GuardedOut {
+ public:
+  GuardedOut(at::IntArrayRef shape, at::ScalarType dtype, at::Device device, int64_t guard = 3);
+  const at::Tensor& view() const { return view_; }
+  std::string check(const std::string& what, const at::Tensor& returned) const;
+
+ private:
+  at::Tensor buffer_, pristine_, mask_, view_;  // mask_: true inside the view
+};
+
+// Same values, non-contiguous storage: every other column of a twice-as-wide buffer (the buffer's
+// odd columns hold a poison value, so a kernel that ignores strides reads garbage).
+at::Tensor non_contiguous(const at::Tensor& t);
+
+// A deterministic generator per case so cases do not depend on each other's draws.
+at::Generator case_generator(unsigned seed, const std::string& case_name);
+
+// Shape text for case names: "E=8,k=2,T=17".
+std::string kv(const std::vector<std::pair<std::string, long>>& items);
+
+// A weight in one of the formats the suite tests, from an fp32 master. `variant`: "dense", "nf4",
+// "nf4-dq" (double-quantised absmax), "mxfp4", "nvfp4", "nvfp4-pe" (per-expert global scale);
+// `axis` is the blocked (reduction) axis for mxfp4/nvfp4. Dense weights are cast to `dtype`.
+ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& variant, int64_t axis, at::ScalarType dtype);
+std::string base_format(const std::string& variant);  // "nf4-dq" -> "nf4"
+ops::WeightTensor weight_to(const ops::WeightTensor& w, at::Device device);
+
+// Free memory on the CUDA device `index` in bytes (0 if it cannot be asked).
+std::size_t cuda_free_bytes(int index);
+
+// The per-op suites. Each runs every case of its op for one target.
+void run_moe_experts(CaseRunner& cases);
+void run_dequant(CaseRunner& cases);
+void run_norm_rope(CaseRunner& cases);
+void run_attention(CaseRunner& cases);
+void run_linear_lora(CaseRunner& cases);
+
+}  // namespace ax::conformance::detail
