@@ -50,6 +50,17 @@ json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t 
               {"output_router_logits", false}, {"head_dim", 16}, {"rms_norm_eps", 1e-6},
               {"tie_word_embeddings", false}, {"attention_bias", false}, {"use_sliding_window", false},
               {"sliding_window", nullptr}, {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else if (name == "bench-qwen3-moe-0.9b") {
+    // The training-step benchmark's model (bench/train_step): ~0.9B parameters, sized like the reference
+    // measurement of HF transformers + peft. Too big for tests; made on the GPU machine.
+    c.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 32000},
+              {"hidden_size", 1024}, {"num_hidden_layers", 8}, {"num_attention_heads", 16}, {"num_key_value_heads", 4},
+              {"head_dim", 64}, {"intermediate_size", 2816}, {"moe_intermediate_size", 512}, {"num_experts", 64},
+              {"num_experts_per_tok", 8}, {"norm_topk_prob", true}, {"decoder_sparse_step", 1},
+              {"mlp_only_layers", json::array()}, {"router_aux_loss_coef", 0.001}, {"output_router_logits", false},
+              {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false}, {"attention_bias", false},
+              {"use_sliding_window", false}, {"sliding_window", nullptr}, {"max_position_embeddings", 4096},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
   } else if (name == "tiny-mixtral") {
     c.update({{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"intermediate_size", 96},
               {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
@@ -88,7 +99,9 @@ std::string human(int64_t n) {
 
 }  // namespace
 
-std::vector<std::string> model_presets() { return {"tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"}; }
+std::vector<std::string> model_presets() {
+  return {"tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "bench-qwen3-moe-0.9b"};
+}
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   ByteLevelTokenizerOptions tok;
