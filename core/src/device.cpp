@@ -28,7 +28,9 @@ CudaProps query_cuda(int index) {
   if (attr(&p.major, kMajor, index) != 0 || attr(&p.minor, kMinor, index) != 0)
     throw RuntimeError(str("cannot query compute capability of CUDA device ", index));
   // The driver API names the device; cudart has no plain-C entry for it.
-  if (auto get_name = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "cuDeviceGetName"))) {
+  // The driver library is loaded by the runtime but not into the global scope: ask for it by name.
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (auto get_name = reinterpret_cast<NameFn>(driver ? dlsym(driver, "cuDeviceGetName") : nullptr)) {
     char buf[256] = {0};
     if (get_name(buf, sizeof buf - 1, index) == 0) p.name = buf;
   }

@@ -112,8 +112,9 @@ class AdamW final : public Optimizer {
     }
   }
 
-  // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter, which
-  // it increments itself: we hand it our step count each time.
+  // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter. It only
+  // reads the step (torch.optim increments it before the call): pass the count including this step, or
+  // the bias corrections 1 - beta^0 are zero and the update is NaN.
   void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, double lr) {
     std::map<std::pair<int, int>, std::vector<std::size_t>> by_kind;  // (dtype, device) -> indices
     for (std::size_t k : idx) {
@@ -128,7 +129,7 @@ class AdamW final : public Optimizer {
         gs.push_back(p.grad());
         ms.push_back(exp_avg_[k]);
         vs.push_back(exp_avg_sq_[k]);
-        steps.push_back(at::full({}, static_cast<double>(step_ - 1), p.options().dtype(at::kFloat)));
+        steps.push_back(at::full({}, static_cast<double>(step_), p.options().dtype(at::kFloat)));
       }
       at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, o_.beta1, o_.beta2, g.weight_decay, o_.eps,
                         /*amsgrad=*/false, /*maximize=*/false);

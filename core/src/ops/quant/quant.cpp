@@ -228,7 +228,9 @@ WeightTensor quantize_nvfp4(const at::Tensor& w, int64_t axis, bool per_expert_g
   at::Tensor amax = per_expert_global_scale ? at::amax(x.abs().reshape({x.size(0), -1}), {1}) : x.abs().max();
   // An all-zero tensor (or expert) would give a zero global scale and 0/0 below; any positive scale
   // encodes zeros exactly, so use 1.
-  at::Tensor global = at::where(amax > 0, amax / (448.0 * 6.0), at::ones_like(amax));
+  // Divide by a tensor, not a scalar: ATen's CUDA division by a scalar multiplies by its reciprocal, which
+  // can differ from the CPU (and torchao) quotient in the last bit.
+  at::Tensor global = at::where(amax > 0, amax / at::full_like(amax, 448.0 * 6.0), at::ones_like(amax));
 
   at::Tensor xm = x.movedim(a, -1).contiguous();
   auto lead = xm.sizes().vec();
