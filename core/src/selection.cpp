@@ -20,9 +20,12 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
     order = prefs.prefer.at(op);
     res.list_source = "[kernels]";
   } else {
+    // Every registered backend, `reference` last: an op the config leaves alone keeps its fallback even
+    // in strict mode (strict removes the implicit fallback from the lists the user wrote).
     for (const Provider* p : registry.list(ProviderKind::kernel, op))
       if (p->info.name != "reference") order.push_back(p->info.name);
     std::sort(order.begin(), order.end());
+    if (registry.find(ProviderKind::kernel, op, "reference")) order.push_back("reference");
     res.list_source = "default (all registered)";
   }
   if (!prefs.strict && std::find(order.begin(), order.end(), "reference") == order.end()) order.push_back("reference");

@@ -139,7 +139,7 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer.json").string(), tok_json);
   safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer_config.json").string(),
                                  make_byte_level_tokenizer_config_json(tok));
-  log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", vocab, ") to ", out_dir));
+  log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", hc.vocab_size, ") to ", out_dir));
 }
 
 std::string inspect_model_dir(const std::string& dir) {
