@@ -112,6 +112,18 @@ TEST_CASE("selection: reference is the implicit last resort unless strict") {
                        doctest::Contains("sonicmoe: needs cuda, device is cpu"), ax::UsageError);
 }
 
+TEST_CASE("selection: strict mode keeps reference for ops the config does not list") {
+  auto reg = make_registry();
+  ax::KernelPreferences p;
+  p.strict = true;
+  p.prefer["moe.experts"] = {"sonicmoe"};
+  auto r = ax::resolve_backend(reg, p, "attention", {gpu(90), "bf16", "", ""});
+  CHECK(r.chosen == "reference");
+  CHECK(r.list_source == "default (all registered)");
+  r = ax::resolve_backend(reg, p, "moe.experts", {gpu(90), "bf16", "", ""});
+  CHECK(r.chosen == "sonicmoe");
+}
+
 TEST_CASE("selection: an op the config does not mention tries plugins by name, then reference") {
   auto reg = make_registry();
   auto r = ax::resolve_backend(reg, ax::KernelPreferences{}, "moe.experts", {gpu(100), "bf16", "", ""});

@@ -92,7 +92,7 @@ TEST_CASE("cli: make-data, prepare and run train a tiny llama end to end") {
   INFO(log);
   REQUIRE(rc == 0);
   CHECK(log.find("(prepared cache)") != std::string::npos);  // prepare's work reused
-  CHECK(log.find("kernel backends for cpu") != std::string::npos);
+  CHECK(log.find("kernel backends for ") != std::string::npos);  // cpu here, sm_XX on a GPU machine
   CHECK(log.find("exact match") != std::string::npos);
   CHECK(log.find("peak memory") != std::string::npos);
   auto steps = step_records(dir / "out" / "metrics.jsonl");
