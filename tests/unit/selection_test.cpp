@@ -177,9 +177,11 @@ TEST_CASE("cli: plugins explain prints the resolution with reasons, per arch") {
   CHECK(r.output.find("from [kernels.arch.sm_120]") != std::string::npos);
   CHECK(r.output.find("sonicmoe") == std::string::npos);
 
-  r = run(axengine() + " plugins explain --config " + (dir / "run.toml") + " --set device.type=\"cpu\" --set kernels.strict=true");
+  r = run(axengine() + " plugins explain --config " + (dir / "run.toml") +
+          " --set device.type=cpu --set kernels.strict=true --set 'kernels.moe=[\"sonicmoe\"]'");
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("sonicmoe: not registered") != std::string::npos);
-  CHECK(r.output.find("(none)") != std::string::npos);
+  CHECK(r.output.find("moe.experts  (none)") != std::string::npos);     // strict: no implicit fallback
+  CHECK(r.output.find("attention    reference") != std::string::npos);  // unlisted ops keep theirs
 }
