@@ -65,7 +65,6 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   mo.dtype = engine.dtype;
   mo.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
   mo.kernels = engine.kernel_set();
-  mo.activation_checkpointing = s.train.activation_checkpointing;
   if (lora.init_from.empty()) mo.lora = lora.spec;
   else mo.adapter_dir = lora.init_from;
   auto model = load_model(engine.registry, mo);

@@ -21,7 +21,6 @@ struct TrainConfig {
   double max_grad_norm = 1.0;
   int64_t num_epochs = 1;
   int64_t max_steps = 0;
-  bool activation_checkpointing = false;
   int64_t log_every = 10;
   int64_t cpu_threads = 0;
 };
