@@ -1,8 +1,6 @@
-// Scratch directories for tests. std::filesystem::remove_all must not be used: libtorch.so exports its own
-// copy of the std::filesystem implementation, and its remove_all crashes (jumps to a null pointer) when it
-// has something to remove. nftw does the same job without that copy.
+// Scratch directories for tests. (libtorch.so's broken std::filesystem copies are kept out of reach by the
+// link order in cmake/AxTorch.cmake, so std::filesystem is safe to use here.)
 #pragma once
-#include <ftw.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,9 +10,8 @@
 namespace ax::test {
 
 inline void remove_tree(const std::filesystem::path& p) {
-  nftw(
-      p.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return std::remove(path); }, 16,
-      FTW_DEPTH | FTW_PHYS);
+  std::error_code ec;
+  std::filesystem::remove_all(p, ec);
 }
 
 // A fresh, empty directory under the system temp dir, unique per test name and process.

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include <ftw.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -44,10 +43,9 @@ struct ScratchDir {
            ("axengine_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::create_directories(path);
   }
-  // nftw, not std::filesystem::remove_all: libtorch.so exports a broken copy of the latter that crashes.
   ~ScratchDir() {
-    ::nftw(path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-           FTW_DEPTH | FTW_PHYS);
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
   }
 };
 

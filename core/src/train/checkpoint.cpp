@@ -1,7 +1,6 @@
 #include "train/checkpoint.hpp"
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,9 +51,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 }  // namespace
 
 void remove_tree(const std::string& path) {
-  nftw(
-      path.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); }, 16,
-      FTW_DEPTH | FTW_PHYS);
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
 }
 
 void fsync_dir(const std::string& path) {

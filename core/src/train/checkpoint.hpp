@@ -40,7 +40,7 @@ std::string find_latest_checkpoint(const std::string& output_dir);
 // Throws UsageError naming the directory and the file at fault.
 LoadedCheckpoint load_checkpoint(const std::string& dir);
 
-// rm -rf without std::filesystem::remove_all (libtorch exports a broken copy of it).
+// rm -rf, errors ignored (the caller checks what matters).
 void remove_tree(const std::string& path);
 void fsync_dir(const std::string& path);
 
