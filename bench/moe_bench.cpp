@@ -3,6 +3,10 @@
 //
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
 //             [--tokens 4096] [--rank 16] [--iters 20] [--out results.json] [--device-kind nvidia-h200]
+//             [--tune] [--path auto|fused|split]
+// --tune and --path set AXENGINE_SCATTERMOE_TUNE=1 / AXENGINE_SCATTERMOE_PATH for this process (the
+// scattermoe plugin reads them on its first call; docs/plugins/scattermoe.md).
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -33,6 +37,8 @@ int main(int argc, char** argv) try {
     else if (a == "--iters") opt.iters = std::stoi(next());
     else if (a == "--out") out_path = next();
     else if (a == "--device-kind") kind = next();
+    else if (a == "--tune") ::setenv("AXENGINE_SCATTERMOE_TUNE", "1", 1);
+    else if (a == "--path") ::setenv("AXENGINE_SCATTERMOE_PATH", next().c_str(), 1);
     else {
       std::cerr << "moe_bench: unknown argument " << a << "\n";
       return 2;
@@ -51,7 +57,11 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   nlohmann::json rows = ax::bench::run_moe_bench(registry, opt);
   if (!out_path.empty()) {
-    nlohmann::json doc = {{"device_kind", kind}, {"command", command}, {"floor_tflops", 790.0}, {"rows", rows}};
+    nlohmann::json env = nlohmann::json::object();
+    for (const char* name : {"AXENGINE_SCATTERMOE_PATH", "AXENGINE_SCATTERMOE_TUNE", "AXENGINE_TUNING_CACHE"})
+      if (const char* v = std::getenv(name)) env[name] = v;
+    nlohmann::json doc = {{"device_kind", kind}, {"command", command}, {"floor_tflops", 790.0}, {"env", env},
+                          {"rows", rows}};
     std::ofstream(out_path) << doc.dump(2) << "\n";
   }
   return 0;

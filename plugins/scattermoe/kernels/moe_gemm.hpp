@@ -9,16 +9,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include "tile_configs.hpp"
+
 namespace ax::scattermoe {
 
 enum class DType { bf16, fp16 };
 
-// Tile rows of the grouped kernels (M direction); the glue sizes workspaces with it.
-constexpr int kTileM = 128;
-
 // From expert segment ends (ends[e] = one past the last sorted row of expert e; expert 0 starts at
-// `first`) computes seg[E+1] (segment starts, seg[E] = end of the last) and tile_start[E+1]
-// (first M tile of each expert, tile_start[E] = total tiles). One block; no host synchronisation.
+// `first`) computes seg[E+1] (segment starts, seg[E] = end of the last) and tile_start[2(E+1)]: the
+// first M tile of each expert (tile_start[E] = total tiles) for 128-row tiles, then the same for 64-row
+// tiles (tile_start + E + 1). One block; no host synchronisation.
 void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_t* tile_start,
                  cudaStream_t stream);
 
@@ -27,10 +27,12 @@ void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_
 //   acc    = acc * rs(m)                                            (when row_scale)
 //   acc   += sum_j A2[m, j] * W2_e(j, n)                             (j < K2, the fused LoRA term)
 //   C[crow(m), n] = alpha * acc + bias[e * bias_estride + n]         (bias optional)
+//                   + beta * D[m * ldd + n]                          (addend optional: the split path's
+//                                                                     base product, sorted row order)
 // arow(m) = a_idx ? a_idx[m] / a_div : m;  crow(m) = c_idx ? c_idx[m] : m;
-// Inactive rows (row_expert[m] < 0, routing entries owned by another rank) read nothing: their A row
-// is zero, and their output row is written as zeros (grouped output) or skipped (c_idx set: the caller
-// zeroes scattered outputs first).
+// Inactive rows (row_expert[m] < 0, routing entries owned by another rank) read nothing (A row and
+// addend are zero), and their output row is written as zeros (grouped output) or skipped (c_idx set: the
+// caller zeroes scattered outputs first). K = 0 is allowed (the output is bias + addend).
 // rs(m) = row_scale[rs_idx ? rs_idx[m] : m];
 // W_e(k, n) = w[e * w_estride + (w_kmajor ? n * ldw + k : k * ldw + n)]   (likewise W2).
 struct GroupedGemmArgs {
@@ -39,7 +41,7 @@ struct GroupedGemmArgs {
   int64_t M = 0;  // rows of the sorted order (an upper bound of the routed rows): sizes the grid
   int N = 0, K = 0, K2 = 0;
   const int64_t* seg = nullptr;        // [E+1], from launch_prep
-  const int32_t* tile_start = nullptr; // [E+1], from launch_prep
+  const int32_t* tile_start = nullptr; // [2(E+1)], from launch_prep
   const int64_t* row_expert = nullptr; // [M] expert of each sorted row, -1 inactive (optional)
   const void* a = nullptr;
   int64_t lda = 0;
@@ -61,8 +63,17 @@ struct GroupedGemmArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   const int64_t* c_idx = nullptr;
+  const void* d = nullptr;  // addend, [M, ldd]; must not alias c when c_idx is set
+  int64_t ldd = 0;
+  float beta = 1.f;
+  int tile = -1;  // a TileId of the grouped family; -1 (or one not compiled for the call): the default
 };
+// The compiled-kernel variant a call needs (dtype, 64-bit indexing when M * ld can reach 2^31, mixed
+// weight orientations).
+TileVariant grouped_variant(const GroupedGemmArgs& args);
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+// Resident blocks per SM of `tile` for this call's variant (0 when not compiled); launches nothing.
+int grouped_occupancy(const GroupedGemmArgs& args, int tile);
 
 // Per-expert Gram product (reduction over the expert's sorted rows, deterministic, no atomics):
 //   C_e[i, j] = alpha * sum_{m in seg(e)} P[prow(m), i] * Q[m, j]        (i < I, j < J)
@@ -71,6 +82,7 @@ void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 struct GramArgs {
   DType dtype = DType::bf16;
   int E = 0, I = 0, J = 0;
+  int64_t M = 0;  // rows of the sorted order (every index and row is below it): picks 32/64-bit indexing
   const int64_t* seg = nullptr;
   const int64_t* row_expert = nullptr;
   const void* p = nullptr;
@@ -82,8 +94,11 @@ struct GramArgs {
   float alpha = 1.f;
   void* c = nullptr;
   int64_t c_estride = 0, ldc_i = 0, ldc_j = 0;
+  int tile = -1;  // a TileId of the gram family; -1: the default
 };
+TileVariant gram_variant(const GramArgs& args);
 void gram_gemm(const GramArgs& args, cudaStream_t stream);
+int gram_occupancy(const GramArgs& args, int tile);
 
 // Throws std::runtime_error with the CUDA error text if the last launch failed.
 void check_launch(const char* what);

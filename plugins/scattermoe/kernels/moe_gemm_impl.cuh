@@ -7,8 +7,9 @@
 // forward, dX and the Gram products need, and lets the row gather ride on the operand load (each tile
 // row has its own base pointer).
 //
-// Row base offsets are computed in 64 bits once per tile row (row * ld), so L*N and L*K past 2^31 are
-// safe; the inner loops only add small column offsets.
+// Row base offsets (row * ld) are computed once per tile row; the inner loops only add small column
+// offsets. IDX64 selects 64-bit row arithmetic; the launcher picks it only when a row offset can reach
+// 2^31 (M * ld), so the common case keeps 32-bit multiplies and divisions.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -187,11 +188,21 @@ struct Hoisted {
   }
 };
 
-// Row of a gathered operand: idx / div, in 32 bits whenever the index allows (64-bit division is slow).
+// Row of a gathered operand: idx / div. Without IDX64 the launcher guarantees idx < 2^31 (every index
+// is below M and M * ld < 2^31), so one 32-bit division; with IDX64, 32 bits whenever the value allows
+// (64-bit division is slow).
+template <bool IDX64>
 __device__ __forceinline__ int64_t gather_row(int64_t idx, int div) {
   if (div == 1) return idx;
-  if (idx >= 0 && idx <= 0x7fffffff) return static_cast<int64_t>(static_cast<uint32_t>(idx) / static_cast<uint32_t>(div));
+  if (!IDX64 || (idx >= 0 && idx <= 0x7fffffff))
+    return static_cast<int64_t>(static_cast<uint32_t>(idx) / static_cast<uint32_t>(div));
   return idx / div;
+}
+// Element offset of a row: row * ld. Without IDX64 the product is below 2^31 (launcher check).
+template <bool IDX64>
+__device__ __forceinline__ int64_t row_off(int64_t row, int64_t ld) {
+  if constexpr (IDX64) return row * ld;
+  else return static_cast<int64_t>(static_cast<uint32_t>(row) * static_cast<uint32_t>(ld));
 }
 
 struct Problem {
@@ -221,7 +232,7 @@ struct Kernel {
   static constexpr int SMEM_BYTES = STAGES * (A_ELEMS + B_ELEMS) * (int)sizeof(T);
 };
 
-template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ, bool GRAM, class Args>
+template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ, bool GRAM, bool IDX64, class Args>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, int n_tiles_n, unsigned vecmask) {
   using K_ = Kernel<T, BM, BN, WM, WN, W_KMAJ, W2_KMAJ, GRAM>;
   constexpr int BK = K_::BK, STAGES = K_::STAGES, MI = K_::MI, NI = K_::NI, WTM = K_::WTM, WTN = K_::WTN;
@@ -240,14 +251,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     const int64_t rows_in_group = min(kGroupM, max_tiles - group * kGroupM);
     const int64_t tile = group * kGroupM + local % rows_in_group;
     const int nt = static_cast<int>(local / rows_in_group);
-    if (tile >= args.tile_start[args.E]) return;
+    static_assert(BM == 128 || BM == 64, "launch_prep counts tiles of 128 and 64 rows");
+    const int32_t* tile_start = args.tile_start + (BM == 64 ? args.E + 1 : 0);
+    if (tile >= tile_start[args.E]) return;
     int lo = 0, hi = args.E - 1;  // largest e with tile_start[e] <= tile
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (args.tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
+      if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
     }
     pb.e = lo;
-    pb.m0 = args.seg[lo] + (tile - args.tile_start[lo]) * BM;
+    pb.m0 = args.seg[lo] + (tile - tile_start[lo]) * BM;
     pb.m_end = args.seg[lo + 1];
     pb.n0 = nt * BN;
     pb.i0 = 0;
@@ -275,8 +288,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     hA.init_rows_fixed([&](int r) -> const T* {
       const int64_t m = pb.m0 + r;
       if (m >= pb.m_end || (args.row_expert && args.row_expert[m] < 0)) return nullptr;
-      const int64_t ar = args.a_idx ? gather_row(args.a_idx[m], args.a_div) : m;
-      return A + ar * args.lda;
+      const int64_t ar = args.a_idx ? gather_row<IDX64>(args.a_idx[m], args.a_div) : m;
+      return A + row_off<IDX64>(ar, args.lda);
     });
     const T* W = static_cast<const T*>(args.w) + pb.e * args.w_estride;
     if constexpr (W_KMAJ) {
@@ -304,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
         const T* A2 = static_cast<const T*>(args.a2);
         load_tile<T, BM, BK>(a_s, [&](int r) -> const T* {
           const int64_t m = pb.m0 + r;
-          return m < pb.m_end ? A2 + m * args.lda2 : nullptr;
+          return m < pb.m_end ? A2 + row_off<IDX64>(m, args.lda2) : nullptr;
         }, k0, args.K2, vecmask & 4u, dummy);
         const T* W2 = static_cast<const T*>(args.w2) + pb.e * args.w2_estride;
         if constexpr (W2_KMAJ) {
@@ -326,12 +339,12 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
       load_tile<T, BK, BM>(a_s, [&](int r) -> const T* {
         const int64_t m = mk + r;
         if (m >= pb.m_end || (args.row_expert && args.row_expert[m] < 0)) return nullptr;
-        const int64_t pr = args.p_idx ? gather_row(args.p_idx[m], args.p_div) : m;
-        return P + pr * args.ldp;
+        const int64_t pr = args.p_idx ? gather_row<IDX64>(args.p_idx[m], args.p_div) : m;
+        return P + row_off<IDX64>(pr, args.ldp);
       }, pb.i0, args.I, vecmask & 1u, dummy);
       load_tile<T, BK, BN>(b_s, [&](int r) -> const T* {
         const int64_t m = mk + r;
-        return m < pb.m_end ? Q + m * args.ldq : nullptr;
+        return m < pb.m_end ? Q + row_off<IDX64>(m, args.ldq) : nullptr;
       }, pb.n0, args.J, vecmask & 2u, dummy);
     }
   };
@@ -435,6 +448,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     T* C = static_cast<T*>(args.c);
     const T* bias = args.bias ? static_cast<const T*>(args.bias) + pb.e * args.bias_estride : nullptr;
     const bool pair_ok = (vecmask & 16u) != 0;  // ldc and N even, C 4-byte aligned
+    const T* D = static_cast<const T*>(args.d);  // split path: + beta * D[m, n] (sorted row m)
+    const bool d_pair = (vecmask & 32u) != 0;   // ldd and N even, D 4-byte aligned
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -444,7 +459,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
         const bool active = !(args.row_expert && args.row_expert[m] < 0);
         if (!active && args.c_idx) continue;
         const int64_t crow = args.c_idx ? args.c_idx[m] : m;
-        T* crow_p = C + crow * args.ldc;
+        T* crow_p = C + row_off<IDX64>(crow, args.ldc);
+        const T* drow_p = (D != nullptr && active) ? D + row_off<IDX64>(m, args.ldd) : nullptr;
 #pragma unroll
         for (int j = 0; j < NI; ++j) {
           const int n = pb.n0 + wn * WTN + j * 8 + 2 * (lane % 4);
@@ -452,6 +468,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
           if (bias && active) {
             if (n < args.N) v0 += to_f(bias[n]);
             if (n + 1 < args.N) v1 += to_f(bias[n + 1]);
+          }
+          if (drow_p) {
+            if (d_pair && n + 1 < args.N) {
+              const uint32_t dv = *reinterpret_cast<const uint32_t*>(drow_p + n);
+              v0 += args.beta * to_f(reinterpret_cast<const T*>(&dv)[0]);
+              v1 += args.beta * to_f(reinterpret_cast<const T*>(&dv)[1]);
+            } else {
+              if (n < args.N) v0 += args.beta * to_f(drow_p[n]);
+              if (n + 1 < args.N) v1 += args.beta * to_f(drow_p[n + 1]);
+            }
           }
           if (pair_ok && n + 1 < args.N) {
             *reinterpret_cast<uint32_t*>(crow_p + n) = pack2<T>(v0, v1);
@@ -484,53 +510,74 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 // 16-byte vector loads of a row-major operand: base aligned, leading dimension and extent multiples of 8.
 inline bool vec_ok(const void* p, int64_t ld, int64_t cols) { return p && aligned16(p) && ld % 8 == 0 && cols % 8 == 0; }
 
-template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ>
-void launch_grouped(const GroupedGemmArgs& a, cudaStream_t stream) {
+// One compiled kernel variant. Returns 0 after launching, or, with occupancy_only, the kernel's resident
+// blocks per SM (nothing launched): the tile heuristic weighs configurations by it.
+template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ, bool IDX64>
+int launch_grouped(const GroupedGemmArgs& a, cudaStream_t stream, bool occupancy_only) {
   using K_ = Kernel<T, BM, BN, WM, WN, W_KMAJ, W2_KMAJ, false>;
-  auto kern = moe_gemm_kernel<T, BM, BN, WM, WN, W_KMAJ, W2_KMAJ, false, GroupedGemmArgs>;
+  auto kern = moe_gemm_kernel<T, BM, BN, WM, WN, W_KMAJ, W2_KMAJ, false, IDX64, GroupedGemmArgs>;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, K_::SMEM_BYTES);
+  if (occupancy_only) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, K_::SMEM_BYTES) != cudaSuccess) n = 0;
+    return n;
+  }
   const int n_tiles_n = (a.N + BN - 1) / BN;
   const int64_t max_tiles = (a.M + BM - 1) / BM + a.E;  // each expert adds at most one partial tile
   const int64_t blocks = max_tiles * n_tiles_n;
-  if (blocks == 0 || n_tiles_n == 0) return;
+  if (blocks == 0 || n_tiles_n == 0) return 0;
   unsigned vm = 0;
   if (vec_ok(a.a, a.lda, a.K)) vm |= 1u;
   if (vec_ok(a.w, a.ldw, W_KMAJ ? a.K : a.N) && a.w_estride % 8 == 0) vm |= 2u;
   if (a.K2 > 0 && vec_ok(a.a2, a.lda2, a.K2)) vm |= 4u;
   if (a.K2 > 0 && vec_ok(a.w2, a.ldw2, W2_KMAJ ? a.K2 : a.N) && a.w2_estride % 8 == 0) vm |= 8u;
   if (a.ldc % 2 == 0 && a.N % 2 == 0 && (reinterpret_cast<uintptr_t>(a.c) & 3u) == 0) vm |= 16u;
+  if (a.d && a.ldd % 2 == 0 && a.N % 2 == 0 && (reinterpret_cast<uintptr_t>(a.d) & 3u) == 0) vm |= 32u;
   kern<<<dim3(static_cast<unsigned>(blocks)), kThreads, K_::SMEM_BYTES, stream>>>(a, n_tiles_n, vm);
+  return 0;
 }
 
-template <class T>
-void launch_gram(const GramArgs& a, cudaStream_t stream) {
-  constexpr int BM = 128, BN = 16, WM = 8, WN = 1;
+// One tile configuration of the grouped family, 32-bit indexing: picks the compiled weight-orientation
+// variant. MIXED: compiled for mixed orientations of W and the fused LoRA factor too (tile_configs.hpp);
+// without it the dispatcher (moe_prep.cu) only sends same-orientation calls.
+template <class T, int BM, int BN, int WM, int WN, bool MIXED>
+int grouped_tile32(const GroupedGemmArgs& a, cudaStream_t s, bool occ) {
+  const bool wk = a.w_kmajor, w2k = a.K2 == 0 ? a.w_kmajor : a.w2_kmajor;
+  if constexpr (MIXED) {
+    if (wk && !w2k) return launch_grouped<T, BM, BN, WM, WN, true, false, false>(a, s, occ);
+    if (!wk && w2k) return launch_grouped<T, BM, BN, WM, WN, false, true, false>(a, s, occ);
+  }
+  return wk ? launch_grouped<T, BM, BN, WM, WN, true, true, false>(a, s, occ)
+            : launch_grouped<T, BM, BN, WM, WN, false, false, false>(a, s, occ);
+}
+
+// The same with 64-bit indexing, every orientation (only the 128x128 default has it).
+template <class T, int BM, int BN, int WM, int WN>
+int grouped_tile64(const GroupedGemmArgs& a, cudaStream_t s, bool occ) {
+  const bool wk = a.w_kmajor, w2k = a.K2 == 0 ? a.w_kmajor : a.w2_kmajor;
+  if (wk) return w2k ? launch_grouped<T, BM, BN, WM, WN, true, true, true>(a, s, occ)
+                     : launch_grouped<T, BM, BN, WM, WN, true, false, true>(a, s, occ);
+  return w2k ? launch_grouped<T, BM, BN, WM, WN, false, true, true>(a, s, occ)
+             : launch_grouped<T, BM, BN, WM, WN, false, false, true>(a, s, occ);
+}
+
+template <class T, int BM, int BN, int WM, int WN, bool IDX64>
+int launch_gram(const GramArgs& a, cudaStream_t stream, bool occupancy_only) {
   using K_ = Kernel<T, BM, BN, WM, WN, false, false, true>;
-  auto kern = moe_gemm_kernel<T, BM, BN, WM, WN, false, false, true, GramArgs>;
+  auto kern = moe_gemm_kernel<T, BM, BN, WM, WN, false, false, true, IDX64, GramArgs>;
   cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, K_::SMEM_BYTES);
-  if (a.E == 0 || a.I == 0 || a.J == 0) return;
+  if (occupancy_only) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, K_::SMEM_BYTES) != cudaSuccess) n = 0;
+    return n;
+  }
+  if (a.E == 0 || a.I == 0 || a.J == 0) return 0;
   unsigned vm = 0;
   if (vec_ok(a.p, a.ldp, a.I)) vm |= 1u;
   if (vec_ok(a.q, a.ldq, a.J)) vm |= 2u;
   dim3 grid((a.I + BM - 1) / BM, (a.J + BN - 1) / BN, a.E);
   kern<<<grid, kThreads, K_::SMEM_BYTES, stream>>>(a, 1, vm);
-}
-
-// Shape dispatch: thin outputs (the rank-r products) use a 128x16 tile, everything else 128x128.
-template <class T>
-void dispatch_grouped(const GroupedGemmArgs& a, cudaStream_t stream) {
-  if (a.N <= 32 && a.K2 == 0) {
-    if (a.w_kmajor) launch_grouped<T, 128, 16, 8, 1, true, true>(a, stream);
-    else launch_grouped<T, 128, 16, 8, 1, false, false>(a, stream);
-    return;
-  }
-  if (a.w_kmajor) {
-    if (a.K2 == 0 || a.w2_kmajor) launch_grouped<T, 128, 128, 2, 4, true, true>(a, stream);
-    else launch_grouped<T, 128, 128, 2, 4, true, false>(a, stream);
-  } else {
-    if (a.K2 == 0 || !a.w2_kmajor) launch_grouped<T, 128, 128, 2, 4, false, false>(a, stream);
-    else launch_grouped<T, 128, 128, 2, 4, false, true>(a, stream);
-  }
+  return 0;
 }
 
 }  // namespace ax::scattermoe::detail

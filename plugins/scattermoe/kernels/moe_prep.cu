@@ -1,4 +1,5 @@
 // Routing preparation and the dtype switch of the launch interface.
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -6,25 +7,33 @@
 
 namespace ax::scattermoe {
 namespace detail {
-void grouped_gemm_bf16(const GroupedGemmArgs& a, cudaStream_t s);
-void grouped_gemm_fp16(const GroupedGemmArgs& a, cudaStream_t s);
-void gram_gemm_bf16(const GramArgs& a, cudaStream_t s);
-void gram_gemm_fp16(const GramArgs& a, cudaStream_t s);
+// Per dtype and tile (moe_gemm_*.cu): launch, or with occ return the resident blocks per SM.
+int grouped_bf16(int tile, const GroupedGemmArgs& a, cudaStream_t s, bool occ);
+int grouped_fp16(int tile, const GroupedGemmArgs& a, cudaStream_t s, bool occ);
+int gram_bf16(int tile, const GramArgs& a, cudaStream_t s, bool occ);
+int gram_fp16(int tile, const GramArgs& a, cudaStream_t s, bool occ);
+int grouped_idx64(const GroupedGemmArgs& a, cudaStream_t s, bool occ);  // 128x128, both dtypes
+int gram_idx64(const GramArgs& a, cudaStream_t s, bool occ);            // gram128x16, both dtypes
 
 // One block scans the per-expert row counts into segment starts and M-tile starts (chunks of 1024
 // experts, carrying the running totals), so the GEMM grid can be sized on the host from an upper
 // bound without reading the routing back (no host synchronisation, CUDA-graph safe).
+// tile_start holds two arrays of E+1: 128-row tiles, then 64-row tiles (the tile configurations' BM).
 __global__ void prep_kernel(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_t* tile_start) {
   __shared__ int64_t rows[1024];
   __shared__ int32_t tiles[1024];
+  __shared__ int32_t tiles64[1024];
   __shared__ int64_t carry_rows;
-  __shared__ int32_t carry_tiles;
+  __shared__ int32_t carry_tiles, carry_tiles64;
+  int32_t* tile_start64 = tile_start + E + 1;
   const int t = threadIdx.x;
   if (t == 0) {
     carry_rows = first;
     carry_tiles = 0;
+    carry_tiles64 = 0;
     seg[0] = first;
     tile_start[0] = 0;
+    tile_start64[0] = 0;
   }
   __syncthreads();
   for (int base = 0; base < E; base += 1024) {
@@ -36,24 +45,29 @@ __global__ void prep_kernel(const int64_t* ends, int E, int64_t first, int64_t* 
       if (cnt < 0) cnt = 0;  // malformed offsets are rejected by the glue; never size a negative tile
     }
     rows[t] = cnt;
-    tiles[t] = static_cast<int32_t>((cnt + kTileM - 1) / kTileM);
+    tiles[t] = static_cast<int32_t>((cnt + 127) / 128);
+    tiles64[t] = static_cast<int32_t>((cnt + 63) / 64);
     __syncthreads();
     for (int off = 1; off < 1024; off <<= 1) {  // Hillis-Steele inclusive scan
       int64_t r = t >= off ? rows[t - off] : 0;
       int32_t q = t >= off ? tiles[t - off] : 0;
+      int32_t q64 = t >= off ? tiles64[t - off] : 0;
       __syncthreads();
       rows[t] += r;
       tiles[t] += q;
+      tiles64[t] += q64;
       __syncthreads();
     }
     if (e < E) {
       seg[e + 1] = carry_rows + rows[t];
       tile_start[e + 1] = carry_tiles + tiles[t];
+      tile_start64[e + 1] = carry_tiles64 + tiles64[t];
     }
     __syncthreads();
     if (t == 1023) {
       carry_rows += rows[t];
       carry_tiles += tiles[t];
+      carry_tiles64 += tiles64[t];
     }
     __syncthreads();
   }
@@ -64,15 +78,63 @@ void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_
   detail::prep_kernel<<<1, 1024, 0, stream>>>(ends, E, first, seg, tile_start);
 }
 
-void grouped_gemm(const GroupedGemmArgs& a, cudaStream_t s) {
-  if (a.dtype == DType::bf16) detail::grouped_gemm_bf16(a, s);
-  else detail::grouped_gemm_fp16(a, s);
+namespace {
+constexpr int64_t k2_31 = int64_t{1} << 31;
+int64_t max_ld(std::initializer_list<int64_t> lds) {
+  int64_t m = 0;
+  for (int64_t v : lds) m = v > m ? v : m;
+  return m;
+}
+}  // namespace
+
+TileVariant grouped_variant(const GroupedGemmArgs& a) {
+  TileVariant v;
+  v.family = TileFamily::grouped;
+  v.bf16 = a.dtype == DType::bf16;
+  // Every row the kernel addresses is below M (sorted rows, scattered indices t*k+j < T*k = M, and
+  // gathered rows idx / div below that), so M * ld bounds every row offset of A, A2, C and D. (Weight
+  // offsets stay 64-bit in both variants: they are computed once per block.)
+  const int64_t ld = max_ld({a.lda, a.K2 > 0 ? a.lda2 : 0, a.ldc, a.d ? a.ldd : 0});
+  v.idx64 = a.M > 0 && ld > 0 && a.M >= (k2_31 - 1) / ld;
+  v.mixed = a.K2 > 0 && a.w_kmajor != a.w2_kmajor;
+  return v;
 }
 
-void gram_gemm(const GramArgs& a, cudaStream_t s) {
-  if (a.dtype == DType::bf16) detail::gram_gemm_bf16(a, s);
-  else detail::gram_gemm_fp16(a, s);
+TileVariant gram_variant(const GramArgs& a) {
+  TileVariant v;
+  v.family = TileFamily::gram;
+  v.bf16 = a.dtype == DType::bf16;
+  const int64_t ld = max_ld({a.ldp, a.ldq});
+  v.idx64 = a.M > 0 && ld > 0 && a.M >= (k2_31 - 1) / ld;
+  return v;
 }
+
+namespace {
+int run_grouped(const GroupedGemmArgs& a, int tile, cudaStream_t s, bool occ) {
+  const TileVariant v = grouped_variant(a);
+  if (!tile_compiled(tile, v)) {
+    if (occ) return 0;
+    tile = fallback_tile(v, a.N);
+  }
+  if (v.idx64) return detail::grouped_idx64(a, s, occ);  // tile_compiled: only kTile128x128 has it
+  return v.bf16 ? detail::grouped_bf16(tile, a, s, occ) : detail::grouped_fp16(tile, a, s, occ);
+}
+int run_gram(const GramArgs& a, int tile, cudaStream_t s, bool occ) {
+  const TileVariant v = gram_variant(a);
+  if (!tile_compiled(tile, v)) {
+    if (occ) return 0;
+    tile = fallback_tile(v, a.J);
+  }
+  if (!occ && a.E > 65535) throw std::runtime_error("scattermoe: more than 65535 experts (grid limit of the Gram kernels)");
+  if (v.idx64) return detail::gram_idx64(a, s, occ);  // only kTileGram128x16 has it
+  return v.bf16 ? detail::gram_bf16(tile, a, s, occ) : detail::gram_fp16(tile, a, s, occ);
+}
+}  // namespace
+
+void grouped_gemm(const GroupedGemmArgs& a, cudaStream_t s) { run_grouped(a, a.tile, s, false); }
+int grouped_occupancy(const GroupedGemmArgs& a, int tile) { return run_grouped(a, tile, nullptr, true); }
+void gram_gemm(const GramArgs& a, cudaStream_t s) { run_gram(a, a.tile, s, false); }
+int gram_occupancy(const GramArgs& a, int tile) { return run_gram(a, tile, nullptr, true); }
 
 void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();

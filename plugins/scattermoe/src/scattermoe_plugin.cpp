@@ -9,73 +9,20 @@
 //   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above)
 //   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
+// Tile choice: every launch goes through tuner.hpp (tuning cache / heuristic / timing). Few large
+// experts take the split path (split_path.cpp): base GEMMs by at::_grouped_mm, LoRA by our kernels.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <axengine/error.hpp>
-#include <axengine/ops/moe_experts.hpp>
 #include <axengine/plugin.hpp>
-#include <axengine/strings.hpp>
 
-#include "../kernels/moe_gemm.hpp"
+#include "glue.hpp"
+#include "tuner.hpp"
 
 namespace ax::scattermoe {
 namespace {
 
-using ops::ExpertLayout;
-
-DType kernel_dtype(at::ScalarType t) {
-  if (t == at::kBFloat16) return DType::bf16;
-  if (t == at::kHalf) return DType::fp16;
-  throw UsageError(str("moe.experts[scattermoe]: dtype ", c10::toString(t), " is not supported (bf16, fp16)"));
-}
-
-// Row-major view with unit column stride (copies only when the caller's tensor is not).
-at::Tensor rows(const at::Tensor& t) { return (t.dim() == 2 && t.stride(1) == 1) ? t : t.contiguous(); }
-
-// A dense expert weight as the kernels read it: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
-struct WeightView {
-  at::Tensor t;
-  int64_t estride = 0, ld = 0;
-  bool kmajor = false;
-};
-WeightView weight_view(const ops::MoeExpertsArgs& args) {
-  at::Tensor w = args.weight.values;
-  // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
-  const bool enk = args.layout == ExpertLayout::ENK;
-  // Accept either inner dimension contiguous (a transposed view is just the other layout).
-  if (w.stride(2) != 1 && w.stride(1) != 1) w = w.contiguous();
-  WeightView v;
-  v.t = w;
-  v.estride = w.stride(0);
-  if (w.stride(2) == 1) {
-    v.kmajor = enk;  // innermost is K for ENK, N for EKN
-    v.ld = w.stride(1);
-  } else {
-    v.kmajor = !enk;
-    v.ld = w.stride(2);
-  }
-  return v;
-}
-
-struct Routing {
-  at::Tensor expert, scattered, offsets;
-  at::Tensor ws;  // [2(E+1)] int64: seg, then tile_start as int32 pairs
-  int64_t* seg() const { return ws.data_ptr<int64_t>(); }
-  int32_t* tiles() const { return reinterpret_cast<int32_t*>(ws.data_ptr<int64_t>() + offsets.size(0) + 1); }
-};
-
-Routing prepare(const ops::MoeExpertsArgs& args, cudaStream_t stream) {
-  Routing r;
-  r.expert = args.routing.sorted_expert_idxs.contiguous();
-  r.scattered = args.routing.sorted_scattered_idxs.contiguous();
-  r.offsets = args.routing.expert_offsets.contiguous();
-  const int64_t E = r.offsets.size(0);
-  r.ws = at::empty({2 * (E + 1)}, r.offsets.options());
-  launch_prep(r.offsets.data_ptr<int64_t>(), static_cast<int>(E), 0, r.seg(), r.tiles(), stream);
-  check_launch("routing preparation");
-  return r;
-}
+using namespace glue;
 
 class ScatterMoe final : public ops::MoeExperts {
  protected:
@@ -83,14 +30,28 @@ class ScatterMoe final : public ops::MoeExperts {
     check_supported(args);
     const auto d = ops::moe_dims(args);
     const at::Tensor x = rows(args.x);
-    const DType dt = kernel_dtype(x.scalar_type());
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
     const Routing rt = prepare(args, stream);
-    const WeightView w = weight_view(args);
-    const bool lora = d.r > 0;
     const bool gated = args.gates.defined();
     const auto opts = x.options();
+    // The expert outputs: grouped, or scattered (the gates combine reads them back in token order).
+    const bool scattered_out = gated || !args.grouped_out;
+    const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
+    at::Tensor y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
+    y_rows.zero_();  // inactive entries and rows past the last expert read as zero
+    at::Tensor xa;
+    if (choose_path(args, d) == Path::split) xa = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
+    else xa = fused_forward(args, d, rt, x, y_rows, scattered_out, stream);
+    return finish_forward(args, d, x, y_rows, xa, direct);
+  }
 
+  // Fused forward: XA by the thin kernel, then Y = X W + XA Bᵀ + bias in one grouped GEMM.
+  static at::Tensor fused_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                                  const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream) {
+    const DType dt = kernel_dtype(x.scalar_type());
+    const WeightView w = weight_view(args);
+    const bool lora = d.r > 0;
+    const auto opts = x.options();
     GroupedGemmArgs g;
     g.dtype = dt;
     g.E = static_cast<int>(d.E);
@@ -118,16 +79,10 @@ class ScatterMoe final : public ops::MoeExperts {
       t.alpha = static_cast<float>(args.scaling);
       t.c = xa.data_ptr();
       t.ldc = d.r;
-      grouped_gemm(t, stream);
+      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
       check_launch("forward XA");
     }
 
-    // The expert outputs: grouped, or scattered (the gates combine reads them back in token order).
-    const bool scattered_out = gated || !args.grouped_out;
-    at::Tensor y_rows;
-    const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
-    y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
-    y_rows.zero_();  // inactive entries and rows past the last expert read as zero
     g.N = static_cast<int>(d.N);
     g.K = static_cast<int>(d.K);
     g.w = w.t.data_ptr();
@@ -152,9 +107,17 @@ class ScatterMoe final : public ops::MoeExperts {
     g.c = y_rows.data_ptr();
     g.ldc = y_rows.stride(0);
     g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
-    grouped_gemm(g, stream);
+    run_grouped_tuned(GemmOp::forward, d.r, g, stream);
     check_launch("forward GEMM");
+    return xa;
+  }
 
+  // Gates combine and the result / saved tensors (both paths).
+  static ops::MoeExpertsResult finish_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
+                                              const at::Tensor& x, const at::Tensor& y_rows, const at::Tensor& xa,
+                                              bool direct) {
+    const bool lora = d.r > 0;
+    const bool gated = args.gates.defined();
     ops::MoeExpertsResult res;
     if (gated) {
       const at::Tensor gates = args.gates.to(x.scalar_type()).reshape({d.T, 1, d.k});
@@ -186,6 +149,7 @@ class ScatterMoe final : public ops::MoeExperts {
     const bool lora = d.r > 0;
     const bool gated = args.gates.defined();
     const auto opts = x.options();
+    const bool split = choose_path(args, d) == Path::split;
     const at::Tensor gy = rows(bwd.grad_y);
     at::Tensor xa = bwd.saved.size() > 0 ? bwd.saved[0] : at::Tensor();
     at::Tensor y_rows = bwd.saved.size() > 1 ? bwd.saved[1] : at::Tensor();
@@ -218,6 +182,17 @@ class ScatterMoe final : public ops::MoeExperts {
     }
 
     const bool want_dlora = lora && bwd.need_dlora;
+    // Split path: g · dY gathered into sorted order once; YB, dX and dB read it without gather or gate.
+    at::Tensor dys;
+    if (split && (bwd.need_dx || want_dlora)) {
+      dys = split_sorted_grad(args, d, rt, gy, gates_flat);
+      base.a = dys.data_ptr();
+      base.lda = dys.stride(0);
+      base.a_idx = nullptr;
+      base.a_div = 1;
+      base.row_scale = nullptr;
+      base.rs_idx = nullptr;
+    }
     at::Tensor la, lb, yb;
     if (lora && (bwd.need_dx || want_dlora)) {
       la = rows(args.lora_a);
@@ -233,12 +208,17 @@ class ScatterMoe final : public ops::MoeExperts {
       t.alpha = static_cast<float>(args.scaling);
       t.c = yb.data_ptr();
       t.ldc = d.r;
-      grouped_gemm(t, stream);
+      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
       check_launch("backward YB");
     }
 
     ops::MoeExpertsGrads grads;
-    if (bwd.need_dx) {
+    if (bwd.need_dx && split) {
+      at::Tensor dx_rows = at::zeros({d.M, d.K}, opts);
+      split_dx(args, d, rt, dys, yb, la, dx_rows, stream);
+      at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
+      grads.dx = assign(bwd.out.dx, dx);
+    } else if (bwd.need_dx) {
       at::Tensor dx_rows = at::empty({d.M, d.K}, opts);
       dx_rows.zero_();
       GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
@@ -260,7 +240,7 @@ class ScatterMoe final : public ops::MoeExperts {
       t.c = dx_rows.data_ptr();
       t.ldc = d.K;
       t.c_idx = args.grouped_in ? nullptr : scat;  // scattered: row t·k + j, summed over j below
-      grouped_gemm(t, stream);
+      run_grouped_tuned(GemmOp::dx, d.r, t, stream);
       check_launch("backward dX");
       at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
       grads.dx = assign(bwd.out.dx, dx);
@@ -272,6 +252,7 @@ class ScatterMoe final : public ops::MoeExperts {
       GramArgs ga;  // dA_e[j, k] = Σ_m YB[m, j] · X[row(m), k]
       ga.dtype = dt;
       ga.E = static_cast<int>(d.E);
+      ga.M = d.M;
       ga.seg = rt.seg();
       ga.row_expert = rt.expert.data_ptr<int64_t>();
       ga.I = static_cast<int>(d.K);
@@ -286,23 +267,23 @@ class ScatterMoe final : public ops::MoeExperts {
       ga.c_estride = d.r * d.K;
       ga.ldc_i = 1;
       ga.ldc_j = d.K;
-      gram_gemm(ga, stream);
+      run_gram_tuned(ga, stream);
       check_launch("backward dA");
 
       at::Tensor xq = xa;  // dB_e[n, j] = Σ_m g_m dY[row(m), n] · XA[m, j]
-      if (gated) xq = xa * gates_flat.index_select(0, rt.scattered.clamp(0, d.M - 1)).unsqueeze(1);
+      if (gated && !split) xq = xa * gates_flat.index_select(0, rt.scattered.clamp(0, d.M - 1)).unsqueeze(1);
       GramArgs gb = ga;
       gb.I = static_cast<int>(d.N);
-      gb.p = gy.data_ptr();
-      gb.ldp = gy.stride(0);
-      gb.p_idx = dy_idx;
-      gb.p_div = dy_div;
+      gb.p = split ? dys.data_ptr() : gy.data_ptr();  // split: g · dY already in sorted order
+      gb.ldp = split ? dys.stride(0) : gy.stride(0);
+      gb.p_idx = split ? nullptr : dy_idx;
+      gb.p_div = split ? 1 : dy_div;
       gb.q = xq.data_ptr();
       gb.c = db.data_ptr();
       gb.c_estride = d.r;
       gb.ldc_i = d.r * d.E;
       gb.ldc_j = 1;
-      gram_gemm(gb, stream);
+      run_gram_tuned(gb, stream);
       check_launch("backward dB");
       grads.dlora_a = assign(bwd.out.dlora_a, da);
       grads.dlora_b = assign(bwd.out.dlora_b, db);

@@ -1,0 +1,87 @@
+// Shared pieces of the scattermoe ATen glue (scattermoe_plugin.cpp: the op and the fused path;
+// split_path.cpp: the split path for few large experts).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <axengine/error.hpp>
+#include <axengine/ops/moe_experts.hpp>
+#include <axengine/strings.hpp>
+
+#include "../kernels/moe_gemm.hpp"
+
+namespace ax::scattermoe::glue {
+
+inline DType kernel_dtype(at::ScalarType t) {
+  if (t == at::kBFloat16) return DType::bf16;
+  if (t == at::kHalf) return DType::fp16;
+  throw UsageError(str("moe.experts[scattermoe]: dtype ", c10::toString(t), " is not supported (bf16, fp16)"));
+}
+
+// Row-major view with unit column stride (copies only when the caller's tensor is not).
+inline at::Tensor rows(const at::Tensor& t) { return (t.dim() == 2 && t.stride(1) == 1) ? t : t.contiguous(); }
+
+// A dense expert weight as the kernels read it: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+struct WeightView {
+  at::Tensor t;
+  int64_t estride = 0, ld = 0;
+  bool kmajor = false;
+};
+inline WeightView weight_view(const ops::MoeExpertsArgs& args) {
+  at::Tensor w = args.weight.values;
+  // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
+  const bool enk = args.layout == ops::ExpertLayout::ENK;
+  // Accept either inner dimension contiguous (a transposed view is just the other layout).
+  if (w.stride(2) != 1 && w.stride(1) != 1) w = w.contiguous();
+  WeightView v;
+  v.t = w;
+  v.estride = w.stride(0);
+  if (w.stride(2) == 1) {
+    v.kmajor = enk;  // innermost is K for ENK, N for EKN
+    v.ld = w.stride(1);
+  } else {
+    v.kmajor = !enk;
+    v.ld = w.stride(2);
+  }
+  return v;
+}
+
+struct Routing {
+  at::Tensor expert, scattered, offsets;
+  at::Tensor ws;  // [2(E+1)] int64: seg, then tile_start (2(E+1) int32: 128-row and 64-row tiles)
+  int64_t* seg() const { return ws.data_ptr<int64_t>(); }
+  int32_t* tiles() const { return reinterpret_cast<int32_t*>(ws.data_ptr<int64_t>() + offsets.size(0) + 1); }
+};
+
+inline Routing prepare(const ops::MoeExpertsArgs& args, cudaStream_t stream) {
+  Routing r;
+  r.expert = args.routing.sorted_expert_idxs.contiguous();
+  r.scattered = args.routing.sorted_scattered_idxs.contiguous();
+  r.offsets = args.routing.expert_offsets.contiguous();
+  const int64_t E = r.offsets.size(0);
+  r.ws = at::empty({2 * (E + 1)}, r.offsets.options());
+  launch_prep(r.offsets.data_ptr<int64_t>(), static_cast<int>(E), 0, r.seg(), r.tiles(), stream);
+  check_launch("routing preparation");
+  return r;
+}
+
+// Fused path: one kernel per product, LoRA fused into the base GEMM. Split path (few large experts):
+// base GEMM by at::_grouped_mm (CUTLASS, sm_90/sm_100, bf16), LoRA and scatter by our kernels.
+enum class Path { fused, split };
+// AXENGINE_SCATTERMOE_PATH=fused|split overrides the shape rule (split where it cannot run: fused,
+// with one warning).
+Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
+
+// Split forward of one projection: writes the expert outputs (bias and LoRA included) to y_rows (zeroed
+// by the caller; grouped rows, or scattered rows when scattered_out) and returns XA (or undefined
+// without LoRA), the same tensors the fused path produces.
+at::Tensor split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                         const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream);
+
+// Split backward pieces: dys = g · dY in sorted row order ([M, N]); then dX rows (dx_rows, zeroed,
+// [M, K], grouped or scattered like the fused path) = dys · W_eᵀ + YB · A_e.
+at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                             const at::Tensor& gy, const at::Tensor& gates_flat);
+void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+              const at::Tensor& yb, const at::Tensor& la, at::Tensor& dx_rows, cudaStream_t stream);
+
+}  // namespace ax::scattermoe::glue

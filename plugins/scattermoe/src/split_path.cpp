@@ -1,0 +1,224 @@
+// The split path of the scattermoe glue (glue.hpp), for few large experts (Mixtral-like):
+//   forward:  Xs = gather(X) in sorted order;  base = _grouped_mm(Xs, W, offsets)   (CUTLASS, wgmma)
+//             XA = s · Xs · A_eᵀ (thin kernel);  Y = XA · B_eᵀ + bias + base  (our kernel: the addend
+//             rides in the epilogue, which also scatters the rows like the fused path)
+//   backward: dYs = g · gather(dY);  dXb = _grouped_mm(dYs, Wᵀ, offsets);  dX = YB · A_e + dXb
+// The mma.sync kernel reaches about half of CUTLASS's wgmma throughput on these big GEMMs; the rank-r
+// products are small and stay ours. at::_grouped_mm only has its fast kernel on sm_90 / sm_100 and bf16
+// (elsewhere it falls back to a per-expert loop that reads the offsets back to the host), and needs
+// 16-byte aligned rows: the path is offered only then.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include <axengine/log.hpp>
+
+#include "glue.hpp"
+#include "tuner.hpp"
+
+namespace ax::scattermoe::glue {
+namespace {
+
+enum class PathEnv { automatic, fused, split };
+
+PathEnv path_env() {
+  static const PathEnv v = [] {
+    const char* e = std::getenv("AXENGINE_SCATTERMOE_PATH");
+    if (e == nullptr || *e == 0 || std::string(e) == "auto") return PathEnv::automatic;
+    if (std::string(e) == "fused") return PathEnv::fused;
+    if (std::string(e) == "split") return PathEnv::split;
+    ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=", e, " is not one of auto, fused, split; using auto"));
+    return PathEnv::automatic;
+  }();
+  return v;
+}
+
+bool aligned16(const at::Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15u) == 0; }
+
+// The weight as _grouped_mm's mat_b: logical [E, K, N], one of the last two dims contiguous, the other
+// stride and the expert stride multiples of 8 elements (16-byte aligned group bases), base aligned.
+at::Tensor gmm_weight(const ops::MoeExpertsArgs& args) {
+  const at::Tensor& v = args.weight.values;
+  return args.layout == ops::ExpertLayout::EKN ? v : v.transpose(1, 2);
+}
+bool gmm_weight_ok(const at::Tensor& w) {
+  const bool inner = (w.stride(2) == 1 && w.stride(1) % 8 == 0 && w.stride(1) >= w.size(2)) ||
+                     (w.stride(1) == 1 && w.stride(2) % 8 == 0 && w.stride(2) >= w.size(1));
+  return inner && w.stride(0) % 8 == 0 && aligned16(w);
+}
+
+// A row-major operand _grouped_mm accepts (16-byte aligned base and row stride), copying when needed.
+at::Tensor gmm_rows(const at::Tensor& t) {
+  if (t.stride(1) == 1 && t.stride(0) % 8 == 0 && t.stride(0) >= t.size(1) && aligned16(t)) return t;
+  return t.clone(at::MemoryFormat::Contiguous);
+}
+
+// Sorted row -> source row of a [T or M, *] tensor, with inactive entries (garbage scattered index)
+// pointing at row 0: their results are never used (the epilogue skips inactive rows).
+at::Tensor safe_rows(const Routing& rt, int64_t div) {
+  at::Tensor src = div == 1 ? rt.scattered : rt.scattered.div(div, "floor");
+  return at::where(rt.expert >= 0, src, at::zeros({}, src.options()));
+}
+
+bool split_available(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, std::string& why) {
+  if (args.x.scalar_type() != at::kBFloat16) return why = "needs bf16", false;
+  if (!args.weight.is_dense()) return why = "needs a dense weight", false;
+  if (d.K % 8 != 0 || d.N % 8 != 0) return why = "needs K and N multiples of 8", false;
+  if (d.M >= (int64_t{1} << 31)) return why = "needs M < 2^31 (int32 offsets)", false;
+  if (!gmm_weight_ok(gmm_weight(args))) return why = "needs 16-byte aligned weight strides", false;
+  int dev = args.x.device().index(), major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return why = "cannot read the compute capability", false;
+  }
+  if (major != 9 && major != 10) return why = "at::_grouped_mm has a fast kernel on sm_90 / sm_100 only", false;
+  return true;
+}
+
+// Offsets for _grouped_mm: int32 cumulative ends, on the device (no host synchronisation).
+at::Tensor gmm_offsets(const Routing& rt) { return rt.offsets.to(at::kInt); }
+
+}  // namespace
+
+Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
+  const PathEnv env = path_env();
+  if (env == PathEnv::fused) return Path::fused;
+  std::string why;
+  const bool ok = split_available(args, d, why);
+  if (env == PathEnv::split) {
+    if (!ok) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=split: not available here (", why,
+                          "); using the fused path"));
+      });
+    }
+    return ok ? Path::split : Path::fused;
+  }
+  // Automatic: few large experts. The base GEMMs dominate and CUTLASS's wgmma beats our mma.sync by ~2x
+  // there; with few rows per expert the fused path's single pass (no gather copy, no extra [M, N]
+  // buffer) wins. Rows per expert >= 768 and a big weight matrix (Mixtral: 1024 rows, 4096 x 14336).
+  const int64_t rows_per_expert = d.E > 0 ? d.M / d.E : 0;
+  return ok && rows_per_expert >= 768 && d.N * d.K >= (int64_t{1} << 24) ? Path::split : Path::fused;
+}
+
+at::Tensor split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                         const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream) {
+  const bool lora = d.r > 0;
+  at::Tensor base, xa, lb;
+  {
+    // Xs: X rows in sorted order (the same gather the _grouped_mm block does), freed after use.
+    const at::Tensor xs = args.grouped_in ? gmm_rows(x) : x.index_select(0, safe_rows(rt, d.k));
+    base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
+    if (lora) {
+      const at::Tensor la = rows(args.lora_a);
+      xa = at::empty({d.M, d.r}, x.options());
+      GroupedGemmArgs t;  // XA = s · Xs · A_eᵀ: A_e(k, j) = lora_a[(e r + j), k]
+      t.dtype = DType::bf16;
+      t.E = static_cast<int>(d.E);
+      t.M = d.M;
+      t.seg = rt.seg();
+      t.tile_start = rt.tiles();
+      t.row_expert = rt.expert.data_ptr<int64_t>();
+      t.a = xs.data_ptr();
+      t.lda = xs.stride(0);
+      t.N = static_cast<int>(d.r);
+      t.K = static_cast<int>(d.K);
+      t.w = la.data_ptr();
+      t.w_kmajor = true;
+      t.ldw = la.stride(0);
+      t.w_estride = d.r * la.stride(0);
+      t.alpha = static_cast<float>(args.scaling);
+      t.c = xa.data_ptr();
+      t.ldc = d.r;
+      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
+      check_launch("split forward XA");
+    }
+  }
+  GroupedGemmArgs g;  // Y = XA · B_eᵀ + bias + base, scattered like the fused path
+  g.dtype = DType::bf16;
+  g.E = static_cast<int>(d.E);
+  g.M = d.M;
+  g.seg = rt.seg();
+  g.tile_start = rt.tiles();
+  g.row_expert = rt.expert.data_ptr<int64_t>();
+  g.N = static_cast<int>(d.N);
+  if (lora) {
+    lb = rows(args.lora_b);
+    g.K = static_cast<int>(d.r);
+    g.a = xa.data_ptr();
+    g.lda = d.r;
+    g.w = lb.data_ptr();  // B_e(j, n) = lora_b[n, e r + j]
+    g.w_kmajor = true;
+    g.ldw = lb.stride(0);
+    g.w_estride = d.r;
+  } else {
+    g.K = 0;  // output = base (+ bias), scattered
+    g.a = base.data_ptr();
+    g.lda = base.stride(0);
+    g.w = base.data_ptr();
+  }
+  at::Tensor bias;
+  if (args.bias.defined()) {
+    bias = args.bias.contiguous();
+    g.bias = bias.data_ptr();
+    g.bias_estride = bias.stride(0);
+  }
+  g.d = base.data_ptr();
+  g.ldd = base.stride(0);
+  g.beta = 1.f;
+  g.c = y_rows.data_ptr();
+  g.ldc = y_rows.stride(0);
+  g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
+  run_grouped_tuned(GemmOp::lora_add, d.r, g, stream);
+  check_launch("split forward LoRA + base");
+  return xa;
+}
+
+at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                             const at::Tensor& gy, const at::Tensor& gates_flat) {
+  const bool gated = args.gates.defined();
+  if (gated) {  // dY row t of [T, N] for entry (t, j), times the entry's gate
+    at::Tensor g = gates_flat.index_select(0, safe_rows(rt, 1)).unsqueeze(1);
+    return gy.index_select(0, safe_rows(rt, d.k)).mul_(g);
+  }
+  if (args.grouped_out) return gmm_rows(gy);
+  return gy.index_select(0, safe_rows(rt, 1));
+}
+
+void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+              const at::Tensor& yb, const at::Tensor& la, at::Tensor& dx_rows, cudaStream_t stream) {
+  const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
+  GroupedGemmArgs t;  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
+  t.dtype = DType::bf16;
+  t.E = static_cast<int>(d.E);
+  t.M = d.M;
+  t.seg = rt.seg();
+  t.tile_start = rt.tiles();
+  t.row_expert = rt.expert.data_ptr<int64_t>();
+  t.N = static_cast<int>(d.K);
+  if (d.r > 0) {
+    t.K = static_cast<int>(d.r);
+    t.a = yb.data_ptr();
+    t.lda = d.r;
+    t.w = la.data_ptr();
+    t.w_kmajor = false;
+    t.ldw = la.stride(0);
+    t.w_estride = d.r * la.stride(0);
+  } else {
+    t.K = 0;
+    t.a = dxb.data_ptr();
+    t.lda = dxb.stride(0);
+    t.w = dxb.data_ptr();
+  }
+  t.d = dxb.data_ptr();
+  t.ldd = dxb.stride(0);
+  t.c = dx_rows.data_ptr();
+  t.ldc = dx_rows.stride(0);
+  t.c_idx = args.grouped_in ? nullptr : rt.scattered.data_ptr<int64_t>();
+  run_grouped_tuned(GemmOp::lora_add, d.r, t, stream);
+  check_launch("split backward dX");
+}
+
+}  // namespace ax::scattermoe::glue
