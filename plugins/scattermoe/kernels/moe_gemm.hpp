@@ -100,6 +100,10 @@ TileVariant gram_variant(const GramArgs& args);
 void gram_gemm(const GramArgs& args, cudaStream_t stream);
 int gram_occupancy(const GramArgs& args, int tile);
 
+// Zeroes rows [*first_row, M) of a row-major [M, >= n] matrix of 2-byte elements (first_row is a device
+// pointer, e.g. seg + E: the rows past the last expert). No host synchronisation.
+void launch_zero_rows_from(void* c, int64_t ldc, int64_t n, int64_t M, const int64_t* first_row, cudaStream_t stream);
+
 // Throws std::runtime_error with the CUDA error text if the last launch failed.
 void check_launch(const char* what);
 

@@ -72,7 +72,20 @@ __global__ void prep_kernel(const int64_t* ends, int E, int64_t first, int64_t* 
     __syncthreads();
   }
 }
+
+// Rows from *first up to M, one block per row at a time (usually there are none: all entries active).
+__global__ void zero_rows_kernel(uint16_t* c, int64_t ldc, int64_t n, int64_t M, const int64_t* first) {
+  const int64_t r0 = *first < 0 ? 0 : *first;
+  for (int64_t r = r0 + blockIdx.x; r < M; r += gridDim.x)
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) c[r * ldc + j] = 0;  // +0.0 in bf16 and fp16
+}
 }  // namespace detail
+
+void launch_zero_rows_from(void* c, int64_t ldc, int64_t n, int64_t M, const int64_t* first_row, cudaStream_t stream) {
+  if (M <= 0 || n <= 0) return;
+  const unsigned blocks = static_cast<unsigned>(M < 512 ? M : 512);
+  detail::zero_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<uint16_t*>(c), ldc, n, M, first_row);
+}
 
 void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_t* tile_start, cudaStream_t stream) {
   detail::prep_kernel<<<1, 1024, 0, stream>>>(ends, E, first, seg, tile_start);

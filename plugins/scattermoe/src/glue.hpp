@@ -71,17 +71,22 @@ enum class Path { fused, split };
 // with one warning).
 Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
 
-// Split forward of one projection: writes the expert outputs (bias and LoRA included) to y_rows (zeroed
-// by the caller; grouped rows, or scattered rows when scattered_out) and returns XA (or undefined
-// without LoRA), the same tensors the fused path produces.
-at::Tensor split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
-                         const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream);
+// Split forward of one projection: the expert outputs (bias and LoRA included) and XA (undefined without
+// LoRA), the same tensors the fused path produces. The outputs go to `target` (zeroed by the caller;
+// grouped rows, or scattered rows when scattered_out) or, with `target` undefined (grouped output the
+// caller did not preallocate), in place into the base product's buffer (saves an [M, N] buffer).
+struct SplitForward {
+  at::Tensor y_rows, xa;
+};
+SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                           const at::Tensor& x, const at::Tensor& target, bool scattered_out, cudaStream_t stream);
 
-// Split backward pieces: dys = g · dY in sorted row order ([M, N]); then dX rows (dx_rows, zeroed,
-// [M, K], grouped or scattered like the fused path) = dys · W_eᵀ + YB · A_e.
+// Split backward pieces: dys = g · dY in sorted row order ([M, N]); then the dX rows = dys · W_eᵀ + YB · A_e
+// ([M, K], grouped for grouped input — in place in the base product's buffer — or scattered, like the
+// fused path).
 at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                              const at::Tensor& gy, const at::Tensor& gates_flat);
-void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
-              const at::Tensor& yb, const at::Tensor& la, at::Tensor& dx_rows, cudaStream_t stream);
+at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+                    const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream);
 
 }  // namespace ax::scattermoe::glue

@@ -37,11 +37,19 @@ class ScatterMoe final : public ops::MoeExperts {
     // The expert outputs: grouped, or scattered (the gates combine reads them back in token order).
     const bool scattered_out = gated || !args.grouped_out;
     const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
-    at::Tensor y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
-    y_rows.zero_();  // inactive entries and rows past the last expert read as zero
-    at::Tensor xa;
-    if (choose_path(args, d) == Path::split) xa = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
-    else xa = fused_forward(args, d, rt, x, y_rows, scattered_out, stream);
+    const bool split = choose_path(args, d) == Path::split;
+    at::Tensor y_rows, xa;
+    if (!split || scattered_out || direct) {
+      y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
+      y_rows.zero_();  // inactive entries and rows past the last expert read as zero
+    }
+    if (split) {
+      SplitForward sf = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
+      y_rows = sf.y_rows;
+      xa = sf.xa;
+    } else {
+      xa = fused_forward(args, d, rt, x, y_rows, scattered_out, stream);
+    }
     return finish_forward(args, d, x, y_rows, xa, direct);
   }
 
@@ -214,8 +222,7 @@ class ScatterMoe final : public ops::MoeExperts {
 
     ops::MoeExpertsGrads grads;
     if (bwd.need_dx && split) {
-      at::Tensor dx_rows = at::zeros({d.M, d.K}, opts);
-      split_dx(args, d, rt, dys, yb, la, dx_rows, stream);
+      at::Tensor dx_rows = split_dx(args, d, rt, dys, yb, la, stream);
       at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
       grads.dx = assign(bwd.out.dx, dx);
     } else if (bwd.need_dx) {

@@ -103,8 +103,8 @@ Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
   return ok && rows_per_expert >= 768 && d.N * d.K >= (int64_t{1} << 24) ? Path::split : Path::fused;
 }
 
-at::Tensor split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
-                         const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream) {
+SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                           const at::Tensor& x, const at::Tensor& target, bool scattered_out, cudaStream_t stream) {
   const bool lora = d.r > 0;
   at::Tensor base, xa, lb;
   {
@@ -165,15 +165,24 @@ at::Tensor split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
     g.bias = bias.data_ptr();
     g.bias_estride = bias.stride(0);
   }
+  // In place (no target): each output element is read as addend and written by the same thread, and
+  // rows map to themselves (no scatter), so there is no race. Rows past the last expert were not
+  // computed by _grouped_mm: zeroed like the fused path's output.
+  const at::Tensor y_rows = target.defined() ? target : base;
   g.d = base.data_ptr();
   g.ldd = base.stride(0);
   g.beta = 1.f;
   g.c = y_rows.data_ptr();
   g.ldc = y_rows.stride(0);
   g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
+  if (!target.defined() && scattered_out) throw RuntimeError("scattermoe: split forward: scattered output needs a target");
   run_grouped_tuned(GemmOp::lora_add, d.r, g, stream);
   check_launch("split forward LoRA + base");
-  return xa;
+  if (!target.defined()) {
+    launch_zero_rows_from(y_rows.data_ptr(), y_rows.stride(0), d.N, d.M, rt.seg() + d.E, stream);
+    check_launch("split forward tail rows");
+  }
+  return {y_rows, xa};
 }
 
 at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
@@ -187,8 +196,8 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
   return gy.index_select(0, safe_rows(rt, 1));
 }
 
-void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
-              const at::Tensor& yb, const at::Tensor& la, at::Tensor& dx_rows, cudaStream_t stream) {
+at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+                    const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
   const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
   GroupedGemmArgs t;  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
   t.dtype = DType::bf16;
@@ -212,6 +221,9 @@ void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Rout
     t.lda = dxb.stride(0);
     t.w = dxb.data_ptr();
   }
+  // Grouped input: in place in dXb (same-thread read then write, rows unmoved; see split_forward).
+  // Scattered input: rows go to t·k + j of a zeroed buffer (summed over j by the caller).
+  const at::Tensor dx_rows = args.grouped_in ? dxb : at::zeros({d.M, d.K}, dys.options());
   t.d = dxb.data_ptr();
   t.ldd = dxb.stride(0);
   t.c = dx_rows.data_ptr();
@@ -219,6 +231,11 @@ void split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Rout
   t.c_idx = args.grouped_in ? nullptr : rt.scattered.data_ptr<int64_t>();
   run_grouped_tuned(GemmOp::lora_add, d.r, t, stream);
   check_launch("split backward dX");
+  if (args.grouped_in) {
+    launch_zero_rows_from(dx_rows.data_ptr(), dx_rows.stride(0), d.K, d.M, rt.seg() + d.E, stream);
+    check_launch("split backward tail rows");
+  }
+  return dx_rows;
 }
 
 }  // namespace ax::scattermoe::glue
