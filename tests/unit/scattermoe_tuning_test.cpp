@@ -199,8 +199,12 @@ TEST_CASE("scattermoe tuning: the default user file follows AXENGINE_TUNING_CACH
   CHECK(sm::default_user_cache_path() == fs::path("/tmp/x/tuning.json"));
   ::unsetenv("AXENGINE_TUNING_CACHE");
   const fs::path p = sm::default_user_cache_path();
-  CHECK(p.filename() == "scattermoe-tuning.json");
-  CHECK(p.parent_path().filename() == "axengine");
+  if (std::getenv("XDG_CACHE_HOME") || std::getenv("HOME")) {
+    CHECK(p.filename() == "scattermoe-tuning.json");
+    CHECK(p.parent_path().filename() == "axengine");
+  } else {
+    CHECK(p.empty());  // nowhere to keep it: tuning results stay in memory
+  }
   if (old) ::setenv("AXENGINE_TUNING_CACHE", saved.c_str(), 1);
 }
 
