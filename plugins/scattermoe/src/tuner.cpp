@@ -151,9 +151,12 @@ int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Oc
   const DeviceInfo& di = device_info(dev);
   const std::string key =
       TuningKey{di.gpu, query.op, query.E, query.M, query.N, query.K, rank}.str();
+  // The persisted key leaves out the compiled variant (dtype, 64-bit, orientations): a stored tile that
+  // is not compiled for a call is skipped below. The in-process memo keeps variants apart.
+  const std::string memo_key = ax::str(key, "|", query.variant.bf16, query.variant.idx64, query.variant.mixed);
   {
     std::lock_guard<std::mutex> lock(g_memo_mu);
-    if (auto it = g_memo.find(key); it != g_memo.end()) return it->second;
+    if (auto it = g_memo.find(memo_key); it != g_memo.end()) return it->second;
   }
   TuningCache& cache = tuning_cache();
   const bool tune = tuning_enabled() && may_tune && !capturing(s);
@@ -178,8 +181,13 @@ int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Oc
     const std::vector<int> cands = candidate_tiles(query);
     std::string report;
     const auto t0 = std::chrono::steady_clock::now();
-    tile = cands.size() == 1 ? cands[0] : time_candidates(cands, s, launch, report);
-    if (tile >= 0) {
+    if (cands.size() == 1) {
+      tile = cands[0];  // nothing to measure (e.g. fp16: defaults only); nothing stored
+      how = "only candidate";
+    } else {
+      tile = time_candidates(cands, s, launch, report);
+    }
+    if (tile >= 0 && cands.size() > 1) {
       cache.store(key, kTileConfigs[tile].name);
       cache.save();
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -190,9 +198,11 @@ int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Oc
     tile = heuristic_tile(query);
     how = "heuristic";
   }
-  ax::log::debug(ax::str("scattermoe: ", key, " -> ", kTileConfigs[tile].name, " (", how, ")"));
+  const std::string line = ax::str("scattermoe: ", key, " -> ", kTileConfigs[tile].name, " (", how, ")");
+  if (how.rfind("tuned", 0) == 0) ax::log::info(line);  // tuning runs are rare and worth seeing
+  else ax::log::debug(line);
   std::lock_guard<std::mutex> lock(g_memo_mu);
-  g_memo.emplace(key, tile);
+  g_memo.emplace(memo_key, tile);
   return tile;
 }
 
