@@ -2,7 +2,7 @@
 // the same as `axengine bench moe`), loading the plugins named on the command line.
 //
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
-//             [--tokens 4096] [--rank 16] [--iters 20] [--out results.json] [--device-kind nvidia-h200]
+//             [--tokens 4096] [--rank 16] [--iters 20] [--out results.json] [--device-kind nvidia-h200] [--profile]
 //             [--tune] [--path auto|fused|split]
 // --tune and --path set AXENGINE_SCATTERMOE_TUNE=1 / AXENGINE_SCATTERMOE_PATH for this process (the
 // scattermoe plugin reads them on its first call; docs/plugins/scattermoe.md).
@@ -36,6 +36,7 @@ int main(int argc, char** argv) try {
     else if (a == "--rank") opt.rank = std::stoll(next());
     else if (a == "--iters") opt.iters = std::stoi(next());
     else if (a == "--out") out_path = next();
+    else if (a == "--profile") opt.profile = true;
     else if (a == "--device-kind") kind = next();
     else if (a == "--tune") ::setenv("AXENGINE_SCATTERMOE_TUNE", "1", 1);
     else if (a == "--path") ::setenv("AXENGINE_SCATTERMOE_PATH", next().c_str(), 1);

@@ -17,7 +17,7 @@ namespace po = boost::program_options;
 
 int run_bench(const std::vector<std::string>& args) {
   const std::string usage =
-      "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE]";
+      "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE] [--profile]";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     if (args.empty()) throw ax::UsageError("bench: expected a benchmark name: moe (usage: " + usage + ")");
     std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up, down with gates, LoRA), "
@@ -33,7 +33,8 @@ int run_bench(const std::vector<std::string>& args) {
       "tokens", po::value<int64_t>()->default_value(4096), "tokens T")(
       "rank", po::value<int64_t>()->default_value(16), "LoRA rank")(
       "iters", po::value<int>()->default_value(20), "timed repetitions (median reported)")(
-      "out", po::value<std::string>(), "write the rows as JSON to FILE");
+      "out", po::value<std::string>(), "write the rows as JSON to FILE")(
+      "profile", "after timing each backend, profile 3 iterations and print its GPU kernels by time");
   po::variables_map vm;
   if (!ax::cli::parse_options(usage, {args.begin() + 1, args.end()}, opts, vm)) return 0;
   ax::bench::MoeBenchOptions o;
@@ -42,6 +43,7 @@ int run_bench(const std::vector<std::string>& args) {
   o.tokens = vm["tokens"].as<int64_t>();
   o.rank = vm["rank"].as<int64_t>();
   o.iters = vm["iters"].as<int>();
+  o.profile = vm.count("profile") > 0;
   if (o.tokens < 1 || o.rank < 1 || o.iters < 1) throw ax::UsageError("bench moe: --tokens, --rank and --iters must be >= 1");
 
   // Leaked on purpose: backend objects must not outlive the plugin libraries that hold their code.

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "axengine/profiler.hpp"
 #include "axengine/error.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/strings.hpp"
@@ -240,6 +241,13 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
                       {"pct_of_floor", 100.0 * floor_ms / t.ms}, {"peak_extra_mb", t.peak_extra_mb},
                       {"first_call_s", t.first_s}, {"speedup_vs_grouped_mm", speedup},
                       {"max_rel_err_vs_grouped_mm", err}, {"tokens", tokens}, {"rank", rank}});
+      if (opt.profile) {
+        Profiler prof;
+        prof.start(/*cuda=*/true);
+        for (int i = 0; i < 3; ++i) fn();
+        at::accelerator::synchronizeDevice(0);
+        std::printf("%s / %s, 3 iterations:\n%s", sh.name.c_str(), name.c_str(), prof.stop("").c_str());
+      }
     }
   }
   return rows;

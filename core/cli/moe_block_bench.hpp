@@ -17,6 +17,7 @@ struct MoeBenchOptions {
   int64_t tokens = 4096;
   int64_t rank = 16;
   int iters = 20;
+  bool profile = false;  // after timing, profile 3 more iterations and print the GPU kernel summary
 };
 
 // The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral.

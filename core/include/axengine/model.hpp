@@ -67,6 +67,9 @@ struct ModelLoadOptions {
   std::shared_ptr<KernelSet> kernels;
   std::optional<LoraSpec> lora;    // a fresh adapter...
   std::string adapter_dir;         // ...or a PEFT adapter directory to load (then trainable)
+  // Recompute each decoder layer's activations in backward instead of keeping them ([train]
+  // activation_checkpointing): less memory, ~1/3 more compute. Families that cannot may ignore it.
+  bool activation_checkpointing = false;
 };
 
 class ModelFamily {

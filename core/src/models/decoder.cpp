@@ -3,6 +3,7 @@
 #include <set>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
@@ -10,6 +11,7 @@
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
+#include "models/recompute.hpp"
 
 namespace ax::models {
 
@@ -315,6 +317,14 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) 
   return (counts / rows * (prob_sum / rows)).sum() * double(E);
 }
 
+at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                               std::vector<at::Tensor>& router_logits) {
+  const std::string p = layer_prefix(i);
+  at::Tensor x = h + attention_block(i, rms_norm(h, p + "input_layernorm.weight"), pos, cu, max_len);
+  at::Tensor n = rms_norm(x, p + "post_attention_layernorm.weight");
+  return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
+}
+
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
     throw UsageError("model forward: input_ids must be [B, S]");
@@ -341,16 +351,28 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                       ? batch.cu_seqlens.to(device_, at::kInt)
                       : (at::arange(B + 1, at::TensorOptions().dtype(at::kInt).device(device_)) * int(S));
   int64_t max_len = batch.cu_seqlens.defined() && batch.max_seqlen > 0 ? batch.max_seqlen : S;
-  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= cfg_.vocab_size))
+  // Checked where the caller's ids live: the trainer builds batches on the host, so no device sync here.
+  const at::Tensor& given = batch.input_ids;
+  if (given.numel() > 0 && (given.min().item<int64_t>() < 0 || given.max().item<int64_t>() >= cfg_.vocab_size))
     throw UsageError(str("model forward: token ids must be in [0, ", cfg_.vocab_size, ")"));
 
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
   std::vector<at::Tensor> router_logits;
+  const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    const std::string p = layer_prefix(i);
-    h = h + attention_block(i, rms_norm(h, p + "input_layernorm.weight"), pos, cu, max_len);
-    at::Tensor n = rms_norm(h, p + "post_attention_layernorm.weight");
-    h = h + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
+    if (!recompute) {
+      h = layer(i, h, pos, cu, max_len, router_logits);
+      continue;
+    }
+    // Everything the layer reads is captured by value: backward runs it again after forward returned.
+    auto outs = autograd::recompute([this, i, pos, cu, max_len](const at::Tensor& x) {
+      std::vector<at::Tensor> r;
+      at::Tensor y = layer(i, x, pos, cu, max_len, r);
+      r.insert(r.begin(), y);
+      return r;
+    }, h);
+    h = outs[0];
+    if (outs.size() > 1) router_logits.push_back(outs[1]);
   }
   h = rms_norm(h, "model.norm.weight");
   at::Tensor logits = linear(h, "lm_head");  // [T, V]

@@ -26,6 +26,8 @@ class DecoderModel : public Model {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
   void set_training(bool training) override { training_ = training; }
+  // Recompute each layer in backward instead of keeping its activations (autograd::recompute).
+  void set_activation_checkpointing(bool on) { recompute_layers_ = on; }
   void save_adapter(const std::string& dir) const override;
 
   const HfConfig& config() const { return cfg_; }
@@ -44,6 +46,9 @@ class DecoderModel : public Model {
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor rms_norm(const at::Tensor& x, const std::string& weight) const;
   at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
+  // One decoder layer; appends the router logits of a MoE layer to router_logits.
+  at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                   std::vector<at::Tensor>& router_logits);
 
   HfConfig cfg_;
   at::ScalarType dtype_;
@@ -53,6 +58,7 @@ class DecoderModel : public Model {
   at::Tensor inv_freq_;
   LoraSet lora_;
   bool training_ = true;
+  bool recompute_layers_ = false;
 };
 
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for

@@ -55,6 +55,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.train = train::read_train_config(cfg);
   s.checkpoint = train::read_checkpoint_config(cfg);
   s.eval = train::read_eval_config(cfg);
+  s.profile = train::read_profile_config(cfg);
   if (options.resume && s.checkpoint.resume_from.empty()) s.checkpoint.resume_from = "latest";
   s.data = data::prepare_datasets(cfg, s.data_config, engine.registry, *tok);
   log::info(data::describe(s.data));
@@ -65,6 +66,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   mo.dtype = engine.dtype;
   mo.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
   mo.kernels = engine.kernel_set();
+  mo.activation_checkpointing = s.train.activation_checkpointing;
   if (lora.init_from.empty()) mo.lora = lora.spec;
   else mo.adapter_dir = lora.init_from;
   auto model = load_model(engine.registry, mo);

@@ -23,6 +23,7 @@ void bind_train(TableBinder& t, TrainConfig& c) {
   t.field("max_grad_norm", c.max_grad_norm, "clip gradients to this global L2 norm (0 = no clipping)");
   t.bounded("num_epochs", c.num_epochs, 1, 1 << 20, "passes over the training rows (ignored when max_steps > 0)");
   t.bounded("max_steps", c.max_steps, 0, INT64_MAX, "optimizer steps to run; 0 = num_epochs worth");
+  t.field("activation_checkpointing", c.activation_checkpointing, "recompute each layer's activations in backward (less memory, more compute)");
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
   t.bounded("cpu_threads", c.cpu_threads, 0, 4096, "intra-op CPU threads (0 = LibTorch's default); small models on busy machines run fastest with 1");
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) t.fail(t.table() ? t.table()->get("min_lr_ratio") : nullptr, "'train.min_lr_ratio' must be in [0, 1]");
@@ -45,9 +46,16 @@ void bind_eval(TableBinder& t, EvalConfig& c) {
   t.bounded("show_examples", c.show_examples, 0, 1000, "generated answers printed at each eval");
 }
 
+void bind_profile(TableBinder& t, ProfileConfig& c) {
+  t.bounded("start_step", c.start_step, 0, INT64_MAX, "first profiled step (0-based; earlier steps warm the allocator and kernels up)");
+  t.bounded("steps", c.steps, 0, 1000, "steps to profile (0 = off); writes <output_dir>/profile/trace.json and summary.txt and logs the summary");
+  t.bounded("top", c.top, 1, 1000, "GPU kernels listed in the summary");
+}
+
 void bind_train_section(TableBinder& t, RunConfig&) { TrainConfig c; bind_train(t, c); }
 void bind_checkpoint_section(TableBinder& t, RunConfig&) { CheckpointConfig c; bind_checkpoint(t, c); }
 void bind_eval_section(TableBinder& t, RunConfig&) { EvalConfig c; bind_eval(t, c); }
+void bind_profile_section(TableBinder& t, RunConfig&) { ProfileConfig c; bind_profile(t, c); }
 
 // [optimizer] keys belong to the chosen provider, which checks them when it is created (plugins add
 // optimizers core does not know). The built-in AdamW's keys are documented and checked here.
@@ -68,6 +76,7 @@ struct Registrar {
     register_config_section({"train", "the training loop: optimizer, schedule, batch, length", bind_train_section});
     register_config_section({"optimizer", "options of the chosen optimizer (these: adamw)", bind_optimizer_section});
     register_config_section({"checkpoint", "checkpoints (adapter in PEFT format + full trainer state) and resume", bind_checkpoint_section});
+    register_config_section({"profile", "profile training steps: Chrome trace and the GPU kernels by time", bind_profile_section});
     register_config_section({"eval", "evaluation on the held-out rows: loss, and exact match of generated answers", bind_eval_section});
   }
 } registrar;
@@ -92,6 +101,13 @@ EvalConfig read_eval_config(const RunConfig& config) {
   EvalConfig c;
   TableBinder t(section(config, "eval"), "eval", BindContext{config.file, nullptr});
   bind_eval(t, c);
+  return c;
+}
+
+ProfileConfig read_profile_config(const RunConfig& config) {
+  ProfileConfig c;
+  TableBinder t(section(config, "profile"), "profile", BindContext{config.file, nullptr});
+  bind_profile(t, c);
   return c;
 }
 

@@ -21,6 +21,7 @@ struct TrainConfig {
   double max_grad_norm = 1.0;
   int64_t num_epochs = 1;
   int64_t max_steps = 0;
+  bool activation_checkpointing = false;
   int64_t log_every = 10;
   int64_t cpu_threads = 0;
 };
@@ -40,9 +41,17 @@ struct EvalConfig {
   int64_t show_examples = 3;
 };
 
+// [profile]: Kineto trace + kernel summary of a few training steps (off unless steps > 0).
+struct ProfileConfig {
+  int64_t start_step = 5;  // steps before it (allocator and kernel warm-up) are not profiled
+  int64_t steps = 0;
+  int64_t top = 25;
+};
+
 TrainConfig read_train_config(const RunConfig& config);
 CheckpointConfig read_checkpoint_config(const RunConfig& config);
 EvalConfig read_eval_config(const RunConfig& config);
+ProfileConfig read_profile_config(const RunConfig& config);
 // The [optimizer] table (empty when absent): options for the chosen optimizer provider.
 const toml::table& optimizer_options(const RunConfig& config);
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,6 +16,8 @@
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/optimizer.hpp"
+#include "axengine/profiler.hpp"
+#include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
 #include "data/packing.hpp"
 #include "train/checkpoint.hpp"
@@ -79,6 +82,8 @@ class Loop {
   void eval_and_log(int64_t step);
   std::vector<std::pair<std::string, std::string>> summary_rows(bool final) const;
   [[noreturn]] void non_finite(const std::string& what, int64_t step);
+  void profile_before(int64_t step);
+  void profile_after(int64_t step);
 
   TrainerSetup& s_;
   std::string out_dir_;
@@ -96,7 +101,26 @@ class Loop {
   double grad_norm_ = 0, lr_ = 0;
   std::string last_ckpt_;
   Clock::time_point t0_;
+  Profiler profiler_;
 };
+
+// [profile]: steps start_step .. start_step + steps - 1 run under the Kineto profiler.
+void Loop::profile_before(int64_t step) {
+  const ProfileConfig& p = s_.profile;
+  if (p.steps > 0 && step == p.start_step) profiler_.start(s_.device.is_cuda());
+}
+
+void Loop::profile_after(int64_t step) {
+  const ProfileConfig& p = s_.profile;
+  if (!profiler_.running() || (step + 1 < p.start_step + p.steps && step + 1 < total_steps_)) return;
+  if (s_.device.is_cuda()) at::accelerator::synchronizeDevice(static_cast<c10::DeviceIndex>(s_.device.index));
+  const std::string dir = out_dir_ + "/profile";
+  fs::create_directories(dir);
+  std::string summary = ax::str("steps ", p.start_step + 1, "..", step + 1, " ", profiler_.stop(dir + "/trace.json", static_cast<int>(p.top)));
+  safetensors::write_file_atomic(dir + "/summary.txt", summary);
+  if (progress_) progress_->message(summary);
+  else log::info(summary);
+}
 
 void Loop::build_optimizer() {
   params_ = s_.model->trainable_parameters();
@@ -386,7 +410,9 @@ TrainSummary Loop::run() {
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     auto t = Clock::now();
     int64_t tokens = 0;
+    profile_before(step);
     double loss = train_step(step, tokens);
+    profile_after(step);
     double dt = seconds_since(t);
     train_time += dt;
     tokens_timed += tokens;

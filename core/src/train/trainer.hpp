@@ -27,6 +27,7 @@ struct TrainerSetup {
   TrainConfig train;
   CheckpointConfig checkpoint;
   EvalConfig eval;
+  ProfileConfig profile;
   std::function<void(const std::string& dir)> write_adapter;  // PEFT adapter files into `dir`
   std::function<std::string(const std::vector<int32_t>&)> decode;  // for eval examples; may be empty
   std::string title = "axengine run";

@@ -1,9 +1,13 @@
-// Reference attention: for each packed sequence and each KV head group, materialise the scores
-// S = scale·q kᵀ (fp32), mask, softmax, multiply by v. Memory is O(G·L²) per step (G = query heads per
-// KV head): fine for tests and short contexts, the reason real backends exist.
+// Reference attention: materialise the scores S = scale·q kᵀ (fp32, fp64 for fp64 input), mask, softmax,
+// multiply by v. Packed sequences are handled with a mask, not a loop: query rows are taken in chunks,
+// each against the key rows any of its queries can see (at most max_seqlen − 1 rows back, and forward
+// too when not causal), and a key is visible when it lies in the query's sequence (segment ids from
+// cu_seqlens on the device). So a packed batch of hundreds of short samples costs a handful of batched
+// matmuls and no host synchronisation; memory is O(Hq · chunk · (chunk + max_seqlen)), bounded below.
 // Backward with P = softmax(S), O = P v, G_o = dO:
 //   dV = Pᵀ·dO,  dP = dO·vᵀ,  dS = P∘(dP − rowsum(dO∘O)),  dq = scale·dS·k,  dk = scale·dSᵀ·q
-// dk/dv of a KV head sum over its query heads in a fixed order (a plain sum over a dim): deterministic.
+// dk/dv of a KV head sum over its query heads and over query chunks in a fixed order: deterministic.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -14,37 +18,70 @@
 namespace ax::ops {
 namespace {
 
-struct Seq {
-  int64_t start, len;
-};
-
-std::vector<Seq> sequences(const at::Tensor& cu_seqlens) {
-  at::Tensor cu = cu_seqlens.to(at::kCPU).to(at::kLong).contiguous();
-  std::vector<Seq> out;
-  for (int64_t i = 0; i + 1 < cu.numel(); ++i) {
-    const int64_t s = cu.data_ptr<int64_t>()[i], e = cu.data_ptr<int64_t>()[i + 1];
-    if (e > s) out.push_back({s, e - s});
-  }
-  return out;
-}
-
 double scale_of(const AttentionArgs& a) {
   return a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(a.q.size(2)));
 }
 
-// True where key j is hidden from query i: [L, L].
-at::Tensor mask(const AttentionArgs& a, int64_t L, const at::Device& dev) {
-  at::Tensor i = at::arange(L, at::TensorOptions().dtype(at::kLong).device(dev)).unsqueeze(1);
-  at::Tensor j = i.t();
-  at::Tensor m = at::zeros({L, L}, at::TensorOptions().dtype(at::kBool).device(dev));
-  if (a.causal) m = m | (j > i);
-  if (a.window_left >= 0) m = m | (j < i - a.window_left);
+int64_t longest(const AttentionArgs& a) {
+  if (a.max_seqlen > 0) return a.max_seqlen;
+  at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong);  // contract: 0 means "derive it" (a sync)
+  return cu.numel() < 2 ? 0 : (cu.narrow(0, 1, cu.numel() - 1) - cu.narrow(0, 0, cu.numel() - 1)).max().item<int64_t>();
+}
+
+// One chunk of query rows [q0, q1) and the key rows [k0, k1) its queries may see.
+struct Chunk {
+  int64_t q0, q1, k0, k1;
+};
+
+std::vector<Chunk> chunks(const AttentionArgs& a, int64_t T, int64_t L) {
+  const int64_t Hq = a.q.size(1);
+  const int64_t back = std::max<int64_t>(L - 1, 0);
+  const int64_t ahead = a.causal ? 0 : back;
+  // Queries per chunk: keep the fp32 score block near 2^25 elements (128 MiB) but never below 64 rows.
+  const int64_t budget = int64_t{1} << 25;
+  int64_t c = 64;
+  while (c < T && Hq * (2 * c) * (2 * c + back + ahead) <= budget) c *= 2;
+  std::vector<Chunk> out;
+  for (int64_t q0 = 0; q0 < T; q0 += c) {
+    const int64_t q1 = std::min(T, q0 + c);
+    out.push_back({q0, q1, std::max<int64_t>(0, q0 - back), std::min(T, q1 + ahead)});
+  }
+  return out;
+}
+
+// Sequence index of every row, from cu_seqlens (int64 [T], on the device).
+at::Tensor segment_ids(const AttentionArgs& a, int64_t T) {
+  at::Tensor rows = at::arange(T, a.cu_seqlens.options().dtype(at::kLong));
+  return at::searchsorted(a.cu_seqlens.to(at::kLong), rows, /*out_int32=*/false, /*right=*/true) - 1;
+}
+
+// True where key j (absolute row k0 + col) is hidden from query i (row q0 + row): [C, S].
+at::Tensor hidden(const AttentionArgs& a, const at::Tensor& seg, const Chunk& c) {
+  at::Tensor qi = at::arange(c.q0, c.q1, seg.options()).unsqueeze(1);
+  at::Tensor kj = at::arange(c.k0, c.k1, seg.options()).unsqueeze(0);
+  at::Tensor m = seg.slice(0, c.q0, c.q1).unsqueeze(1) != seg.slice(0, c.k0, c.k1).unsqueeze(0);
+  if (a.causal) m = m | (kj > qi);
+  if (a.window_left >= 0) m = m | (kj < qi - a.window_left);
   return m;
 }
 
-// q: [L, Hq, D] → for KV head h, the query heads h·G..h·G+G-1: [G, L, D]
-at::Tensor group(const at::Tensor& t, int64_t h, int64_t G) {
-  return t.slice(1, h * G, (h + 1) * G).permute({1, 0, 2});
+// [rows, H, D] → [Hkv, G·rows, D] (query heads of a KV group next to each other), compute dtype.
+at::Tensor by_group(const at::Tensor& t, int64_t Hkv, at::ScalarType ct) {
+  const int64_t n = t.size(0), H = t.size(1), D = t.size(2);
+  return t.to(ct).permute({1, 0, 2}).reshape({Hkv, (H / Hkv) * n, D});
+}
+// Inverse of by_group for query-shaped results: [Hkv, G·rows, D] → [rows, Hq, D].
+at::Tensor from_group(const at::Tensor& t, int64_t Hq, int64_t rows) {
+  return t.reshape({Hq, rows, t.size(2)}).permute({1, 0, 2});
+}
+
+// Scores of a chunk, masked: [Hkv, G·C, S].
+at::Tensor scores(const AttentionArgs& a, const at::Tensor& qg, const at::Tensor& kg, const at::Tensor& hide,
+                  int64_t Hkv, double scale) {
+  at::Tensor s = at::matmul(qg, kg.transpose(1, 2)) * scale;
+  const int64_t G = qg.size(1) / hide.size(0);
+  s = s.view({Hkv, G, hide.size(0), hide.size(1)}).masked_fill(hide, -std::numeric_limits<double>::infinity());
+  return s.view({Hkv, G * hide.size(0), hide.size(1)});
 }
 
 class ReferenceAttention final : public Attention {
@@ -52,54 +89,47 @@ class ReferenceAttention final : public Attention {
   AttentionResult run_forward(const AttentionArgs& a) override {
     const auto dt = a.q.scalar_type();
     const auto ct = ref::compute_type(dt);
-    const int64_t T = a.q.size(0), Hq = a.q.size(1), Hkv = a.k.size(1), G = Hq / Hkv, Dv = a.v.size(2);
+    const int64_t T = a.q.size(0), Hq = a.q.size(1), Hkv = a.k.size(1), Dv = a.v.size(2);
     const double scale = scale_of(a);
-    at::Tensor out = at::zeros({T, Hq, Dv}, a.q.options().dtype(ct));
-    at::Tensor lse = at::full({Hq, T}, -std::numeric_limits<float>::infinity(), a.q.options().dtype(at::kFloat));
-    for (const Seq& s : sequences(a.cu_seqlens)) {
-      at::Tensor m = mask(a, s.len, a.q.device());
-      at::Tensor q = a.q.slice(0, s.start, s.start + s.len).to(ct);
-      at::Tensor k = a.k.slice(0, s.start, s.start + s.len).to(ct);
-      at::Tensor v = a.v.slice(0, s.start, s.start + s.len).to(ct);
-      for (int64_t h = 0; h < Hkv; ++h) {
-        at::Tensor kh = k.select(1, h), vh = v.select(1, h);                          // [L, D], [L, Dv]
-        at::Tensor scores = at::matmul(group(q, h, G), kh.t()) * scale;              // [G, L, L]
-        scores = scores.masked_fill(m, -std::numeric_limits<double>::infinity());
-        at::Tensor l = at::logsumexp(scores, -1, /*keepdim=*/true);                  // [G, L, 1]
-        at::Tensor o = at::matmul(at::exp(scores - l), vh);                          // [G, L, Dv]
-        out.slice(0, s.start, s.start + s.len).slice(1, h * G, (h + 1) * G).copy_(o.permute({1, 0, 2}));
-        lse.slice(0, h * G, (h + 1) * G).slice(1, s.start, s.start + s.len).copy_(l.squeeze(-1));
-      }
+    at::Tensor out = at::empty({T, Hq, Dv}, a.q.options().dtype(ct));
+    at::Tensor lse = at::empty({Hq, T}, a.q.options().dtype(at::kFloat));
+    if (T == 0) return {ref::emit(out, dt, a.out), lse, {}};
+    const at::Tensor seg = segment_ids(a, T);
+    for (const Chunk& c : chunks(a, T, longest(a))) {
+      const int64_t C = c.q1 - c.q0;
+      at::Tensor s = scores(a, by_group(a.q.slice(0, c.q0, c.q1), Hkv, ct), by_group(a.k.slice(0, c.k0, c.k1), Hkv, ct),
+                            hidden(a, seg, c), Hkv, scale);
+      at::Tensor l = at::logsumexp(s, -1, /*keepdim=*/true);                       // [Hkv, G·C, 1]
+      at::Tensor o = at::matmul(at::exp(s - l), by_group(a.v.slice(0, c.k0, c.k1), Hkv, ct));
+      out.slice(0, c.q0, c.q1).copy_(from_group(o, Hq, C));
+      lse.slice(1, c.q0, c.q1).copy_(l.reshape({Hq, C}));
     }
-    AttentionResult r;
-    r.out = ref::emit(out, dt, a.out);
-    r.lse = lse;
-    return r;
+    return {ref::emit(out, dt, a.out), lse, {}};
   }
 
   AttentionGrads run_backward(const AttentionArgs& a, const AttentionBackwardArgs& b) override {
     const auto dt = a.q.scalar_type();
     const auto ct = ref::compute_type(dt);
-    const int64_t Hq = a.q.size(1), Hkv = a.k.size(1), G = Hq / Hkv;
+    const int64_t T = a.q.size(0), Hq = a.q.size(1), Hkv = a.k.size(1);
     const double scale = scale_of(a);
     at::Tensor dq = at::zeros(a.q.sizes(), a.q.options().dtype(ct));
     at::Tensor dk = at::zeros(a.k.sizes(), a.q.options().dtype(ct));
     at::Tensor dv = at::zeros(a.v.sizes(), a.q.options().dtype(ct));
-    for (const Seq& s : sequences(a.cu_seqlens)) {
-      at::Tensor m = mask(a, s.len, a.q.device());
-      auto rows = [&](const at::Tensor& t) { return t.slice(0, s.start, s.start + s.len); };
-      at::Tensor q = rows(a.q).to(ct), k = rows(a.k).to(ct), v = rows(a.v).to(ct), go = rows(b.grad_out).to(ct);
-      for (int64_t h = 0; h < Hkv; ++h) {
-        at::Tensor qg = group(q, h, G), gog = group(go, h, G);                       // [G, L, D], [G, L, Dv]
-        at::Tensor kh = k.select(1, h), vh = v.select(1, h);
-        at::Tensor scores = (at::matmul(qg, kh.t()) * scale).masked_fill(m, -std::numeric_limits<double>::infinity());
-        at::Tensor p = at::softmax(scores, -1);                                      // [G, L, L]
-        at::Tensor o = at::matmul(p, vh);
-        at::Tensor dp = at::matmul(gog, vh.t());
-        at::Tensor ds = p * (dp - (gog * o).sum(-1, /*keepdim=*/true));
-        rows(dq).slice(1, h * G, (h + 1) * G).copy_((at::matmul(ds, kh) * scale).permute({1, 0, 2}));
-        rows(dk).select(1, h).copy_((at::matmul(ds.transpose(1, 2), qg) * scale).sum(0));
-        rows(dv).select(1, h).copy_(at::matmul(p.transpose(1, 2), gog).sum(0));
+    if (T > 0) {
+      const at::Tensor seg = segment_ids(a, T);
+      for (const Chunk& c : chunks(a, T, longest(a))) {
+        const int64_t C = c.q1 - c.q0;
+        at::Tensor qg = by_group(a.q.slice(0, c.q0, c.q1), Hkv, ct);              // [Hkv, G·C, D]
+        at::Tensor kg = by_group(a.k.slice(0, c.k0, c.k1), Hkv, ct);              // [Hkv, S, D]
+        at::Tensor vg = by_group(a.v.slice(0, c.k0, c.k1), Hkv, ct);              // [Hkv, S, Dv]
+        at::Tensor gog = by_group(b.grad_out.slice(0, c.q0, c.q1), Hkv, ct);      // [Hkv, G·C, Dv]
+        at::Tensor p = at::softmax(scores(a, qg, kg, hidden(a, seg, c), Hkv, scale), -1);
+        at::Tensor o = at::matmul(p, vg);
+        at::Tensor ds = p * (at::matmul(gog, vg.transpose(1, 2)) - (gog * o).sum(-1, /*keepdim=*/true));
+        dq.slice(0, c.q0, c.q1).copy_(from_group(at::matmul(ds, kg) * scale, Hq, C));
+        // [Hkv, S, D] per KV head (the sum over its G query heads is inside the matmul's reduction).
+        dk.slice(0, c.k0, c.k1).add_((at::matmul(ds.transpose(1, 2), qg) * scale).permute({1, 0, 2}));
+        dv.slice(0, c.k0, c.k1).add_(at::matmul(p.transpose(1, 2), gog).permute({1, 0, 2}));
       }
     }
     AttentionGrads g;

@@ -1,0 +1,127 @@
+// Profiler: a thin wrapper over LibTorch's Kineto profiler (torch/csrc/autograd/profiler_kineto.h) that
+// aggregates the events itself: the Python-side key_averages() table does not exist in C++.
+#include "axengine/profiler.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax {
+
+namespace kp = torch::autograd::profiler;
+namespace pi = torch::profiler::impl;
+
+struct Profiler::State {
+  bool running = false;
+  std::chrono::steady_clock::time_point t0;
+};
+
+Profiler::Profiler() : state_(std::make_unique<State>()) {}
+Profiler::~Profiler() {
+  if (state_->running) kp::disableProfiler();  // dropped without stop(): discard, never leave it on
+}
+
+bool Profiler::running() const { return state_->running; }
+
+void Profiler::start(bool cuda) {
+  if (state_->running || kp::isProfilerEnabledInMainThread()) throw RuntimeError("profiler: already running");
+  pi::ProfilerConfig cfg(pi::ProfilerState::KINETO);
+  std::set<pi::ActivityType> acts{pi::ActivityType::CPU};
+  if (cuda) acts.insert(pi::ActivityType::CUDA);
+  kp::prepareProfiler(cfg, acts);
+  kp::enableProfiler(cfg, acts);
+  state_->running = true;
+  state_->t0 = std::chrono::steady_clock::now();
+}
+
+namespace {
+
+struct Agg {
+  double total_us = 0;
+  int64_t calls = 0;
+};
+
+std::string fixed(double v, int prec) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+// Kernel names are demangled C++ templates that run to kilobytes: keep the head.
+std::string short_name(std::string n, std::size_t width = 90) {
+  if (n.size() > width) n = n.substr(0, width - 3) + "...";
+  return n;
+}
+
+bool host_sync(const std::string& n) {
+  return n.find("Synchronize") != std::string::npos ||
+         (n.rfind("cudaMemcpy", 0) == 0 && n.find("Async") == std::string::npos);
+}
+
+}  // namespace
+
+std::string Profiler::stop(const std::string& trace_path, int top) {
+  if (!state_->running) throw RuntimeError("profiler: stop() without start()");
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - state_->t0).count();
+  std::unique_ptr<kp::ProfilerResult> res = kp::disableProfiler();
+  state_->running = false;
+
+  std::map<std::string, Agg> gpu, cpu_ops, syncs;
+  double gpu_total = 0;
+  for (const kp::KinetoEvent& e : res->events()) {
+    const std::string name = e.name();
+    const double us = static_cast<double>(e.durationNs()) / 1e3;
+    if (e.deviceType() == c10::DeviceType::CUDA) {
+      gpu[name].total_us += us;
+      gpu[name].calls += 1;
+      gpu_total += us;
+    } else if (name.rfind("aten::", 0) == 0) {
+      cpu_ops[name].total_us += us;
+      cpu_ops[name].calls += 1;
+    } else if (host_sync(name)) {
+      syncs[name].total_us += us;
+      syncs[name].calls += 1;
+    }
+  }
+  // Without GPU events (a CPU run) the table lists ATen ops instead, by inclusive time (nested ops count
+  // in their parents too).
+  const bool on_gpu = !gpu.empty();
+  std::vector<std::pair<std::string, Agg>> rows = on_gpu ? std::vector<std::pair<std::string, Agg>>(gpu.begin(), gpu.end())
+                                                          : std::vector<std::pair<std::string, Agg>>(cpu_ops.begin(), cpu_ops.end());
+  double table_total = 0;
+  for (const auto& r : rows) table_total += r.second.total_us;
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.total_us > b.second.total_us; });
+
+  std::string out = ax::str("profile: wall ", fixed(wall_us / 1e3, 1), " ms, GPU busy ", fixed(gpu_total / 1e3, 1), " ms (",
+                            wall_us > 0 ? fixed(100 * gpu_total / wall_us, 1) : std::string("0"), "% of wall, kernels summed)\n");
+  if (!rows.empty()) {
+    out += on_gpu ? "    total ms     calls   mean us  share  GPU kernel / copy\n" : "    total ms     calls   mean us  share  CPU op (inclusive)\n";
+    for (std::size_t i = 0; i < rows.size() && static_cast<int>(i) < top; ++i) {
+      const Agg& a = rows[i].second;
+      char line[96];
+      std::snprintf(line, sizeof line, "  %10.2f %9lld %9.1f %5.1f%%  ", a.total_us / 1e3, static_cast<long long>(a.calls),
+                    a.total_us / static_cast<double>(a.calls), 100 * a.total_us / table_total);
+      out += line + short_name(rows[i].first) + "\n";
+    }
+    if (rows.size() > static_cast<std::size_t>(top)) out += ax::str("  ... ", rows.size() - static_cast<std::size_t>(top), " more\n");
+  }
+  if (!syncs.empty()) {
+    out += "  host-synchronising CUDA calls:\n";
+    for (const auto& [n, a] : syncs)
+      out += ax::str("    ", n, ": ", a.calls, " calls, ", fixed(a.total_us / 1e3, 2), " ms\n");
+  }
+  if (!trace_path.empty()) {
+    res->save(trace_path);
+    out += "  trace: " + trace_path + " (chrome://tracing or ui.perfetto.dev)\n";
+  }
+  return out;
+}
+
+}  // namespace ax
