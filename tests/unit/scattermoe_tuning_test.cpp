@@ -239,6 +239,20 @@ TEST_CASE("scattermoe tile heuristic: big tiles for big problems, thin tiles for
   CHECK(sm::kTileConfigs[sm::heuristic_tile(q)].bm == 128);
 }
 
+TEST_CASE("scattermoe 64-bit indexing is chosen exactly when M * ld can pass 2^31 - 1") {
+  using sm::needs_idx64;
+  const int64_t kMax = (int64_t{1} << 31) - 1;
+  CHECK_FALSE(needs_idx64(32768, {2048, 16, 1536}));  // the benchmark shapes: 32-bit
+  CHECK_FALSE(needs_idx64(kMax / 2048, {2048}));      // the last M that fits
+  CHECK(needs_idx64(kMax / 2048 + 1, {2048}));
+  CHECK(needs_idx64((int64_t{1} << 20) + 64, {64, 2048}));  // the conformance case index_over_2^31
+  CHECK_FALSE(needs_idx64((int64_t{1} << 20) + 64, {64, 1024}));
+  CHECK(needs_idx64(3, {kMax}));
+  CHECK_FALSE(needs_idx64(1, {kMax}));
+  CHECK_FALSE(needs_idx64(0, {kMax}));     // nothing to address
+  CHECK_FALSE(needs_idx64(kMax, {0, 1}));  // unused operands (ld 0) do not count
+}
+
 TEST_CASE("scattermoe tile heuristic: tuning candidates are compiled and sized for the output") {
   using sm::GemmOp;
   auto wide = sm::candidate_tiles(query(GemmOp::forward, 128, 32768, 1536, 2048));

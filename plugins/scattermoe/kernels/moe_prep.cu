@@ -1,5 +1,4 @@
 // Routing preparation and the dtype switch of the launch interface.
-#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -91,24 +90,12 @@ void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_
   detail::prep_kernel<<<1, 1024, 0, stream>>>(ends, E, first, seg, tile_start);
 }
 
-namespace {
-constexpr int64_t k2_31 = int64_t{1} << 31;
-int64_t max_ld(std::initializer_list<int64_t> lds) {
-  int64_t m = 0;
-  for (int64_t v : lds) m = v > m ? v : m;
-  return m;
-}
-}  // namespace
-
 TileVariant grouped_variant(const GroupedGemmArgs& a) {
   TileVariant v;
   v.family = TileFamily::grouped;
   v.bf16 = a.dtype == DType::bf16;
-  // Every row the kernel addresses is below M (sorted rows, scattered indices t*k+j < T*k = M, and
-  // gathered rows idx / div below that), so M * ld bounds every row offset of A, A2, C and D. (Weight
-  // offsets stay 64-bit in both variants: they are computed once per block.)
-  const int64_t ld = max_ld({a.lda, a.K2 > 0 ? a.lda2 : 0, a.ldc, a.d ? a.ldd : 0});
-  v.idx64 = a.M > 0 && ld > 0 && a.M >= (k2_31 - 1) / ld;
+  // Row offsets of A, A2, C and D (weight offsets stay 64-bit in both variants: once per block).
+  v.idx64 = needs_idx64(a.M, {a.lda, a.K2 > 0 ? a.lda2 : 0, a.ldc, a.d ? a.ldd : 0});
   v.mixed = a.K2 > 0 && a.w_kmajor != a.w2_kmajor;
   return v;
 }
@@ -117,8 +104,7 @@ TileVariant gram_variant(const GramArgs& a) {
   TileVariant v;
   v.family = TileFamily::gram;
   v.bf16 = a.dtype == DType::bf16;
-  const int64_t ld = max_ld({a.ldp, a.ldq});
-  v.idx64 = a.M > 0 && ld > 0 && a.M >= (k2_31 - 1) / ld;
+  v.idx64 = needs_idx64(a.M, {a.ldp, a.ldq});
   return v;
 }
 

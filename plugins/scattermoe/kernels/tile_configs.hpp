@@ -9,6 +9,8 @@
 // that a configuration does not cover runs the default (fallback_tile); with 64-bit indexing that is
 // 128x128 even for thin outputs (rare sizes; correctness first).
 #pragma once
+#include <cstdint>
+#include <initializer_list>
 #include <string_view>
 
 namespace ax::scattermoe {
@@ -67,6 +69,17 @@ inline bool tile_compiled(int id, const TileVariant& v) {
   if (id < 0 || id >= kTileCount) return false;
   const TileConfig& c = kTileConfigs[id];
   return c.family == v.family && (v.bf16 || c.fp16) && (!v.idx64 || c.idx64) && (!v.mixed || c.mixed);
+}
+
+// Whether a call needs 64-bit index arithmetic: some row offset row * ld (row < M) of an operand with
+// leading dimension ld could pass 2^31 - 1. Every row the kernels address is below M (sorted rows,
+// scattered indices t*k+j < M, gathered rows idx / k), so M * ld <= 2^31 - 1 for every ld keeps all row
+// offsets, column offsets included (cols <= ld), and all indices in 32 bits.
+inline bool needs_idx64(int64_t M, std::initializer_list<int64_t> lds) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  for (int64_t ld : lds)
+    if (M > 0 && ld > 0 && M > kMax / ld) return true;
+  return false;
 }
 
 // The configuration that runs a call whose requested tile is not compiled for its variant (or -1, "no
