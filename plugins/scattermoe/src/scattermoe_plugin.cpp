@@ -41,7 +41,11 @@ class ScatterMoe final : public ops::MoeExperts {
     at::Tensor y_rows, xa;
     if (!split || scattered_out || direct) {
       y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
-      y_rows.zero_();  // inactive entries and rows past the last expert read as zero
+      // Scattered rows of inactive entries are never written: zero them all first. Grouped outputs are
+      // written whole inside the expert segments (inactive rows as zeros); only rows past the last
+      // expert need zeroing, on the device (seg[E] is not known on the host).
+      if (scattered_out) y_rows.zero_();
+      else zero_tail(y_rows, d, rt, stream);
     }
     if (split) {
       SplitForward sf = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
@@ -227,7 +231,8 @@ class ScatterMoe final : public ops::MoeExperts {
       grads.dx = assign(bwd.out.dx, dx);
     } else if (bwd.need_dx) {
       at::Tensor dx_rows = at::empty({d.M, d.K}, opts);
-      dx_rows.zero_();
+      if (args.grouped_in) zero_tail(dx_rows, d, rt, stream);  // as for the forward's grouped output
+      else dx_rows.zero_();
       GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
       t.N = static_cast<int>(d.K);
       t.K = static_cast<int>(d.N);
@@ -304,6 +309,12 @@ class ScatterMoe final : public ops::MoeExperts {
   }
 
  private:
+  // Rows [seg[E], M) of a grouped [M, *] output (entries past the last expert must all be inactive).
+  static void zero_tail(const at::Tensor& rows_out, const ops::MoeDims& d, const Routing& rt, cudaStream_t stream) {
+    launch_zero_rows_from(rows_out.data_ptr(), rows_out.stride(0), rows_out.size(1), d.M, rt.seg() + d.E, stream);
+    check_launch("zeroing rows past the last expert");
+  }
+
   static at::Tensor assign(const at::Tensor& out, const at::Tensor& value) {
     if (!out.defined()) return value;
     out.copy_(value);
