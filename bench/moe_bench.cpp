@@ -2,7 +2,8 @@
 // the same as `axengine bench moe`), loading the plugins named on the command line.
 //
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
-//             [--tokens 4096] [--rank 16] [--iters 20] [--out results.json] [--device-kind nvidia-h200]
+//             [--tokens 4096] [--rank 16] [--iters 20] [--format dense|nf4|mxfp4|nvfp4] [--out results.json]
+//             [--device-kind nvidia-h200]
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) try {
     else if (a == "--tokens") opt.tokens = std::stoll(next());
     else if (a == "--rank") opt.rank = std::stoll(next());
     else if (a == "--iters") opt.iters = std::stoi(next());
+    else if (a == "--format") opt.format = next();
     else if (a == "--out") out_path = next();
     else if (a == "--device-kind") kind = next();
     else {

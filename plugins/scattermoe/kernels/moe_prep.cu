@@ -1,4 +1,4 @@
-// Routing preparation and the dtype switch of the launch interface.
+// Routing preparation and the dtype / weight-format switch of the launch interface.
 #include <stdexcept>
 #include <string>
 
@@ -10,6 +10,9 @@ void grouped_gemm_bf16(const GroupedGemmArgs& a, cudaStream_t s);
 void grouped_gemm_fp16(const GroupedGemmArgs& a, cudaStream_t s);
 void gram_gemm_bf16(const GramArgs& a, cudaStream_t s);
 void gram_gemm_fp16(const GramArgs& a, cudaStream_t s);
+void grouped_gemm_nf4(const GroupedGemmArgs& a, cudaStream_t s);
+void grouped_gemm_mxfp4(const GroupedGemmArgs& a, cudaStream_t s);
+void grouped_gemm_nvfp4(const GroupedGemmArgs& a, cudaStream_t s);
 
 // One block scans the per-expert row counts into segment starts and M-tile starts (chunks of 1024
 // experts, carrying the running totals), so the GEMM grid can be sized on the host from an upper
@@ -65,6 +68,12 @@ void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_
 }
 
 void grouped_gemm(const GroupedGemmArgs& a, cudaStream_t s) {
+  switch (a.wq.format) {
+    case WeightFormat::nf4: return detail::grouped_gemm_nf4(a, s);
+    case WeightFormat::mxfp4: return detail::grouped_gemm_mxfp4(a, s);
+    case WeightFormat::nvfp4: return detail::grouped_gemm_nvfp4(a, s);
+    case WeightFormat::dense: break;
+  }
   if (a.dtype == DType::bf16) detail::grouped_gemm_bf16(a, s);
   else detail::grouped_gemm_fp16(a, s);
 }

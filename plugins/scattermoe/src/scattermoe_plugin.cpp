@@ -9,8 +9,13 @@
 //   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above)
 //   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
+// Quantised weights (nf4 / mxfp4 / nvfp4) are passed packed; the GEMMs decode them tile by tile inside
+// their k loop (kernels/weight_formats.cuh): no dequantised copy, only routed experts' bytes are read.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <limits>
+#include <vector>
 
 #include <axengine/error.hpp>
 #include <axengine/ops/moe_experts.hpp>
@@ -33,13 +38,60 @@ DType kernel_dtype(at::ScalarType t) {
 // Row-major view with unit column stride (copies only when the caller's tensor is not).
 at::Tensor rows(const at::Tensor& t) { return (t.dim() == 2 && t.stride(1) == 1) ? t : t.contiguous(); }
 
-// A dense expert weight as the kernels read it: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+// An expert weight as the kernels read it. Dense: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+// Packed: the stored matrix of each expert is the logical weight's [K, N] (EKN, kmajor false) or [N, K]
+// (ENK, kmajor true), row-major, decoded by the kernels (kernels/moe_gemm.hpp, PackedWeight); `keep`
+// holds the (contiguous) tensors the pointers in `packed` refer to.
 struct WeightView {
   at::Tensor t;
   int64_t estride = 0, ld = 0;
   bool kmajor = false;
+  PackedWeight packed;
+  std::vector<at::Tensor> keep;
 };
+
+// Packed tensors as the kernels address them: row-major without gaps (a copy only when the caller's
+// tensor is a strided view; the format's shapes were validated by ops::validate).
+const void* packed_ptr(WeightView& v, const at::Tensor& t) {
+  v.keep.push_back(t.contiguous());
+  return v.keep.back().data_ptr();
+}
+
+WeightView packed_view(const ops::MoeExpertsArgs& args) {
+  const ops::WeightTensor& w = args.weight;
+  WeightView v;
+  v.kmajor = args.layout == ExpertLayout::ENK;
+  PackedWeight& p = v.packed;
+  p.codes = static_cast<const uint8_t*>(packed_ptr(v, w.codes));
+  p.scales = packed_ptr(v, w.scales);
+  p.blocksize = static_cast<int>(w.blocksize);
+  switch (w.format) {
+    case ops::WeightFormat::nf4:
+      p.format = WeightFormat::nf4;
+      if (w.double_quant()) {
+        p.nested_code = static_cast<const float*>(packed_ptr(v, w.nested_code));
+        p.nested_scales = static_cast<const float*>(packed_ptr(v, w.nested_scales));
+        p.nested_offset = static_cast<float>(w.nested_offset);
+        p.nested_blocksize = static_cast<int>(w.nested_blocksize);
+      }
+      break;
+    case ops::WeightFormat::mxfp4:
+    case ops::WeightFormat::nvfp4:
+      p.format = w.format == ops::WeightFormat::mxfp4 ? WeightFormat::mxfp4 : WeightFormat::nvfp4;
+      p.blocks_along_rows = args.layout == ExpertLayout::EKN;  // K is dim 1 of [E, K, N], dim 2 of [E, N, K]
+      if (w.format == ops::WeightFormat::nvfp4) {
+        p.global_scale = static_cast<const float*>(packed_ptr(v, w.global_scale));
+        p.global_per_expert = w.global_scale.numel() > 1;
+      }
+      break;
+    case ops::WeightFormat::dense:
+      throw RuntimeError("moe.experts[scattermoe]: packed_view called on a dense weight");
+  }
+  return v;
+}
+
 WeightView weight_view(const ops::MoeExpertsArgs& args) {
+  if (!args.weight.is_dense()) return packed_view(args);
   at::Tensor w = args.weight.values;
   // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
   const bool enk = args.layout == ExpertLayout::ENK;
@@ -130,10 +182,11 @@ class ScatterMoe final : public ops::MoeExperts {
     y_rows.zero_();  // inactive entries and rows past the last expert read as zero
     g.N = static_cast<int>(d.N);
     g.K = static_cast<int>(d.K);
-    g.w = w.t.data_ptr();
+    g.w = w.t.defined() ? w.t.data_ptr() : nullptr;
     g.w_kmajor = w.kmajor;
     g.ldw = w.ld;
     g.w_estride = w.estride;
+    g.wq = w.packed;
     if (lora) {
       g.K2 = static_cast<int>(d.r);
       g.a2 = xa.data_ptr();
@@ -244,10 +297,11 @@ class ScatterMoe final : public ops::MoeExperts {
       GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
       t.N = static_cast<int>(d.K);
       t.K = static_cast<int>(d.N);
-      t.w = w.t.data_ptr();
+      t.w = w.t.defined() ? w.t.data_ptr() : nullptr;
       t.w_kmajor = !w.kmajor;
       t.ldw = w.ld;
       t.w_estride = w.estride;
+      t.wq = w.packed;  // the same stored matrix, read transposed
       if (lora) {
         t.K2 = static_cast<int>(d.r);
         t.a2 = yb.data_ptr();
@@ -324,12 +378,32 @@ class ScatterMoe final : public ops::MoeExperts {
 
   static void check_supported(const ops::MoeExpertsArgs& args) {
     if (!args.x.is_cuda()) throw UsageError("moe.experts[scattermoe]: x: needs a CUDA tensor");
-    if (!args.weight.is_dense())
-      throw UsageError(str("moe.experts[scattermoe]: weight: format ", ops::to_string(args.weight.format),
-                           " is not supported yet (dense only)"));
     kernel_dtype(args.x.scalar_type());
-    if (args.weight.values.scalar_type() != args.x.scalar_type())
-      throw UsageError("moe.experts[scattermoe]: weight: dtype must match x");
+    const ops::WeightTensor& w = args.weight;
+    if (w.is_dense()) {
+      if (w.values.scalar_type() != args.x.scalar_type())
+        throw UsageError("moe.experts[scattermoe]: weight: dtype must match x");
+      return;
+    }
+    // Packed weights: what ops::validate admits, minus what the kernels do not decode.
+    if (w.format == ops::WeightFormat::nf4) {
+      if (w.blocksize < 16 || (w.blocksize & (w.blocksize - 1)) != 0)
+        throw UsageError(str("moe.experts[scattermoe]: weight.blocksize: nf4 needs a power of two >= 16, got ",
+                             w.blocksize));
+      const int64_t nb = w.nested_blocksize;
+      if (w.double_quant() && (nb <= 0 || (nb & (nb - 1)) != 0 || nb > (int64_t{1} << 30)))
+        throw UsageError(str("moe.experts[scattermoe]: weight.nested_blocksize: must be a power of two, got ", nb));
+    } else {
+      const int64_t k_axis = args.layout == ExpertLayout::EKN ? 1 : 2;
+      const int64_t axis = w.axis < 0 ? w.axis + w.dim() : w.axis;
+      if (axis != k_axis)
+        throw UsageError(str("moe.experts[scattermoe]: weight.axis: ", ops::to_string(w.format),
+                             " blocks must run along K (dim ", k_axis, " in layout ", ops::to_string(args.layout),
+                             "), got axis ", w.axis));
+    }
+    for (int64_t d : w.shape)
+      if (d > std::numeric_limits<int>::max())
+        throw UsageError(str("moe.experts[scattermoe]: weight: ", w.describe(), " has a dimension past 2^31"));
   }
 };
 
@@ -342,7 +416,7 @@ AXENGINE_PLUGIN_DESCRIPTOR(
     " \"summary\": \"ScatterMoE-style grouped expert GEMMs with fused LoRA (CUDA, mma.sync tensor cores)\","
     " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\","
     " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
-    " \"formats\": [\"dense\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
+    " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
 
 AXENGINE_PLUGIN_REGISTER(reg) {
   reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ax::scattermoe::ScatterMoe>());
