@@ -1,6 +1,7 @@
 // Launch and shape dispatch of the grouped GEMM whose main W is packed (nf4 / mxfp4 / nvfp4,
 // weight_formats.cuh). The tile choice mirrors dispatch_grouped in moe_gemm_impl.cuh; the launch differs
 // from launch_grouped only in the W bit of the vector mask (256: the packed loader's aligned path).
+// The bitwise dense-vs-packed parity test relies on both picking the same tile shape for a problem.
 // One .cu file per format instantiates it (moe_gemm_<format>.cu), so the formats compile in parallel.
 #pragma once
 #include <type_traits>
@@ -34,11 +35,13 @@ void dispatch_packed_tiles(const GroupedGemmArgs& a, cudaStream_t stream) {
     else launch_grouped_packed<T, 128, 16, 8, 1, false, false, F, BLK_ROWS>(a, stream);
     return;
   }
+  // Without a LoRA term W2's orientation is free: take W2_KMAJ = true, whose variants do not spill on
+  // sm_90a (ptxas -v: 0 bytes; the W2_KMAJ = false ones 56-76 bytes, as the dense kernels' 16-40).
   if (a.w_kmajor) {
     if (a.K2 == 0 || a.w2_kmajor) launch_grouped_packed<T, 128, 128, 2, 4, true, true, F, BLK_ROWS>(a, stream);
     else launch_grouped_packed<T, 128, 128, 2, 4, true, false, F, BLK_ROWS>(a, stream);
   } else {
-    if (a.K2 == 0 || !a.w2_kmajor) launch_grouped_packed<T, 128, 128, 2, 4, false, false, F, BLK_ROWS>(a, stream);
+    if (a.K2 > 0 && !a.w2_kmajor) launch_grouped_packed<T, 128, 128, 2, 4, false, false, F, BLK_ROWS>(a, stream);
     else launch_grouped_packed<T, 128, 128, 2, 4, false, true, F, BLK_ROWS>(a, stream);
   }
 }
