@@ -2,8 +2,8 @@
 // the same as `axengine bench moe`), loading the plugins named on the command line.
 //
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
-//             [--tokens 4096] [--rank 16] [--iters 20] [--out results.json] [--device-kind nvidia-h200] [--profile]
-//             [--tune] [--path auto|fused|split]
+//             [--tokens 4096] [--rank 16] [--iters 20] [--format dense|nf4|mxfp4|nvfp4] [--out results.json]
+//             [--device-kind nvidia-h200] [--profile] [--tune] [--path auto|fused|split]
 // --tune and --path set AXENGINE_SCATTERMOE_TUNE=1 / AXENGINE_SCATTERMOE_PATH for this process (the
 // scattermoe plugin reads them on its first call; docs/plugins/scattermoe.md).
 #include <cstdlib>
@@ -35,6 +35,7 @@ int main(int argc, char** argv) try {
     else if (a == "--tokens") opt.tokens = std::stoll(next());
     else if (a == "--rank") opt.rank = std::stoll(next());
     else if (a == "--iters") opt.iters = std::stoi(next());
+    else if (a == "--format") opt.format = next();
     else if (a == "--out") out_path = next();
     else if (a == "--profile") opt.profile = true;
     else if (a == "--device-kind") kind = next();

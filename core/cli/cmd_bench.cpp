@@ -1,4 +1,5 @@
-// axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE]
+// axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--format F]
+//                    [--out FILE]
 // Runs the MoE expert-block comparison (moe_block_bench.hpp) with the plugins found the usual way
 // (AXENGINE_PLUGIN_PATH, <exe dir>/plugins), so anyone can reproduce bench/results/moe-*.json.
 #include <fstream>
@@ -17,7 +18,8 @@ namespace po = boost::program_options;
 
 int run_bench(const std::vector<std::string>& args) {
   const std::string usage =
-      "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--out FILE] [--profile]";
+      "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--format F] "
+      "[--out FILE] [--profile]";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     if (args.empty()) throw ax::UsageError("bench: expected a benchmark name: moe (usage: " + usage + ")");
     std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up, down with gates, LoRA), "
@@ -33,6 +35,8 @@ int run_bench(const std::vector<std::string>& args) {
       "tokens", po::value<int64_t>()->default_value(4096), "tokens T")(
       "rank", po::value<int64_t>()->default_value(16), "LoRA rank")(
       "iters", po::value<int>()->default_value(20), "timed repetitions (median reported)")(
+      "format", po::value<std::string>()->default_value("dense"),
+      "expert weights of the moe.experts backends: dense, nf4, mxfp4, nvfp4")(
       "out", po::value<std::string>(), "write the rows as JSON to FILE")(
       "profile", "after timing each backend, profile 3 iterations and print its GPU kernels by time");
   po::variables_map vm;
@@ -44,6 +48,7 @@ int run_bench(const std::vector<std::string>& args) {
   o.rank = vm["rank"].as<int64_t>();
   o.iters = vm["iters"].as<int>();
   o.profile = vm.count("profile") > 0;
+  o.format = vm["format"].as<std::string>();
   if (o.tokens < 1 || o.rank < 1 || o.iters < 1) throw ax::UsageError("bench moe: --tokens, --rank and --iters must be >= 1");
 
   // Leaked on purpose: backend objects must not outlive the plugin libraries that hold their code.

@@ -16,6 +16,7 @@
 #include "axengine/profiler.hpp"
 #include "axengine/error.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::bench {
@@ -38,9 +39,18 @@ struct Inputs {
   double s;
   at::Tensor x, w1, w2, a1, b1, a2, b2, gates, dy;  // w1 [E, 2I, H], w2 [E, H, I] (HF layout, ENK)
   ax::ops::MoeRouting routing;
+  ax::ops::WeightTensor q1, q2;  // quantised w1, w2 (format != dense; w1, w2 are then undefined)
+  bool quantised = false;
 };
 
-Inputs make_inputs(const Shape& sh, int64_t T, int64_t r) {
+// The weights in the benchmarked format; blocks run along K (the last dim of the ENK layout).
+ax::ops::WeightTensor quantise(const at::Tensor& w, const std::string& format) {
+  if (format == "nf4") return ax::ops::quantize_nf4(w, 64, false);
+  if (format == "mxfp4") return ax::ops::quantize_mxfp4(w, 2);
+  return ax::ops::quantize_nvfp4(w, 2, false);
+}
+
+Inputs make_inputs(const Shape& sh, int64_t T, int64_t r, const std::string& format) {
   Inputs in{T, T * sh.k, sh.E, sh.H, sh.I, sh.k, r, 2.0};
   const auto o = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   in.x = at::randn({T, sh.H}, o);
@@ -57,6 +67,13 @@ Inputs make_inputs(const Shape& sh, int64_t T, int64_t r) {
   auto [se, ss] = flat.sort(true, 0, false);
   in.routing = ax::ops::MoeRouting{se, ss, at::bincount(flat, {}, sh.E).cumsum(0), sh.k};
   in.dy = at::randn({T, sh.H}, o);
+  if (format != "dense") {
+    in.q1 = quantise(in.w1, format);
+    in.q2 = quantise(in.w2, format);
+    in.w1 = at::Tensor();
+    in.w2 = at::Tensor();
+    in.quantised = true;
+  }
   return in;
 }
 
@@ -77,7 +94,7 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   MoeExpertsArgs p1;
   p1.x = in.x;
   p1.routing = in.routing;
-  p1.weight = WeightTensor::dense(in.w1);
+  p1.weight = in.quantised ? in.q1 : WeightTensor::dense(in.w1);
   p1.layout = ExpertLayout::ENK;
   p1.lora_a = in.a1;
   p1.lora_b = in.b1;
@@ -91,7 +108,7 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   MoeExpertsArgs p2;
   p2.x = act.detach();
   p2.routing = in.routing;
-  p2.weight = WeightTensor::dense(in.w2);
+  p2.weight = in.quantised ? in.q2 : WeightTensor::dense(in.w2);
   p2.layout = ExpertLayout::ENK;
   p2.lora_a = in.a2;
   p2.lora_b = in.b2;
@@ -124,11 +141,15 @@ Outputs run_grouped_mm(const Inputs& in) {
   at::Tensor tok = ss.div(in.k, "floor");
   at::Tensor offs = in.routing.expert_offsets.to(at::kInt);
   auto gmm = [&](const at::Tensor& a, const at::Tensor& b) { return at::_grouped_mm(a, b, offs); };
+  // Quantised runs: every expert dequantised to bf16 once per call (the memory and time a
+  // dequantise-then-GEMM block spends), the same numbers the in-loop decoders produce.
+  const at::Tensor w1 = in.quantised ? ax::ops::dequantize(in.q1, at::kBFloat16) : in.w1;
+  const at::Tensor w2 = in.quantised ? ax::ops::dequantize(in.q2, at::kBFloat16) : in.w2;
   at::Tensor xs = x.index_select(0, tok);
-  at::Tensor h = gmm(xs, in.w1.transpose(1, 2)) +
+  at::Tensor h = gmm(xs, w1.transpose(1, 2)) +
                  in.s * gmm(gmm(xs, a1.view({E, r, H}).transpose(1, 2)), b1.view({2 * I, E, r}).permute({1, 2, 0}));
   at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);
-  at::Tensor ys = gmm(act, in.w2.transpose(1, 2)) +
+  at::Tensor ys = gmm(act, w2.transpose(1, 2)) +
                   in.s * gmm(gmm(act, a2.view({E, r, I}).transpose(1, 2)), b2.view({H, E, r}).permute({1, 2, 0}));
   ys = ys * gates.reshape({-1}).index_select(0, ss).unsqueeze(1);
   at::Tensor y = at::zeros({in.T, H}, ys.options()).index_add(0, tok, ys);
@@ -191,6 +212,8 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
   for (const auto& s : opt.shapes)
     if (std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape& k) { return k.name == s; }))
       throw UsageError(str("bench moe: unknown shape '", s, "' (known: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral)"));
+  if (opt.format != "dense" && opt.format != "nf4" && opt.format != "mxfp4" && opt.format != "nvfp4")
+    throw UsageError(str("bench moe: unknown format '", opt.format, "' (known: dense, nf4, mxfp4, nvfp4)"));
   if (!at::hasCUDA() || at::accelerator::deviceCount() == 0)
     throw UsageError("bench moe: needs a CUDA device (none is visible)");
   const auto& shapes = opt.shapes;
@@ -199,12 +222,14 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
   const int64_t tokens = opt.tokens, rank = opt.rank;
   const int iters = opt.iters;
   nlohmann::json rows = nlohmann::json::array();
+  std::printf("expert weights: %s%s\n", opt.format.c_str(),
+              opt.format == "dense" ? " (bf16)" : " (moe.experts backends; _grouped_mm dequantises to bf16 per call)");
   std::printf("%-16s %-11s %9s %8s %7s %10s %9s %8s %9s\n", "shape", "backend", "ms", "TFLOP/s", "%floor",
               "peak+MB", "first_s", "speedup", "rel_err");
   for (const Shape& sh : kShapes) {
     if (!shapes.empty() && std::find(shapes.begin(), shapes.end(), sh.name) == shapes.end()) continue;
     at::manual_seed(0);
-    Inputs in = make_inputs(sh, tokens, rank);
+    Inputs in = make_inputs(sh, tokens, rank, opt.format);
     const double flops = block_flops(in);
     const double floor_ms = flops / (kPeakTflops * 1e12) * 1e3;
     Outputs ref = run_grouped_mm(in);  // the comparison point for every backend's numbers
@@ -240,7 +265,8 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
       rows.push_back({{"shape", sh.name}, {"backend", name}, {"ms", t.ms}, {"tflops", tflops},
                       {"pct_of_floor", 100.0 * floor_ms / t.ms}, {"peak_extra_mb", t.peak_extra_mb},
                       {"first_call_s", t.first_s}, {"speedup_vs_grouped_mm", speedup},
-                      {"max_rel_err_vs_grouped_mm", err}, {"tokens", tokens}, {"rank", rank}});
+                      {"max_rel_err_vs_grouped_mm", err}, {"tokens", tokens}, {"rank", rank},
+                      {"format", opt.format}});
       if (opt.profile) {
         Profiler prof;
         prof.start(/*cuda=*/true);

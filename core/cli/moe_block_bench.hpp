@@ -18,6 +18,10 @@ struct MoeBenchOptions {
   int64_t rank = 16;
   int iters = 20;
   bool profile = false;  // after timing, profile 3 more iterations and print the GPU kernel summary
+  // Expert weight format of the moe.experts backends: dense (bf16), nf4, mxfp4 or nvfp4 (quantised with
+  // ops::quantize_*, blocks along K). The _grouped_mm block stays bf16: it dequantises every expert once
+  // per call (timed), as a dequantise-then-GEMM implementation would.
+  std::string format = "dense";
 };
 
 // The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral.

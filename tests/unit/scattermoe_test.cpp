@@ -1,6 +1,10 @@
 // scattermoe plugin parity: forward and backward against an fp64 formula of the moe.experts contract,
 // over layouts, gates / grouped / scattered outputs, inactive routing entries, experts without tokens,
 // sizes that are not multiples of any tile (element-load path) and ranks that are not powers of two.
+// Quantised expert weights (nf4, nf4 double quant, mxfp4, nvfp4 with scalar / per-expert global scale):
+// the packed path must give bitwise the same results as the dense path fed the dequantised weight (same
+// tiles, same accumulation order: any decoding error shows), agree with the reference backend, and never
+// read an expert without tokens (its scales are poisoned with NaN).
 // Needs a CUDA device and the built plugin; skips (with a message) otherwise.
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -8,9 +12,14 @@
 #include <doctest/doctest.h>
 
 #include <axengine/ops/moe_experts.hpp>
+#include <axengine/ops/quant.hpp>
 #include <axengine/plugin.hpp>
+#include <axengine/registry.hpp>
 
+#include <limits>
 #include <string>
+
+#include "ops/reference/register.hpp"
 
 namespace {
 
@@ -169,6 +178,159 @@ TEST_CASE("scattermoe plugin matches the fp64 moe.experts formula (CUDA)") {
       CAPTURE(c.grouped_out);
       CAPTURE(static_cast<int>(dtype));
       run_case(*be, c);
+    }
+  }
+}
+
+namespace {
+
+std::shared_ptr<ax::ops::MoeExperts> reference_backend() {
+  static ax::Registry reg = [] {
+    ax::Registry r;
+    ax::ops::register_reference_kernels(r);
+    return r;
+  }();
+  return reg.kernel<ax::ops::MoeExperts>("reference");
+}
+
+struct QuantCase {
+  std::string variant;  // nf4, nf4-dq, mxfp4, nvfp4, nvfp4-pe
+  int64_t T, K, N, E, k, r;
+  ax::ops::ExpertLayout layout;
+  bool gates, inactive;
+};
+
+ax::ops::WeightTensor quantise(const at::Tensor& w32, const std::string& v, int64_t k_axis) {
+  using namespace ax::ops;
+  if (v == "nf4") return quantize_nf4(w32, 64, false);
+  if (v == "nf4-dq") return quantize_nf4(w32, 64, true);
+  if (v == "mxfp4") return quantize_mxfp4(w32, k_axis);
+  if (v == "nvfp4") return quantize_nvfp4(w32, k_axis, false);
+  return quantize_nvfp4(w32, k_axis, true);
+}
+
+// NaN scales for expert e (it has no tokens: a backend that reads its weight produces NaN). nf4 double
+// quant shares its nested scales between experts, so it is left alone there.
+void poison_expert(ax::ops::WeightTensor& w, int64_t e) {
+  using F = ax::ops::WeightFormat;
+  if (w.format == F::nf4) {
+    if (w.double_quant()) return;
+    const int64_t per = w.numel() / w.shape[0] / w.blocksize;
+    w.scales = w.scales.clone();
+    w.scales.view({-1}).narrow(0, e * per, per).fill_(std::numeric_limits<float>::quiet_NaN());
+  } else {
+    at::Tensor s = w.scales.scalar_type() == at::kByte ? w.scales.clone() : w.scales.clone().view(at::kByte);
+    s.select(0, e).fill_(w.format == F::mxfp4 ? 255 : 0x7f);  // E8M0 NaN, E4M3 NaN
+    w.scales = w.scales.scalar_type() == at::kByte ? s : s.view(w.scales.scalar_type());
+  }
+}
+
+void run_quant_case(ax::ops::MoeExperts& be, ax::ops::MoeExperts& ref, const QuantCase& c) {
+  using namespace ax::ops;
+  const auto dev = at::Device(at::kCUDA, 0);
+  const auto fo = at::TensorOptions().dtype(at::kBFloat16).device(dev);
+  const int64_t M = c.T * c.k;
+  at::Tensor logits = at::randn({c.T, c.E}, at::TensorOptions().device(dev));
+  logits.select(1, c.E - 1).fill_(-1e9);  // expert E-1 gets no token
+  at::Tensor flat = std::get<1>(logits.topk(c.k, 1)).reshape({-1});
+  auto [sorted_e, sorted_s] = flat.sort(/*stable=*/true, 0, false);
+  at::Tensor offsets = at::bincount(flat, {}, c.E).cumsum(0);
+  at::Tensor eid = sorted_e.clone(), sid = sorted_s.clone();
+  if (c.inactive) {
+    at::Tensor drop = at::arange(M, eid.options()).remainder(5).eq(2);
+    eid.masked_fill_(drop, -1);
+    sid.masked_fill_(drop, 1 << 30);
+  }
+
+  const bool enk = c.layout == ExpertLayout::ENK;
+  at::Tensor w32 = at::randn(enk ? std::vector<int64_t>{c.E, c.N, c.K} : std::vector<int64_t>{c.E, c.K, c.N})
+                       .mul_(1.0 / std::sqrt(double(c.K)));
+  WeightTensor wq = quantise(w32, c.variant, enk ? 2 : 1).to(dev);
+  poison_expert(wq, c.E - 1);
+  // The dense twin: the same numbers, dequantised once to bf16 (a kernel decodes to exactly these).
+  WeightTensor wd = WeightTensor::dense(dequantize(wq, at::kBFloat16));
+
+  MoeExpertsArgs a;
+  a.x = at::randn({c.T, c.K}, fo);
+  a.routing = MoeRouting{eid, sid, offsets, c.k};
+  a.layout = c.layout;
+  if (c.r) {
+    a.lora_a = at::randn({c.r * c.E, c.K}, fo).mul_(1.0 / std::sqrt(double(c.K)));
+    a.lora_b = at::randn({c.N, c.r * c.E}, fo).mul_(0.5);
+    a.scaling = 0.75;
+  }
+  if (c.gates) a.gates = at::rand({c.T, c.k}, fo);
+  a.check_values = true;
+  MoeExpertsArgs ad = a;
+  a.weight = wq;
+  ad.weight = wd;
+
+  MoeExpertsResult yq = be.forward(a), yd = be.forward(ad), yr = ref.forward(a);
+  CHECK(yq.y.isfinite().all().item<bool>());
+  CHECK(at::equal(yq.y, yd.y));
+  CHECK(rel_err(yq.y, yr.y) < 1e-2);
+
+  MoeExpertsBackwardArgs b;
+  b.grad_y = at::randn(yq.y.sizes(), fo);
+  b.saved = yq.saved;
+  MoeExpertsGrads gq = be.backward(a, b);
+  b.saved = yd.saved;
+  MoeExpertsGrads gd = be.backward(ad, b);
+  b.saved = yr.saved;
+  MoeExpertsGrads gr = ref.backward(a, b);
+  CHECK(gq.dx.isfinite().all().item<bool>());
+  CHECK(at::equal(gq.dx, gd.dx));
+  CHECK(rel_err(gq.dx, gr.dx) < 1e-2);
+  if (c.r) {
+    CHECK(rel_err(gq.dlora_a, gr.dlora_a) < 1e-2);
+    CHECK(rel_err(gq.dlora_b, gr.dlora_b) < 1e-2);
+  }
+  if (c.gates) CHECK(rel_err(gq.dgates, gr.dgates) < 1e-2);
+}
+
+}  // namespace
+
+TEST_CASE("scattermoe decodes nf4 / mxfp4 / nvfp4 expert weights in the k loop (CUDA)") {
+  auto be = load_scattermoe();
+  if (!be) {
+    MESSAGE("skipped: needs a CUDA device and the built scattermoe plugin");
+    return;
+  }
+  auto ref = reference_backend();
+  REQUIRE(ref);
+  using L = ax::ops::ExpertLayout;
+  struct Shape {
+    int64_t T, K, N, E, k, r;
+    bool gates, inactive;
+  };
+  const Shape shapes[] = {
+      // T, K, N, E, k, r, gates, inactive
+      {256, 128, 192, 8, 2, 16, true, false},  // aligned: the prefetching path, several k-tiles, fused LoRA
+      {200, 128, 90, 6, 3, 5, false, true},    // N % 8 != 0: EKN takes the element-wise path
+      {64, 64, 24, 4, 2, 0, true, false},      // thin output, no LoRA: the 128x16 tile
+  };
+  at::manual_seed(7);
+  for (const char* variant : {"nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"}) {
+    for (L layout : {L::EKN, L::ENK}) {
+      for (const Shape& sh : shapes) {
+        const QuantCase c{variant, sh.T, sh.K, sh.N, sh.E, sh.k, sh.r, layout, sh.gates, sh.inactive};
+        CAPTURE(c.variant);
+        CAPTURE(static_cast<int>(c.layout));
+        CAPTURE(c.K);
+        CAPTURE(c.N);
+        CAPTURE(c.r);
+        run_quant_case(*be, *ref, c);
+      }
+    }
+  }
+  // K = 100 (nf4): a partial last k-tile, and in ENK stored rows that are not 8-element aligned (the
+  // element-wise path); K = 80 (nvfp4): a partial last k-tile of blocked rows (EKN) or columns (ENK).
+  for (L layout : {L::EKN, L::ENK}) {
+    for (const QuantCase& c : {QuantCase{"nf4", 96, 100, 16, 4, 2, 4, layout, false, false},
+                               QuantCase{"nvfp4", 96, 80, 40, 4, 2, 4, layout, true, true}}) {
+      CAPTURE(c.variant);
+      CAPTURE(static_cast<int>(layout));
+      run_quant_case(*be, *ref, c);
     }
   }
 }

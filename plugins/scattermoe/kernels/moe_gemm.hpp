@@ -22,6 +22,33 @@ enum class DType { bf16, fp16 };
 void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_t* tile_start,
                  cudaStream_t stream);
 
+// Packed (quantised) expert weights, decoded inside the GEMM's k loop (kernels/weight_formats.cuh).
+// Bit layouts: docs/ops/dequant.md. The weight of expert e is a stored matrix S_e of R x C logical
+// elements, C the contiguous direction: R = w_kmajor ? N : K and C = w_kmajor ? K : N of the GEMM, and
+// W_e(k, n) = S_e[n][k] (w_kmajor) or S_e[k][n] — exactly how a dense weight is read.
+//   nf4  : element (e, r, c) has the flat index i = (e*R + r)*C + c; code = nibble of codes[i/2], HIGH
+//          nibble for even i; value = NF4[code] * absmax(i / blocksize), absmax = scales[b] (fp32) or,
+//          double-quantised, nested_code[scales[b]] * nested_scales[b / nested_blocksize] + nested_offset.
+//   mxfp4: E2M1 codes, blocks of 32 along the op's K, LOW nibble first; scale 2^(s-127) (E8M0 byte).
+//   nvfp4: the same with blocks of 16, scale = global_scale[e or 0] * E4M3 byte.
+//   For mxfp4/nvfp4 blocks_along_rows says whether the op's K (the packed, blocked axis) runs down the
+//   rows of S_e (layout EKN: codes [E, R/2, C], scales [E, R/bs, C]) or along them (ENK: codes
+//   [E, R, C/2], scales [E, R, C/bs]).
+enum class WeightFormat { dense, nf4, mxfp4, nvfp4 };
+struct PackedWeight {
+  WeightFormat format = WeightFormat::dense;
+  const uint8_t* codes = nullptr;
+  const void* scales = nullptr;  // nf4: fp32, or uint8 when double-quantised; mxfp4/nvfp4: uint8
+  int blocksize = 0;             // nf4: a power of two; mxfp4 32; nvfp4 16
+  bool blocks_along_rows = false;
+  const float* global_scale = nullptr;  // nvfp4
+  bool global_per_expert = false;
+  const float* nested_code = nullptr;    // nf4 double quant: [256]; nullptr when not double-quantised
+  const float* nested_scales = nullptr;
+  float nested_offset = 0.f;
+  int nested_blocksize = 256;  // a power of two
+};
+
 // Grouped GEMM over expert segments. For every expert e and sorted row m of its segment:
 //   acc    = sum_k A[arow(m), k] * W_e(k, n)                         (k < K)
 //   acc    = acc * rs(m)                                            (when row_scale)
@@ -34,7 +61,8 @@ void launch_prep(const int64_t* ends, int E, int64_t first, int64_t* seg, int32_
 // addend are zero), and their output row is written as zeros (grouped output) or skipped (c_idx set: the
 // caller zeroes scattered outputs first). K = 0 is allowed (the output is bias + addend).
 // rs(m) = row_scale[rs_idx ? rs_idx[m] : m];
-// W_e(k, n) = w[e * w_estride + (w_kmajor ? n * ldw + k : k * ldw + n)]   (likewise W2).
+// W_e(k, n) = w[e * w_estride + (w_kmajor ? n * ldw + k : k * ldw + n)]   (likewise W2),
+// or, when wq.format is not dense, decoded from the packed weight wq (w, ldw, w_estride unused).
 struct GroupedGemmArgs {
   DType dtype = DType::bf16;
   int E = 0;
@@ -67,6 +95,7 @@ struct GroupedGemmArgs {
   int64_t ldd = 0;
   float beta = 1.f;
   int tile = -1;  // a TileId of the grouped family; -1 (or one not compiled for the call): the default
+  PackedWeight wq;  // format dense: W_e comes from w
 };
 // The compiled-kernel variant a call needs (dtype, 64-bit indexing when M * ld can reach 2^31, mixed
 // weight orientations).

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "moe_gemm.hpp"
+#include "weight_formats.cuh"
 
 namespace ax::scattermoe::detail {
 
@@ -232,7 +233,9 @@ struct Kernel {
   static constexpr int SMEM_BYTES = STAGES * (A_ELEMS + B_ELEMS) * (int)sizeof(T);
 };
 
-template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ, bool GRAM, bool IDX64, class Args>
+// WF / W_BLK_ROWS: the main product's W is packed (weight_formats.cuh) instead of dense.
+template <class T, int BM, int BN, int WM, int WN, bool W_KMAJ, bool W2_KMAJ, bool GRAM, bool IDX64, class Args,
+          WeightFormat WF = WeightFormat::dense, bool W_BLK_ROWS = false>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, int n_tiles_n, unsigned vecmask) {
   using K_ = Kernel<T, BM, BN, WM, WN, W_KMAJ, W2_KMAJ, GRAM>;
   constexpr int BK = K_::BK, STAGES = K_::STAGES, MI = K_::MI, NI = K_::NI, WTM = K_::WTM, WTN = K_::WTN;
@@ -283,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
   using HW = Hoisted<T, W_KMAJ ? BN : BK, W_KMAJ ? BK : BN>;
   HA hA;
   HW hW;
+  [[maybe_unused]] PackedTile<T, WF, W_BLK_ROWS, W_KMAJ ? BN : BK, W_KMAJ ? BK : BN, W_KMAJ, kThreads> qW;
   if constexpr (!GRAM) {
     const T* A = static_cast<const T*>(args.a);
     hA.init_rows_fixed([&](int r) -> const T* {
@@ -292,7 +296,9 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
       return A + row_off<IDX64>(ar, args.lda);
     });
     const T* W = static_cast<const T*>(args.w) + pb.e * args.w_estride;
-    if constexpr (W_KMAJ) {
+    if constexpr (WF != WeightFormat::dense) {
+      qW.init(pb.e, pb.n0, (vecmask & 256u) != 0);
+    } else if constexpr (W_KMAJ) {
       hW.init_rows_fixed([&](int r) -> const T* {
         const int n = pb.n0 + r;
         return n < args.N ? W + (int64_t)n * args.ldw : nullptr;
@@ -311,7 +317,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
       const int k0 = (main ? kt : kt - pb.nk1) * BK;
       if (main) {
         hA.load_cols(a_s, k0, args.K, vecmask & 1u, dummy);
-        if constexpr (W_KMAJ) hW.load_cols(b_s, k0, args.K, vecmask & 2u, dummy);
+        if constexpr (WF != WeightFormat::dense) qW.fetch(args, k0);  // decoded into b_s by store_w, after the MMAs
+        else if constexpr (W_KMAJ) hW.load_cols(b_s, k0, args.K, vecmask & 2u, dummy);
         else hW.load_rows(b_s, k0, args.ldw, args.K, pb.n0, args.N, vecmask & 2u, dummy);
       } else {
         const T* A2 = static_cast<const T*>(args.a2);
@@ -420,9 +427,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     }
   };
 
+  // Packed W: the k-tile fetched by load(kt, .) is decoded into its stage (kt % STAGES, the stage the
+  // previous iteration computed: every warp is past it since this iteration's barrier).
+  auto store_w = [&](int kt) {
+    if constexpr (WF != WeightFormat::dense)
+      if (kt < pb.nk1) qW.store(args, sB + (kt % STAGES) * K_::B_ELEMS, kt * BK);
+  };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nk) load(s, s);
+    store_w(s);
     cp_async_commit();
   }
   for (int kt = 0; kt < nk; ++kt) {
@@ -438,6 +452,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
       if (kt < pb.nk1) compute(kt % STAGES, W_KMAJ);
       else compute(kt % STAGES, W2_KMAJ);
     }
+    store_w(pf);
   }
   cp_async_wait<0>();
   if (pb.nk2 == 0) apply_row_scale();

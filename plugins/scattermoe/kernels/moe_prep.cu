@@ -1,4 +1,4 @@
-// Routing preparation and the dtype switch of the launch interface.
+// Routing preparation and the dtype / weight-format switch of the launch interface.
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +13,10 @@ int gram_bf16(int tile, const GramArgs& a, cudaStream_t s, bool occ);
 int gram_fp16(int tile, const GramArgs& a, cudaStream_t s, bool occ);
 int grouped_idx64(const GroupedGemmArgs& a, cudaStream_t s, bool occ);  // 128x128, both dtypes
 int gram_idx64(const GramArgs& a, cudaStream_t s, bool occ);            // gram128x16, both dtypes
+// Packed W (moe_gemm_<format>.cu): a fixed tile per shape, both dtypes.
+void grouped_gemm_nf4(const GroupedGemmArgs& a, cudaStream_t s);
+void grouped_gemm_mxfp4(const GroupedGemmArgs& a, cudaStream_t s);
+void grouped_gemm_nvfp4(const GroupedGemmArgs& a, cudaStream_t s);
 
 // One block scans the per-expert row counts into segment starts and M-tile starts (chunks of 1024
 // experts, carrying the running totals), so the GEMM grid can be sized on the host from an upper
@@ -130,7 +134,15 @@ int run_gram(const GramArgs& a, int tile, cudaStream_t s, bool occ) {
 }
 }  // namespace
 
-void grouped_gemm(const GroupedGemmArgs& a, cudaStream_t s) { run_grouped(a, a.tile, s, false); }
+void grouped_gemm(const GroupedGemmArgs& a, cudaStream_t s) {
+  switch (a.wq.format) {
+    case WeightFormat::nf4: return detail::grouped_gemm_nf4(a, s);
+    case WeightFormat::mxfp4: return detail::grouped_gemm_mxfp4(a, s);
+    case WeightFormat::nvfp4: return detail::grouped_gemm_nvfp4(a, s);
+    case WeightFormat::dense: break;
+  }
+  run_grouped(a, a.tile, s, false);
+}
 int grouped_occupancy(const GroupedGemmArgs& a, int tile) { return run_grouped(a, tile, nullptr, true); }
 void gram_gemm(const GramArgs& a, cudaStream_t s) { run_gram(a, a.tile, s, false); }
 int gram_occupancy(const GramArgs& a, int tile) { return run_gram(a, tile, nullptr, true); }

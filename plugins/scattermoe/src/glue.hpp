@@ -3,6 +3,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include <axengine/error.hpp>
 #include <axengine/ops/moe_experts.hpp>
 #include <axengine/strings.hpp>
@@ -20,30 +22,18 @@ inline DType kernel_dtype(at::ScalarType t) {
 // Row-major view with unit column stride (copies only when the caller's tensor is not).
 inline at::Tensor rows(const at::Tensor& t) { return (t.dim() == 2 && t.stride(1) == 1) ? t : t.contiguous(); }
 
-// A dense expert weight as the kernels read it: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+// An expert weight as the kernels read it. Dense: W_e(k, n) = w[e*estride + (kmajor ? n*ld + k : k*ld + n)].
+// Packed: the stored matrix of each expert is the logical weight's [K, N] (EKN, kmajor false) or [N, K]
+// (ENK, kmajor true), row-major, decoded by the kernels (kernels/moe_gemm.hpp, PackedWeight); `keep`
+// holds the (contiguous) tensors the pointers in `packed` refer to.
 struct WeightView {
   at::Tensor t;
   int64_t estride = 0, ld = 0;
   bool kmajor = false;
+  PackedWeight packed;
+  std::vector<at::Tensor> keep;
 };
-inline WeightView weight_view(const ops::MoeExpertsArgs& args) {
-  at::Tensor w = args.weight.values;
-  // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
-  const bool enk = args.layout == ops::ExpertLayout::ENK;
-  // Accept either inner dimension contiguous (a transposed view is just the other layout).
-  if (w.stride(2) != 1 && w.stride(1) != 1) w = w.contiguous();
-  WeightView v;
-  v.t = w;
-  v.estride = w.stride(0);
-  if (w.stride(2) == 1) {
-    v.kmajor = enk;  // innermost is K for ENK, N for EKN
-    v.ld = w.stride(1);
-  } else {
-    v.kmajor = !enk;
-    v.ld = w.stride(2);
-  }
-  return v;
-}
+WeightView weight_view(const ops::MoeExpertsArgs& args);
 
 struct Routing {
   at::Tensor expert, scattered, offsets;

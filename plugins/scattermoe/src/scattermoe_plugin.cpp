@@ -11,8 +11,13 @@
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
 // Tile choice: every launch goes through tuner.hpp (tuning cache / heuristic / timing). Few large
 // experts take the split path (split_path.cpp): base GEMMs by at::_grouped_mm, LoRA by our kernels.
+// Quantised weights (nf4 / mxfp4 / nvfp4) are passed packed; the GEMMs decode them tile by tile inside
+// their k loop (kernels/weight_formats.cuh): no dequantised copy, only routed experts' bytes are read.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <limits>
+#include <vector>
 
 #include <axengine/plugin.hpp>
 
@@ -97,10 +102,11 @@ class ScatterMoe final : public ops::MoeExperts {
 
     g.N = static_cast<int>(d.N);
     g.K = static_cast<int>(d.K);
-    g.w = w.t.data_ptr();
+    g.w = w.t.defined() ? w.t.data_ptr() : nullptr;
     g.w_kmajor = w.kmajor;
     g.ldw = w.ld;
     g.w_estride = w.estride;
+    g.wq = w.packed;
     if (lora) {
       g.K2 = static_cast<int>(d.r);
       g.a2 = xa.data_ptr();
@@ -236,10 +242,11 @@ class ScatterMoe final : public ops::MoeExperts {
       GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
       t.N = static_cast<int>(d.K);
       t.K = static_cast<int>(d.N);
-      t.w = w.t.data_ptr();
+      t.w = w.t.defined() ? w.t.data_ptr() : nullptr;
       t.w_kmajor = !w.kmajor;
       t.ldw = w.ld;
       t.w_estride = w.estride;
+      t.wq = w.packed;  // the same stored matrix, read transposed
       if (lora) {
         t.K2 = static_cast<int>(d.r);
         t.a2 = yb.data_ptr();
@@ -323,12 +330,32 @@ class ScatterMoe final : public ops::MoeExperts {
 
   static void check_supported(const ops::MoeExpertsArgs& args) {
     if (!args.x.is_cuda()) throw UsageError("moe.experts[scattermoe]: x: needs a CUDA tensor");
-    if (!args.weight.is_dense())
-      throw UsageError(str("moe.experts[scattermoe]: weight: format ", ops::to_string(args.weight.format),
-                           " is not supported yet (dense only)"));
     kernel_dtype(args.x.scalar_type());
-    if (args.weight.values.scalar_type() != args.x.scalar_type())
-      throw UsageError("moe.experts[scattermoe]: weight: dtype must match x");
+    const ops::WeightTensor& w = args.weight;
+    if (w.is_dense()) {
+      if (w.values.scalar_type() != args.x.scalar_type())
+        throw UsageError("moe.experts[scattermoe]: weight: dtype must match x");
+      return;
+    }
+    // Packed weights: what ops::validate admits, minus what the kernels do not decode.
+    if (w.format == ops::WeightFormat::nf4) {
+      if (w.blocksize < 16 || (w.blocksize & (w.blocksize - 1)) != 0)
+        throw UsageError(str("moe.experts[scattermoe]: weight.blocksize: nf4 needs a power of two >= 16, got ",
+                             w.blocksize));
+      const int64_t nb = w.nested_blocksize;
+      if (w.double_quant() && (nb <= 0 || (nb & (nb - 1)) != 0 || nb > (int64_t{1} << 30)))
+        throw UsageError(str("moe.experts[scattermoe]: weight.nested_blocksize: must be a power of two, got ", nb));
+    } else {
+      const int64_t k_axis = args.layout == ops::ExpertLayout::EKN ? 1 : 2;
+      const int64_t axis = w.axis < 0 ? w.axis + w.dim() : w.axis;
+      if (axis != k_axis)
+        throw UsageError(str("moe.experts[scattermoe]: weight.axis: ", ops::to_string(w.format),
+                             " blocks must run along K (dim ", k_axis, " in layout ", ops::to_string(args.layout),
+                             "), got axis ", w.axis));
+    }
+    for (int64_t d : w.shape)
+      if (d > std::numeric_limits<int>::max())
+        throw UsageError(str("moe.experts[scattermoe]: weight: ", w.describe(), " has a dimension past 2^31"));
   }
 };
 
@@ -341,7 +368,7 @@ AXENGINE_PLUGIN_DESCRIPTOR(
     " \"summary\": \"ScatterMoE-style grouped expert GEMMs with fused LoRA (CUDA, mma.sync tensor cores)\","
     " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\","
     " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
-    " \"formats\": [\"dense\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
+    " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
 
 AXENGINE_PLUGIN_REGISTER(reg) {
   reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ax::scattermoe::ScatterMoe>());

@@ -230,6 +230,9 @@ TuningCache& tuning_cache() {
 }
 
 void run_grouped_tuned(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream_t stream) {
+  // Packed weights take their fixed tile (kernels/moe_gemm_packed.cuh): the tuning keys do not carry the
+  // format, so timing them would store noise under a dense key.
+  if (args.wq.format != WeightFormat::dense) return grouped_gemm(args, stream);
   TileQuery q;
   q.op = op;
   q.variant = grouped_variant(args);

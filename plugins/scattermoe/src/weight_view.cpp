@@ -1,0 +1,71 @@
+// glue::weight_view: an expert weight (dense, or packed nf4 / mxfp4 / nvfp4) as the kernels address it.
+#include "glue.hpp"
+
+namespace ax::scattermoe::glue {
+namespace {
+
+using ops::ExpertLayout;
+
+// Packed tensors as the kernels address them: row-major without gaps (a copy only when the caller's
+// tensor is a strided view; the format's shapes were validated by ops::validate).
+const void* packed_ptr(WeightView& v, const at::Tensor& t) {
+  v.keep.push_back(t.contiguous());
+  return v.keep.back().data_ptr();
+}
+
+WeightView packed_view(const ops::MoeExpertsArgs& args) {
+  const ops::WeightTensor& w = args.weight;
+  WeightView v;
+  v.kmajor = args.layout == ExpertLayout::ENK;
+  PackedWeight& p = v.packed;
+  p.codes = static_cast<const uint8_t*>(packed_ptr(v, w.codes));
+  p.scales = packed_ptr(v, w.scales);
+  p.blocksize = static_cast<int>(w.blocksize);
+  switch (w.format) {
+    case ops::WeightFormat::nf4:
+      p.format = WeightFormat::nf4;
+      if (w.double_quant()) {
+        p.nested_code = static_cast<const float*>(packed_ptr(v, w.nested_code));
+        p.nested_scales = static_cast<const float*>(packed_ptr(v, w.nested_scales));
+        p.nested_offset = static_cast<float>(w.nested_offset);
+        p.nested_blocksize = static_cast<int>(w.nested_blocksize);
+      }
+      break;
+    case ops::WeightFormat::mxfp4:
+    case ops::WeightFormat::nvfp4:
+      p.format = w.format == ops::WeightFormat::mxfp4 ? WeightFormat::mxfp4 : WeightFormat::nvfp4;
+      p.blocks_along_rows = args.layout == ExpertLayout::EKN;  // K is dim 1 of [E, K, N], dim 2 of [E, N, K]
+      if (w.format == ops::WeightFormat::nvfp4) {
+        p.global_scale = static_cast<const float*>(packed_ptr(v, w.global_scale));
+        p.global_per_expert = w.global_scale.numel() > 1;
+      }
+      break;
+    case ops::WeightFormat::dense:
+      throw RuntimeError("moe.experts[scattermoe]: packed_view called on a dense weight");
+  }
+  return v;
+}
+
+}  // namespace
+
+WeightView weight_view(const ops::MoeExpertsArgs& args) {
+  if (!args.weight.is_dense()) return packed_view(args);
+  at::Tensor w = args.weight.values;
+  // Logical dims of the stored tensor: EKN [E, K, N] or ENK [E, N, K].
+  const bool enk = args.layout == ExpertLayout::ENK;
+  // Accept either inner dimension contiguous (a transposed view is just the other layout).
+  if (w.stride(2) != 1 && w.stride(1) != 1) w = w.contiguous();
+  WeightView v;
+  v.t = w;
+  v.estride = w.stride(0);
+  if (w.stride(2) == 1) {
+    v.kmajor = enk;  // innermost is K for ENK, N for EKN
+    v.ld = w.stride(1);
+  } else {
+    v.kmajor = !enk;
+    v.ld = w.stride(2);
+  }
+  return v;
+}
+
+}  // namespace ax::scattermoe::glue
