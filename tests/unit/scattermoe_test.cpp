@@ -17,6 +17,7 @@
 #include <axengine/registry.hpp>
 
 #include <limits>
+#include <cstdlib>
 #include <string>
 
 #include "ops/reference/register.hpp"
@@ -265,9 +266,13 @@ void run_quant_case(ax::ops::MoeExperts& be, ax::ops::MoeExperts& ref, const Qua
   a.weight = wq;
   ad.weight = wd;
 
+  // The bitwise comparison holds between two runs of the fused kernels; with the split path forced
+  // (AXENGINE_SCATTERMOE_PATH=split) the dense side's base product comes from at::_grouped_mm instead.
+  const char* path = std::getenv("AXENGINE_SCATTERMOE_PATH");
+  const bool same_kernels = path == nullptr || std::string(path) != "split";
   MoeExpertsResult yq = be.forward(a), yd = be.forward(ad), yr = ref.forward(a);
   CHECK(yq.y.isfinite().all().item<bool>());
-  CHECK(at::equal(yq.y, yd.y));
+  if (same_kernels) CHECK(at::equal(yq.y, yd.y));
   CHECK(rel_err(yq.y, yr.y) < 1e-2);
 
   MoeExpertsBackwardArgs b;
@@ -279,7 +284,7 @@ void run_quant_case(ax::ops::MoeExperts& be, ax::ops::MoeExperts& ref, const Qua
   b.saved = yr.saved;
   MoeExpertsGrads gr = ref.backward(a, b);
   CHECK(gq.dx.isfinite().all().item<bool>());
-  CHECK(at::equal(gq.dx, gd.dx));
+  if (same_kernels) CHECK(at::equal(gq.dx, gd.dx));
   CHECK(rel_err(gq.dx, gr.dx) < 1e-2);
   if (c.r) {
     CHECK(rel_err(gq.dlora_a, gr.dlora_a) < 1e-2);

@@ -15,6 +15,9 @@ namespace ax::scattermoe {
 
 enum class DType { bf16, fp16 };
 
+// 16-byte vector loads and stores need 16-byte aligned addresses.
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // From expert segment ends (ends[e] = one past the last sorted row of expert e; expert 0 starts at
 // `first`) computes seg[E+1] (segment starts, seg[E] = end of the last) and tile_start[2(E+1)]: the
 // first M tile of each expert (tile_start[E] = total tiles) for 128-row tiles, then the same for 64-row
@@ -101,6 +104,30 @@ struct GroupedGemmArgs {
 // weight orientations).
 TileVariant grouped_variant(const GroupedGemmArgs& args);
 void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+// The same product for the split path's LoRA add (K = r <= 64, no a_idx / K2 / row_scale, dense W,
+// N, ldc, ldd multiples of 8 and 16-byte aligned C, D) as a memory-bound kernel (lora_add.cu). Returns
+// false, launching nothing, when the call does not qualify.
+bool launch_lora_add(const GroupedGemmArgs& args, cudaStream_t stream);
+
+// Gates of the top-k outputs over the expert rows in scattered order (row t·k + j of `rows`):
+//   combine: y[t, n] = Σ_j gates[t·k + j] · rows[t·k + j, n]        (launch_gates_combine; y written)
+//   grad:    gates[t·k + j] = Σ_n y[t, n] · rows[t·k + j, n]         (launch_gates_grad; y = dY read,
+//                                                                     gates written)
+// fp32 accumulation in a fixed order (deterministic); gates in the activation dtype, contiguous [T, k].
+// Both return false, launching nothing, unless N, ld_rows, ld_y are multiples of 8 and rows, y 16-byte
+// aligned (grad also needs k <= 16).
+struct GatesArgs {
+  DType dtype = DType::bf16;
+  int64_t T = 0;
+  int k = 0, N = 0;
+  const void* rows = nullptr;
+  int64_t ld_rows = 0;
+  void* gates = nullptr;  // const for combine
+  void* y = nullptr;      // const for grad
+  int64_t ld_y = 0;
+};
+bool launch_gates_combine(const GatesArgs& args, cudaStream_t stream);
+bool launch_gates_grad(const GatesArgs& args, cudaStream_t stream);
 // Resident blocks per SM of `tile` for this call's variant (0 when not compiled); launches nothing.
 int grouped_occupancy(const GroupedGemmArgs& args, int tile);
 

@@ -521,7 +521,6 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
   }
 }
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // 16-byte vector loads of a row-major operand: base aligned, leading dimension and extent multiples of 8.
 inline bool vec_ok(const void* p, int64_t ld, int64_t cols) { return p && aligned16(p) && ld % 8 == 0 && cols % 8 == 0; }
 

@@ -3,7 +3,7 @@
 // Forward (per projection, docs/plugins/scattermoe.md):
 //   XA  = s · gather(X) · A_eᵀ                 [M, r]  thin grouped GEMM, saved for backward
 //   Y   = gather(X) · W_e + XA · B_eᵀ + bias    one grouped GEMM: the LoRA term is two extra k-tiles
-//   gates: Y_t = Σ_j g_tj · Y_(t,j)             batched [1,k]x[k,N] products (no atomics, no extra buffer)
+//   gates: Y_t = Σ_j g_tj · Y_(t,j)             a vector pass over the expert rows (gates.cu; no atomics)
 // Backward (frozen base, g = gate of the entry or 1):
 //   YB  = s · g · dY · B_e                     [M, r]
 //   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above)
@@ -138,11 +138,28 @@ class ScatterMoe final : public ops::MoeExperts {
     const bool gated = args.gates.defined();
     ops::MoeExpertsResult res;
     if (gated) {
-      const at::Tensor gates = args.gates.to(x.scalar_type()).reshape({d.T, 1, d.k});
-      at::Tensor y = at::bmm(gates, y_rows.view({d.T, d.k, d.N})).view({d.T, d.N});
-      if (args.out.defined()) {
-        args.out.copy_(y);
-        y = args.out;
+      // y[t] = Σ_j g[t, j] · Y_(t,j): our vector kernel (gates.cu), or a batched [1, k] x [k, N] product.
+      const at::Tensor gates = args.gates.to(x.scalar_type()).contiguous();
+      const bool into_out = args.out.defined() && args.out.stride(1) == 1;
+      at::Tensor y = into_out ? args.out : at::empty({d.T, d.N}, x.options());
+      GatesArgs ga;
+      ga.dtype = kernel_dtype(x.scalar_type());
+      ga.T = d.T;
+      ga.k = static_cast<int>(d.k);
+      ga.N = static_cast<int>(d.N);
+      ga.rows = y_rows.data_ptr();
+      ga.ld_rows = y_rows.stride(0);
+      ga.gates = gates.data_ptr();
+      ga.y = y.data_ptr();
+      ga.ld_y = y.stride(0);
+      if (launch_gates_combine(ga, c10::cuda::getCurrentCUDAStream(x.device().index()).stream())) {
+        check_launch("gates combine");
+      } else {
+        y = at::bmm(gates.view({d.T, 1, d.k}), y_rows.view({d.T, d.k, d.N})).view({d.T, d.N});
+        if (args.out.defined()) {
+          args.out.copy_(y);
+          y = args.out;
+        }
       }
       res.y = y;
     } else if (args.out.defined() && !direct) {
@@ -309,7 +326,19 @@ class ScatterMoe final : public ops::MoeExperts {
     }
 
     if (gated && bwd.need_dgates) {  // dgates[t, j] = dY[t] · Y_(t,j)
-      at::Tensor dg = at::bmm(y_rows.view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
+      at::Tensor dg = at::empty({d.T, d.k}, opts);
+      GatesArgs ga;
+      ga.dtype = dt;
+      ga.T = d.T;
+      ga.k = static_cast<int>(d.k);
+      ga.N = static_cast<int>(d.N);
+      ga.rows = y_rows.data_ptr();
+      ga.ld_rows = y_rows.stride(0);
+      ga.gates = dg.data_ptr();
+      ga.y = gy.data_ptr();
+      ga.ld_y = gy.stride(0);
+      if (launch_gates_grad(ga, stream)) check_launch("gates gradient");
+      else dg = at::bmm(y_rows.view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
       grads.dgates = assign(bwd.out.dgates, dg.to(args.gates.scalar_type()));
     }
     return grads;

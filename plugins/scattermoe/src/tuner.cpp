@@ -233,6 +233,8 @@ void run_grouped_tuned(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream
   // Packed weights take their fixed tile (kernels/moe_gemm_packed.cuh): the tuning keys do not carry the
   // format, so timing them would store noise under a dense key.
   if (args.wq.format != WeightFormat::dense) return grouped_gemm(args, stream);
+  // The split path's LoRA add is memory-bound: its own kernel, no tile to choose.
+  if (op == GemmOp::lora_add && launch_lora_add(args, stream)) return;
   TileQuery q;
   q.op = op;
   q.variant = grouped_variant(args);
