@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreadsLA) lora_add_kernel(const GroupedGemmA
 
   // 128-row tiles of the expert segments (launch_prep's first tile_start array).
   const int32_t* ts = a.tile_start;
-  const int64_t tile = blockIdx.x;
+  const int64_t tile = blockIdx.y;
   if (tile >= ts[a.E]) return;
   int lo = 0, hi = a.E - 1;  // largest e with ts[e] <= tile
   while (lo < hi) {
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreadsLA) lora_add_kernel(const GroupedGemmA
   const int e = lo;
   const int64_t m0 = a.seg[e] + (tile - ts[e]) * kBM;
   const int64_t m_end = min(a.seg[e + 1], m0 + kBM);
-  const int n0 = blockIdx.y * kBN;
+  const int n0 = blockIdx.x * kBN;
 
   const T* W = static_cast<const T*>(a.w) + e * a.w_estride;
 #pragma unroll 4
@@ -146,7 +146,10 @@ bool launch_lora_add(const GroupedGemmArgs& a, cudaStream_t stream) {
   if (a.d && (a.ldd % 8 != 0 || !aligned16(a.d))) return false;
   if (a.E <= 0 || a.M <= 0 || a.N <= 0) return true;  // nothing to write
   const int64_t max_tiles = (a.M + detail::kBM - 1) / detail::kBM + a.E;
-  const dim3 grid(static_cast<unsigned>(max_tiles), static_cast<unsigned>((a.N + detail::kBN - 1) / detail::kBN));
+  // Column tiles run fastest: the blocks in flight cover whole rows of D and C (long DRAM bursts) rather
+  // than one 512-byte strip of many rows.
+  if (max_tiles > 65535) return false;  // gridDim.y limit: the grouped kernel takes such calls
+  const dim3 grid(static_cast<unsigned>((a.N + detail::kBN - 1) / detail::kBN), static_cast<unsigned>(max_tiles));
   const int smem = static_cast<int>((a.K * detail::kBN + detail::kBM * a.K) * sizeof(float));
   if (a.dtype == DType::bf16) {
     auto k = detail::lora_add_kernel<__nv_bfloat16>;
