@@ -26,7 +26,8 @@ namespace {
 
 std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
   if (!at::hasCUDA() || at::detail::getCUDAHooks().deviceCount() == 0) return nullptr;
-  const std::string path = std::string(AXENGINE_PLUGIN_DIR) + "/axengine_scattermoe.so";
+  std::string path = AXENGINE_PLUGIN_DIR;  // (operator+ here trips a GCC 12 -Wstringop-overflow false positive)
+  path += "/axengine_scattermoe.so";
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // kept loaded for the process' life
   if (!lib) return nullptr;
   auto fn = reinterpret_cast<ax::PluginRegisterFn*>(dlsym(lib, "axengine_plugin_register"));
