@@ -81,35 +81,23 @@ struct Registrar {
   }
 } registrar;
 
+template <class C>
+C read_section(const RunConfig& config, const char* name, void (*bind)(TableBinder&, C&)) {
+  C c;
+  TableBinder t(section(config, name), name, BindContext{config.file, nullptr});
+  bind(t, c);
+  return c;
+}
+
 }  // namespace
 
-TrainConfig read_train_config(const RunConfig& config) {
-  TrainConfig c;
-  TableBinder t(section(config, "train"), "train", BindContext{config.file, nullptr});
-  bind_train(t, c);
-  return c;
-}
+TrainConfig read_train_config(const RunConfig& config) { return read_section<TrainConfig>(config, "train", bind_train); }
 
-CheckpointConfig read_checkpoint_config(const RunConfig& config) {
-  CheckpointConfig c;
-  TableBinder t(section(config, "checkpoint"), "checkpoint", BindContext{config.file, nullptr});
-  bind_checkpoint(t, c);
-  return c;
-}
+CheckpointConfig read_checkpoint_config(const RunConfig& config) { return read_section<CheckpointConfig>(config, "checkpoint", bind_checkpoint); }
 
-EvalConfig read_eval_config(const RunConfig& config) {
-  EvalConfig c;
-  TableBinder t(section(config, "eval"), "eval", BindContext{config.file, nullptr});
-  bind_eval(t, c);
-  return c;
-}
+EvalConfig read_eval_config(const RunConfig& config) { return read_section<EvalConfig>(config, "eval", bind_eval); }
 
-ProfileConfig read_profile_config(const RunConfig& config) {
-  ProfileConfig c;
-  TableBinder t(section(config, "profile"), "profile", BindContext{config.file, nullptr});
-  bind_profile(t, c);
-  return c;
-}
+ProfileConfig read_profile_config(const RunConfig& config) { return read_section<ProfileConfig>(config, "profile", bind_profile); }
 
 const toml::table& optimizer_options(const RunConfig& config) {
   static const toml::table empty;

@@ -54,6 +54,15 @@ inline Routing prepare(const ops::MoeExpertsArgs& args, cudaStream_t stream) {
   return r;
 }
 
+// A grouped launch of one projection with its routing filled in (expert segments, tile starts, the
+// expert of each sorted row); the caller sets the operands.
+GroupedGemmArgs routed(DType dtype, const ops::MoeDims& d, const Routing& rt);
+
+// XA = s · A · A_eᵀ, [M, r], by the thin kernel, where A is the first operand `g` already names (rows,
+// gather): A_e(k, j) = lora_a[(e r + j), k]. Saved for backward by both paths.
+at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
+                   const at::Tensor& opts_like, cudaStream_t stream, const char* what);
+
 // Fused path: one kernel per product, LoRA fused into the base GEMM. Split path (few large experts):
 // base GEMM by at::_grouped_mm (CUTLASS, sm_90/sm_100, bf16), LoRA and scatter by our kernels.
 enum class Path { fused, split };

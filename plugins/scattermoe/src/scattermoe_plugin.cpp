@@ -68,36 +68,16 @@ class ScatterMoe final : public ops::MoeExperts {
     const DType dt = kernel_dtype(x.scalar_type());
     const WeightView w = weight_view(args);
     const bool lora = d.r > 0;
-    const auto opts = x.options();
-    GroupedGemmArgs g;
-    g.dtype = dt;
-    g.E = static_cast<int>(d.E);
-    g.M = d.M;
-    g.seg = rt.seg();
-    g.tile_start = rt.tiles();
-    g.row_expert = rt.expert.data_ptr<int64_t>();
+    GroupedGemmArgs g = routed(dt, d, rt);
     g.a = x.data_ptr();
     g.lda = x.stride(0);
     g.a_idx = args.grouped_in ? nullptr : rt.scattered.data_ptr<int64_t>();
     g.a_div = static_cast<int>(d.k);
 
-    at::Tensor xa, la, lb;
+    at::Tensor xa, lb;
     if (lora) {
-      la = rows(args.lora_a);
       lb = rows(args.lora_b);
-      xa = at::empty({d.M, d.r}, opts);
-      GroupedGemmArgs t = g;  // XA = s · X · A_eᵀ: A_e(k, j) = lora_a[(e r + j), k]
-      t.N = static_cast<int>(d.r);
-      t.K = static_cast<int>(d.K);
-      t.w = la.data_ptr();
-      t.w_kmajor = true;
-      t.ldw = la.stride(0);
-      t.w_estride = d.r * la.stride(0);
-      t.alpha = static_cast<float>(args.scaling);
-      t.c = xa.data_ptr();
-      t.ldc = d.r;
-      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
-      check_launch("forward XA");
+      xa = lora_xa(g, args, d, x, stream, "forward XA");
     }
 
     g.N = static_cast<int>(d.N);
@@ -200,13 +180,7 @@ class ScatterMoe final : public ops::MoeExperts {
     const int64_t* dy_idx = gated ? scat : (args.grouped_out ? nullptr : scat);
     const int dy_div = gated ? static_cast<int>(d.k) : 1;
 
-    GroupedGemmArgs base;
-    base.dtype = dt;
-    base.E = static_cast<int>(d.E);
-    base.M = d.M;
-    base.seg = rt.seg();
-    base.tile_start = rt.tiles();
-    base.row_expert = rt.expert.data_ptr<int64_t>();
+    GroupedGemmArgs base = routed(dt, d, rt);
     base.a = gy.data_ptr();
     base.lda = gy.stride(0);
     base.a_idx = dy_idx;

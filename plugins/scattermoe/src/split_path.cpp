@@ -114,37 +114,13 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
     const at::Tensor xs = args.grouped_in ? gmm_rows(x) : x.index_select(0, safe_rows(rt, d.k));
     base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
     if (lora) {
-      const at::Tensor la = rows(args.lora_a);
-      xa = at::empty({d.M, d.r}, x.options());
-      GroupedGemmArgs t;  // XA = s · Xs · A_eᵀ: A_e(k, j) = lora_a[(e r + j), k]
-      t.dtype = DType::bf16;
-      t.E = static_cast<int>(d.E);
-      t.M = d.M;
-      t.seg = rt.seg();
-      t.tile_start = rt.tiles();
-      t.row_expert = rt.expert.data_ptr<int64_t>();
+      GroupedGemmArgs t = routed(DType::bf16, d, rt);  // XA = s · Xs · A_eᵀ
       t.a = xs.data_ptr();
       t.lda = xs.stride(0);
-      t.N = static_cast<int>(d.r);
-      t.K = static_cast<int>(d.K);
-      t.w = la.data_ptr();
-      t.w_kmajor = true;
-      t.ldw = la.stride(0);
-      t.w_estride = d.r * la.stride(0);
-      t.alpha = static_cast<float>(args.scaling);
-      t.c = xa.data_ptr();
-      t.ldc = d.r;
-      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
-      check_launch("split forward XA");
+      xa = lora_xa(t, args, d, x, stream, "split forward XA");
     }
   }
-  GroupedGemmArgs g;  // Y = XA · B_eᵀ + bias + base, scattered like the fused path
-  g.dtype = DType::bf16;
-  g.E = static_cast<int>(d.E);
-  g.M = d.M;
-  g.seg = rt.seg();
-  g.tile_start = rt.tiles();
-  g.row_expert = rt.expert.data_ptr<int64_t>();
+  GroupedGemmArgs g = routed(DType::bf16, d, rt);  // Y = XA · B_eᵀ + bias + base, scattered like the fused path
   g.N = static_cast<int>(d.N);
   if (lora) {
     lb = rows(args.lora_b);
@@ -201,13 +177,7 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                     const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
   const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
-  GroupedGemmArgs t;  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
-  t.dtype = DType::bf16;
-  t.E = static_cast<int>(d.E);
-  t.M = d.M;
-  t.seg = rt.seg();
-  t.tile_start = rt.tiles();
-  t.row_expert = rt.expert.data_ptr<int64_t>();
+  GroupedGemmArgs t = routed(DType::bf16, d, rt);  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
   t.N = static_cast<int>(d.K);
   if (d.r > 0) {
     t.K = static_cast<int>(d.r);

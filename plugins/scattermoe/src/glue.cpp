@@ -1,5 +1,7 @@
-// glue::weight_view: an expert weight (dense, or packed nf4 / mxfp4 / nvfp4) as the kernels address it.
+// Shared pieces of the glue (glue.hpp): an expert weight (dense, or packed nf4 / mxfp4 / nvfp4) as the
+// kernels address it, the routing fields of a launch, the XA product.
 #include "glue.hpp"
+#include "tuner.hpp"
 
 namespace ax::scattermoe::glue {
 namespace {
@@ -66,6 +68,36 @@ WeightView weight_view(const ops::MoeExpertsArgs& args) {
     v.ld = w.stride(2);
   }
   return v;
+}
+
+GroupedGemmArgs routed(DType dtype, const ops::MoeDims& d, const Routing& rt) {
+  GroupedGemmArgs g;
+  g.dtype = dtype;
+  g.E = static_cast<int>(d.E);
+  g.M = d.M;
+  g.seg = rt.seg();
+  g.tile_start = rt.tiles();
+  g.row_expert = rt.expert.data_ptr<int64_t>();
+  return g;
+}
+
+at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
+                   const at::Tensor& opts_like, cudaStream_t stream, const char* what) {
+  const at::Tensor la = rows(args.lora_a);
+  at::Tensor xa = at::empty({d.M, d.r}, opts_like.options());
+  GroupedGemmArgs t = g;
+  t.N = static_cast<int>(d.r);
+  t.K = static_cast<int>(d.K);
+  t.w = la.data_ptr();
+  t.w_kmajor = true;
+  t.ldw = la.stride(0);
+  t.w_estride = d.r * la.stride(0);
+  t.alpha = static_cast<float>(args.scaling);
+  t.c = xa.data_ptr();
+  t.ldc = d.r;
+  run_grouped_tuned(GemmOp::thin, d.r, t, stream);
+  check_launch(what);
+  return xa;
 }
 
 }  // namespace ax::scattermoe::glue
