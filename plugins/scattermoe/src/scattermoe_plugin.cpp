@@ -29,6 +29,22 @@ namespace {
 
 using namespace glue;
 
+// The gates kernels' view of the expert rows (scattered order, [T·k, N]), the gates [T, k] and the
+// token-order tensor y [T, N] (the output of combine, dY for the gradient).
+GatesArgs gates_args(const ops::MoeDims& d, const at::Tensor& y_rows, const at::Tensor& gates, const at::Tensor& y) {
+  GatesArgs ga;
+  ga.dtype = kernel_dtype(y_rows.scalar_type());
+  ga.T = d.T;
+  ga.k = static_cast<int>(d.k);
+  ga.N = static_cast<int>(d.N);
+  ga.rows = y_rows.data_ptr();
+  ga.ld_rows = y_rows.stride(0);
+  ga.gates = gates.data_ptr();
+  ga.y = y.data_ptr();
+  ga.ld_y = y.stride(0);
+  return ga;
+}
+
 class ScatterMoe final : public ops::MoeExperts {
  protected:
   ops::MoeExpertsResult run_forward(const ops::MoeExpertsArgs& args) override {
@@ -122,16 +138,7 @@ class ScatterMoe final : public ops::MoeExperts {
       const at::Tensor gates = args.gates.to(x.scalar_type()).contiguous();
       const bool into_out = args.out.defined() && args.out.stride(1) == 1;
       at::Tensor y = into_out ? args.out : at::empty({d.T, d.N}, x.options());
-      GatesArgs ga;
-      ga.dtype = kernel_dtype(x.scalar_type());
-      ga.T = d.T;
-      ga.k = static_cast<int>(d.k);
-      ga.N = static_cast<int>(d.N);
-      ga.rows = y_rows.data_ptr();
-      ga.ld_rows = y_rows.stride(0);
-      ga.gates = gates.data_ptr();
-      ga.y = y.data_ptr();
-      ga.ld_y = y.stride(0);
+      const GatesArgs ga = gates_args(d, y_rows, gates, y);
       if (launch_gates_combine(ga, c10::cuda::getCurrentCUDAStream(x.device().index()).stream())) {
         check_launch("gates combine");
       } else {
@@ -301,16 +308,7 @@ class ScatterMoe final : public ops::MoeExperts {
 
     if (gated && bwd.need_dgates) {  // dgates[t, j] = dY[t] · Y_(t,j)
       at::Tensor dg = at::empty({d.T, d.k}, opts);
-      GatesArgs ga;
-      ga.dtype = dt;
-      ga.T = d.T;
-      ga.k = static_cast<int>(d.k);
-      ga.N = static_cast<int>(d.N);
-      ga.rows = y_rows.data_ptr();
-      ga.ld_rows = y_rows.stride(0);
-      ga.gates = dg.data_ptr();
-      ga.y = gy.data_ptr();
-      ga.ld_y = gy.stride(0);
+      const GatesArgs ga = gates_args(d, y_rows, dg, gy);
       if (launch_gates_grad(ga, stream)) check_launch("gates gradient");
       else dg = at::bmm(y_rows.view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
       grads.dgates = assign(bwd.out.dgates, dg.to(args.gates.scalar_type()));
