@@ -163,6 +163,8 @@ TEST_CASE("scattermoe plugin matches the fp64 moe.experts formula (CUDA)") {
       {64, 64, 48, 4, 4, 8, L::ENK, true, false, false, false, true},   // k = E
       {1, 72, 24, 3, 1, 3, L::EKN, false, false, false, false, false},  // T = 1, thin N
       {512, 256, 512, 16, 4, 0, L::ENK, true, false, false, false, false},  // no LoRA
+      // K and N of 1024+: the rank-r products XA and YB split K 4-5 ways (few row tiles), inactive rows
+      {128, 1024, 1040, 4, 2, 16, L::ENK, true, false, false, false, true},
   };
   for (const auto& dtype : {at::kBFloat16, at::kHalf}) {
     for (const Case& c0 : cases) {

@@ -1,10 +1,16 @@
-// The gates of the top-k outputs (moe_gemm.hpp): combine y[t] = Σ_j g[t, j] · rows[t·k + j] and its
-// gradient dg[t, j] = dY[t] · rows[t·k + j]. Both are memory-bound passes over the [T·k, N] expert rows;
-// as batched [1, k] x [k, N] GEMMs (cuBLAS gemv) they ran at ~0.8 TB/s. Here each thread moves 16-byte
-// vectors and accumulates in fp32 in a fixed order (j ascending; warp sums by a fixed butterfly), so
-// results are deterministic.
+// Passes between token order and the expert rows (moe_gemm.hpp): the gates combine
+// y[t] = Σ_j g[t, j] · rows[row_of(t·k + j)] (also the k-sum of dX, without gates), its gradient
+// dg[t, j] = dY[t] · rows[row_of(t·k + j)], the gather g · dY into sorted order, and the inverse of the
+// routing permutation these read through. All are memory-bound: each thread moves 16-byte vectors and
+// accumulates in fp32 in a fixed order (j ascending; warp sums by a fixed butterfly), so results are
+// deterministic. As batched [1, k] x [k, N] GEMMs (cuBLAS gemv) the combine ran at ~0.8 TB/s.
+//
+// Reading the expert rows in sorted order through the inverse permutation (rather than having the
+// GEMMs scatter them) saves zero-filling an [M, N] buffer and lets the split path add LoRA in place.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <initializer_list>
 
 #include "moe_gemm.hpp"
 
@@ -21,50 +27,77 @@ __device__ __forceinline__ void load8(const T* p, float* out) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = static_cast<float>(h[i]);
 }
+template <class T>
+__device__ __forceinline__ void store8(T* p, const float* v) {
+  uint4 u;
+  T* h = reinterpret_cast<T*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = static_cast<T>(v[i]);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+// Row of `rows` holding scattered entry s, or -1 (inactive: contributes nothing). 32 bits: the launchers
+// require T·k < 2^31, and the k rows of a token stay in registers (int64 doubled their cost and capped
+// the kernels at ~24 warps per SM).
+__device__ __forceinline__ int row_of(const GatesArgs& a, int64_t s) {
+  return static_cast<int>(a.row_of ? a.row_of[s] : s);
+}
+
+// Warps walk tokens (combine) or sorted rows (gather); each lane moves 8-column chunks of the row, so the
+// row indices are read once per row and no thread divides.
+__device__ __forceinline__ int64_t warp_id() { return blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; }
+__device__ __forceinline__ int64_t warp_count() { return static_cast<int64_t>(gridDim.x) * (blockDim.x / 32); }
 
 template <class T>
-__global__ void combine_kernel(GatesArgs a) {
-  const int64_t chunks = a.N / 8;
+__global__ void __launch_bounds__(256, 4) combine_kernel(GatesArgs a) {
+  const int lane = threadIdx.x % 32;
   const T* rows = static_cast<const T*>(a.rows);
   const T* g = static_cast<const T*>(a.gates);
   T* y = static_cast<T*>(a.y);
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.T * chunks;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / chunks, c = (i % chunks) * 8;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, v[8];
-    for (int j = 0; j < a.k; ++j) {
-      const float gj = static_cast<float>(g[t * a.k + j]);
-      load8(rows + (t * a.k + j) * a.ld_rows + c, v);
+  for (int64_t t = warp_id(); t < a.T; t += warp_count()) {
+    int r[kMaxTopK];
+    float gj[kMaxTopK];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) acc[q] += gj * v[q];
+    for (int j = 0; j < kMaxTopK; ++j) {
+      r[j] = j < a.k ? row_of(a, t * a.k + j) : -1;
+      gj[j] = (r[j] >= 0 && g) ? static_cast<float>(g[t * a.k + j]) : 1.f;
     }
-    uint4 u;
-    T* h = reinterpret_cast<T*>(&u);
+    for (int64_t c = lane * 8; c < a.N; c += 32 * 8) {
+      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, v[8];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) h[q] = static_cast<T>(acc[q]);
-    *reinterpret_cast<uint4*>(y + t * a.ld_y + c) = u;
+      for (int j = 0; j < kMaxTopK; ++j) {
+        if (r[j] < 0) continue;
+        load8(rows + static_cast<int64_t>(r[j]) * a.ld_rows + c, v);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[q] += gj[j] * v[q];
+      }
+      store8(y + t * a.ld_y + c, acc);
+    }
   }
 }
 
 // One warp per token: each lane walks its 8-column chunks, k partial dot products, then warp sums.
 template <class T>
-__global__ void dgates_kernel(GatesArgs a) {
+__global__ void __launch_bounds__(256, 4) dgates_kernel(GatesArgs a) {
   const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const T* rows = static_cast<const T*>(a.rows);
   const T* dy = static_cast<const T*>(a.y);
   T* dg = static_cast<T*>(a.gates);
-  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; t < a.T; t += warps) {
+  for (int64_t t = warp_id(); t < a.T; t += warp_count()) {
     float acc[kMaxTopK];
+    int r[kMaxTopK];
 #pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j) acc[j] = 0.f;
+    for (int j = 0; j < kMaxTopK; ++j) {
+      acc[j] = 0.f;
+      r[j] = j < a.k ? row_of(a, t * a.k + j) : -1;
+    }
     for (int64_t c = lane * 8; c < a.N; c += 32 * 8) {
       float d[8], v[8];
       load8(dy + t * a.ld_y + c, d);
 #pragma unroll
       for (int j = 0; j < kMaxTopK; ++j) {
-        if (j >= a.k) break;
-        load8(rows + (t * a.k + j) * a.ld_rows + c, v);
+        if (r[j] < 0) continue;
+        load8(rows + static_cast<int64_t>(r[j]) * a.ld_rows + c, v);
 #pragma unroll
         for (int q = 0; q < 8; ++q) acc[j] += d[q] * v[q];
       }
@@ -80,8 +113,43 @@ __global__ void dgates_kernel(GatesArgs a) {
   }
 }
 
-bool vectorisable(const GatesArgs& a) {
-  return a.N % 8 == 0 && a.ld_rows % 8 == 0 && a.ld_y % 8 == 0 && aligned16(a.rows) && aligned16(a.y);
+template <class T>
+__global__ void gather_rows_kernel(GatherArgs a) {
+  const int lane = threadIdx.x % 32;
+  const T* src = static_cast<const T*>(a.src);
+  const T* scale = static_cast<const T*>(a.scale);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t m = warp_id(); m < a.M; m += warp_count()) {
+    const bool active = a.row_expert[m] >= 0;
+    const int64_t s = active ? a.idx[m] : 0;
+    const T* row = src + (s / a.div) * a.ld_src;
+    const float f = (active && scale) ? static_cast<float>(scale[s]) : 1.f;
+#pragma unroll 4
+    for (int64_t c = lane * 8; c < a.N; c += 32 * 8) {
+      float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      if (active) {
+        load8(row + c, v);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) v[q] *= f;
+      }
+      store8(out + m * a.ld_out + c, v);
+    }
+  }
+}
+
+__global__ void inverse_rows_kernel(const int64_t* row_expert, const int64_t* scattered, int64_t M, int64_t* inv) {
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < M;
+       p += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (row_expert[p] >= 0) inv[scattered[p]] = p;
+}
+
+bool vectorisable(int64_t N, std::initializer_list<int64_t> lds, std::initializer_list<const void*> ptrs) {
+  if (N % 8 != 0) return false;
+  for (int64_t ld : lds)
+    if (ld % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
 }
 
 unsigned blocks_for(int64_t work, int per_block) {
@@ -93,21 +161,39 @@ unsigned blocks_for(int64_t work, int per_block) {
 }  // namespace detail
 
 bool launch_gates_combine(const GatesArgs& a, cudaStream_t stream) {
-  if (!detail::vectorisable(a)) return false;
+  if (!detail::vectorisable(a.N, {a.ld_rows, a.ld_y}, {a.rows, a.y}) || a.k > detail::kMaxTopK) return false;
+  if (a.T * a.k > 0x7fffffff) return false;
   if (a.T == 0 || a.N == 0) return true;
-  const unsigned blocks = detail::blocks_for(a.T * (a.N / 8), 256);
+  const unsigned blocks = detail::blocks_for(a.T, 8);  // 8 warps of 32 per block, a token per warp
   if (a.dtype == DType::bf16) detail::combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(a);
   else detail::combine_kernel<__half><<<blocks, 256, 0, stream>>>(a);
   return true;
 }
 
 bool launch_gates_grad(const GatesArgs& a, cudaStream_t stream) {
-  if (!detail::vectorisable(a) || a.k > detail::kMaxTopK) return false;
+  if (!detail::vectorisable(a.N, {a.ld_rows, a.ld_y}, {a.rows, a.y}) || a.k > detail::kMaxTopK) return false;
+  if (a.T * a.k > 0x7fffffff) return false;
   if (a.T == 0) return true;
   const unsigned blocks = detail::blocks_for(a.T, 8);  // 8 warps of 32 per block, a token per warp
   if (a.dtype == DType::bf16) detail::dgates_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(a);
   else detail::dgates_kernel<__half><<<blocks, 256, 0, stream>>>(a);
   return true;
+}
+
+bool launch_gather_rows(const GatherArgs& a, cudaStream_t stream) {
+  if (!detail::vectorisable(a.N, {a.ld_src, a.ld_out}, {a.src, a.out})) return false;
+  if (a.M == 0 || a.N == 0) return true;
+  const unsigned blocks = detail::blocks_for(a.M, 8);
+  if (a.dtype == DType::bf16) detail::gather_rows_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(a);
+  else detail::gather_rows_kernel<__half><<<blocks, 256, 0, stream>>>(a);
+  return true;
+}
+
+void launch_inverse_rows(const int64_t* row_expert, const int64_t* scattered, int64_t M, int64_t* inv,
+                         cudaStream_t stream) {
+  if (M == 0) return;
+  cudaMemsetAsync(inv, 0xff, M * sizeof(int64_t), stream);  // all bytes 0xff: -1 in every entry
+  detail::inverse_rows_kernel<<<detail::blocks_for(M, 256), 256, 0, stream>>>(row_expert, scattered, M, inv);
 }
 
 }  // namespace ax::scattermoe

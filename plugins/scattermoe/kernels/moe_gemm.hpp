@@ -99,7 +99,16 @@ struct GroupedGemmArgs {
   float beta = 1.f;
   int tile = -1;  // a TileId of the grouped family; -1 (or one not compiled for the call): the default
   PackedWeight wq;  // format dense: W_e comes from w
+  // Split-K (thin products with few row tiles, see thin_split_k): `splits` blocks share each tile's K;
+  // each writes alpha · its partial sums to partial[split][m][n] (fp32, [splits, M, N], caller's
+  // workspace), then a reduction sums them in split order into C (deterministic). Needs K2 = 0, no
+  // bias, no addend, dense W.
+  int splits = 1;
+  float* partial = nullptr;
 };
+// How many K splits a thin grouped product (N <= 32: XA, YB) should use on a GPU with `sms`
+// multiprocessors: enough blocks for ~4 per SM, at least 256 of K per split, at most 16; 1 = none.
+int thin_split_k(const GroupedGemmArgs& args, int sms);
 // The compiled-kernel variant a call needs (dtype, 64-bit indexing when M * ld can reach 2^31, mixed
 // weight orientations).
 TileVariant grouped_variant(const GroupedGemmArgs& args);
@@ -109,25 +118,53 @@ void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 // false, launching nothing, when the call does not qualify.
 bool launch_lora_add(const GroupedGemmArgs& args, cudaStream_t stream);
 
-// Gates of the top-k outputs over the expert rows in scattered order (row t·k + j of `rows`):
-//   combine: y[t, n] = Σ_j gates[t·k + j] · rows[t·k + j, n]        (launch_gates_combine; y written)
-//   grad:    gates[t·k + j] = Σ_n y[t, n] · rows[t·k + j, n]         (launch_gates_grad; y = dY read,
-//                                                                     gates written)
-// fp32 accumulation in a fixed order (deterministic); gates in the activation dtype, contiguous [T, k].
-// Both return false, launching nothing, unless N, ld_rows, ld_y are multiples of 8 and rows, y 16-byte
-// aligned (grad also needs k <= 16).
+// Gates of the top-k outputs, reading the expert rows through row_of (the inverse routing permutation,
+// launch_inverse_rows: row of `rows` holding scattered entry s = t·k + j, -1 for an inactive entry), or
+// rows in scattered order (row s) when row_of is null:
+//   combine: y[t, n] = Σ_j gates[t·k + j] · rows[row_of(t·k + j), n]   (launch_gates_combine; y written;
+//            gates null: weight 1, the k-sum of dX)
+//   grad:    gates[t·k + j] = Σ_n y[t, n] · rows[row_of(t·k + j), n]   (launch_gates_grad; y = dY read,
+//                                                                      gates written)
+// Inactive entries contribute nothing (their dgates are 0). fp32 accumulation in a fixed order
+// (deterministic); gates in the activation dtype, contiguous [T, k]. Both return false, launching
+// nothing, unless N, ld_rows, ld_y are multiples of 8, rows and y 16-byte aligned and k <= 16.
 struct GatesArgs {
   DType dtype = DType::bf16;
   int64_t T = 0;
   int k = 0, N = 0;
   const void* rows = nullptr;
   int64_t ld_rows = 0;
+  const int64_t* row_of = nullptr;  // [T·k]
   void* gates = nullptr;  // const for combine
   void* y = nullptr;      // const for grad
   int64_t ld_y = 0;
 };
 bool launch_gates_combine(const GatesArgs& args, cudaStream_t stream);
 bool launch_gates_grad(const GatesArgs& args, cudaStream_t stream);
+
+// Rows into sorted order: out[m, :] = scale[idx[m]] · src[idx[m] / div, :] for active rows
+// (row_expert[m] >= 0), zeros for inactive ones; every m < M is written (scale null: 1). The split
+// path's g · dY. Returns false, launching nothing, unless N, ld_src, ld_out are multiples of 8 and
+// src, out 16-byte aligned.
+struct GatherArgs {
+  DType dtype = DType::bf16;
+  int64_t M = 0;
+  int N = 0;
+  const int64_t* row_expert = nullptr;
+  const int64_t* idx = nullptr;
+  int div = 1;
+  const void* src = nullptr;
+  int64_t ld_src = 0;
+  const void* scale = nullptr;
+  void* out = nullptr;
+  int64_t ld_out = 0;
+};
+bool launch_gather_rows(const GatherArgs& args, cudaStream_t stream);
+
+// inv[s] = p for every active sorted row p (row_expert[p] >= 0, s = scattered[p]), -1 elsewhere; inv has
+// M entries. No host synchronisation.
+void launch_inverse_rows(const int64_t* row_expert, const int64_t* scattered, int64_t M, int64_t* inv,
+                         cudaStream_t stream);
 // Resident blocks per SM of `tile` for this call's variant (0 when not compiled); launches nothing.
 int grouped_occupancy(const GroupedGemmArgs& args, int tile);
 

@@ -16,62 +16,13 @@
 
 #include <cstdint>
 
+#include "element.cuh"
 #include "moe_gemm.hpp"
 #include "weight_formats.cuh"
 
 namespace ax::scattermoe::detail {
 
 constexpr int kThreads = 256;
-
-template <class T>
-struct MmaOp;
-template <>
-struct MmaOp<__nv_bfloat16> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, const uint32_t* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-template <>
-struct MmaOp<__half> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t* a, const uint32_t* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
-template <class T>
-__device__ __forceinline__ float to_f(T v) {
-  return static_cast<float>(v);
-}
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half(v);
-}
-template <class T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -213,6 +164,7 @@ struct Problem {
   int n0;  // grouped: first output column; gram: first j
   int i0;  // gram: first i
   int nk1, nk2;
+  int kt0;  // first main k-tile (split-K: this block's share of K)
 };
 
 // One kernel template for both modes. GRAM=false: grouped GEMM (GroupedGemmArgs);
@@ -269,6 +221,12 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     pb.i0 = 0;
     pb.nk1 = (args.K + BK - 1) / BK;
     pb.nk2 = (args.K2 + BK - 1) / BK;
+    pb.kt0 = 0;
+    if (args.splits > 1) {  // launcher: K2 = 0; a split without k-tiles still writes its (zero) partial
+      const int per = (pb.nk1 + args.splits - 1) / args.splits;
+      pb.kt0 = min(static_cast<int>(blockIdx.y) * per, pb.nk1);
+      pb.nk1 = min(per, pb.nk1 - pb.kt0);
+    }
   } else {
     pb.e = blockIdx.z;
     pb.m0 = args.seg[pb.e];
@@ -277,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     pb.n0 = blockIdx.y * BN;
     pb.nk1 = static_cast<int>((pb.m_end - pb.m0 + BK - 1) / BK);
     pb.nk2 = 0;
+    pb.kt0 = 0;
   }
   const int nk = pb.nk1 + pb.nk2;
   const T* dummy;
@@ -314,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
     T* b_s = sB + st * K_::B_ELEMS;
     if constexpr (!GRAM) {
       const bool main = kt < pb.nk1;
-      const int k0 = (main ? kt : kt - pb.nk1) * BK;
+      const int k0 = (main ? pb.kt0 + kt : kt - pb.nk1) * BK;
       if (main) {
         hA.load_cols(a_s, k0, args.K, vecmask & 1u, dummy);
         if constexpr (WF != WeightFormat::dense) qW.fetch(args, k0);  // decoded into b_s by store_w, after the MMAs
@@ -431,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
   // previous iteration computed: every warp is past it since this iteration's barrier).
   auto store_w = [&](int kt) {
     if constexpr (WF != WeightFormat::dense)
-      if (kt < pb.nk1) qW.store(args, sB + (kt % STAGES) * K_::B_ELEMS, kt * BK);
+      if (kt < pb.nk1) qW.store(args, sB + (kt % STAGES) * K_::B_ELEMS, (pb.kt0 + kt) * BK);
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -460,6 +419,24 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(const Args args, 
   // Epilogue: fp32 accumulators -> dtype, straight to global memory.
   const float alpha = args.alpha;
   if constexpr (!GRAM) {
+    if (args.splits > 1) {  // split-K: alpha · this split's sums, fp32, sorted rows (summed by split_k_reduce)
+      float* P = args.partial + static_cast<int64_t>(blockIdx.y) * args.M * args.N;
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t m = pb.m0 + wm * WTM + i * 16 + lane / 4 + h * 8;
+          if (m >= pb.m_end) continue;
+#pragma unroll
+          for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+              const int n = pb.n0 + wn * WTN + j * 8 + 2 * (lane % 4) + b;
+              if (n < args.N) P[m * args.N + n] = alpha * acc[i][j][2 * h + b];
+            }
+        }
+      return;
+    }
     T* C = static_cast<T*>(args.c);
     const T* bias = args.bias ? static_cast<const T*>(args.bias) + pb.e * args.bias_estride : nullptr;
     const bool pair_ok = (vecmask & 16u) != 0;  // ldc and N even, C 4-byte aligned
@@ -547,7 +524,8 @@ int launch_grouped(const GroupedGemmArgs& a, cudaStream_t stream, bool occupancy
   if (a.K2 > 0 && vec_ok(a.w2, a.ldw2, W2_KMAJ ? a.K2 : a.N) && a.w2_estride % 8 == 0) vm |= 8u;
   if (a.ldc % 2 == 0 && a.N % 2 == 0 && (reinterpret_cast<uintptr_t>(a.c) & 3u) == 0) vm |= 16u;
   if (a.d && a.ldd % 2 == 0 && a.N % 2 == 0 && (reinterpret_cast<uintptr_t>(a.d) & 3u) == 0) vm |= 32u;
-  kern<<<dim3(static_cast<unsigned>(blocks)), kThreads, K_::SMEM_BYTES, stream>>>(a, n_tiles_n, vm);
+  const unsigned splits = a.splits > 1 ? static_cast<unsigned>(a.splits) : 1u;
+  kern<<<dim3(static_cast<unsigned>(blocks), splits), kThreads, K_::SMEM_BYTES, stream>>>(a, n_tiles_n, vm);
   return 0;
 }
 

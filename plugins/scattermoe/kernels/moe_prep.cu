@@ -1,7 +1,9 @@
 // Routing preparation and the dtype / weight-format switch of the launch interface.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "element.cuh"
 #include "moe_gemm.hpp"
 
 namespace ax::scattermoe {
@@ -112,6 +114,38 @@ TileVariant gram_variant(const GramArgs& a) {
   return v;
 }
 
+int thin_split_k(const GroupedGemmArgs& a, int sms) {
+  if (a.N > 32 || a.K2 != 0 || a.bias || a.d || a.wq.format != WeightFormat::dense || sms <= 0) return 1;
+  const int64_t tiles = (a.M + 127) / 128 + a.E;  // the thin configurations' 128-row tiles
+  const int64_t want = (4 * static_cast<int64_t>(sms) + tiles - 1) / tiles;
+  const int64_t by_k = (a.K + 255) / 256;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, by_k, 16})));
+}
+
+namespace detail {
+namespace {
+// C[crow(m), n] = Σ_s P[s][m][n] over the sorted rows of the experts (m < seg[E]); inactive rows: zeros,
+// or skipped when scattered (as the GEMM epilogue).
+template <class T>
+__global__ void split_k_reduce_kernel(const GroupedGemmArgs a) {
+  const int64_t total = a.M * a.N, stride = a.M * a.N;
+  const int64_t rows = a.seg[a.E];
+  T* C = static_cast<T*>(a.c);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / a.N;
+    if (m >= rows) break;  // i grows: every later element is past the last expert too
+    const int n = static_cast<int>(i - m * a.N);
+    const bool active = !(a.row_expert && a.row_expert[m] < 0);
+    if (!active && a.c_idx) continue;
+    float v = 0.f;
+    for (int s = 0; s < a.splits; ++s) v += a.partial[s * stride + i];
+    C[(a.c_idx ? a.c_idx[m] : m) * a.ldc + n] = from_f<T>(active ? v : 0.f);
+  }
+}
+}  // namespace
+}  // namespace detail
+
 namespace {
 int run_grouped(const GroupedGemmArgs& a, int tile, cudaStream_t s, bool occ) {
   const TileVariant v = grouped_variant(a);
@@ -119,8 +153,17 @@ int run_grouped(const GroupedGemmArgs& a, int tile, cudaStream_t s, bool occ) {
     if (occ) return 0;
     tile = fallback_tile(v, a.N);
   }
-  if (v.idx64) return detail::grouped_idx64(a, s, occ);  // tile_compiled: only kTile128x128 has it
-  return v.bf16 ? detail::grouped_bf16(tile, a, s, occ) : detail::grouped_fp16(tile, a, s, occ);
+  if (!occ && a.splits > 1 && (a.partial == nullptr || a.K2 != 0 || a.bias || a.d || a.wq.format != WeightFormat::dense))
+    throw std::runtime_error("scattermoe: split-K needs a workspace and a plain product (no LoRA term, bias, addend)");
+  int r = 0;
+  if (v.idx64) r = detail::grouped_idx64(a, s, occ);  // tile_compiled: only kTile128x128 has it
+  else r = v.bf16 ? detail::grouped_bf16(tile, a, s, occ) : detail::grouped_fp16(tile, a, s, occ);
+  if (!occ && a.splits > 1 && a.M > 0 && a.N > 0) {
+    const int64_t blocks = std::min<int64_t>((a.M * a.N + 255) / 256, 65535);
+    if (v.bf16) detail::split_k_reduce_kernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), 256, 0, s>>>(a);
+    else detail::split_k_reduce_kernel<__half><<<static_cast<unsigned>(blocks), 256, 0, s>>>(a);
+  }
+  return r;
 }
 int run_gram(const GramArgs& a, int tile, cudaStream_t s, bool occ) {
   const TileVariant v = gram_variant(a);

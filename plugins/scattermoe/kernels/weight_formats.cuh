@@ -22,33 +22,10 @@
 
 #include <cstdint>
 
+#include "element.cuh"
 #include "moe_gemm.hpp"
 
 namespace ax::scattermoe::detail {
-
-template <class T>
-__device__ __forceinline__ uint32_t wf_pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t wf_pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t wf_pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-template <class T>
-__device__ __forceinline__ T to_t(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half to_t<__half>(float v) {
-  return __float2half_rn(v);
-}
 
 // The 16 values of a 4-bit code: NF4 (bitsandbytes) or E2M1 (codes 8..15 negative, 8 is -0). A switch,
 // not an indexed local array, so no kernel gets a stack frame for it (it runs once per block).
@@ -232,10 +209,10 @@ struct PackedTile {
 
   __device__ __forceinline__ static void put(T* dst, const float (&v)[8]) {
     uint4 u;
-    u.x = wf_pack2<T>(v[0], v[1]);
-    u.y = wf_pack2<T>(v[2], v[3]);
-    u.z = wf_pack2<T>(v[4], v[5]);
-    u.w = wf_pack2<T>(v[6], v[7]);
+    u.x = pack2<T>(v[0], v[1]);
+    u.y = pack2<T>(v[2], v[3]);
+    u.z = pack2<T>(v[4], v[5]);
+    u.w = pack2<T>(v[6], v[7]);
     *reinterpret_cast<uint4*>(dst) = u;
   }
 
@@ -315,7 +292,7 @@ struct PackedTile {
       const int r = idx / COLS, c = idx % COLS;
       int gr, gc;
       coords(r, c, k0, gr, gc);
-      sm[r * (COLS + 8) + c] = to_t<T>((gr < R && gc < C) ? value_at(a, gr, gc) : 0.f);
+      sm[r * (COLS + 8) + c] = from_f<T>((gr < R && gc < C) ? value_at(a, gr, gc) : 0.f);
     }
   }
 };

@@ -1,6 +1,9 @@
 // Shared pieces of the glue (glue.hpp): an expert weight (dense, or packed nf4 / mxfp4 / nvfp4) as the
 // kernels address it, the routing fields of a launch, the XA product.
 #include "glue.hpp"
+
+#include <ATen/cuda/CUDAContext.h>
+
 #include "tuner.hpp"
 
 namespace ax::scattermoe::glue {
@@ -81,6 +84,19 @@ GroupedGemmArgs routed(DType dtype, const ops::MoeDims& d, const Routing& rt) {
   return g;
 }
 
+at::Tensor inverse_rows(const Routing& rt, int64_t M, cudaStream_t stream) {
+  at::Tensor inv = at::empty({M}, rt.scattered.options());
+  launch_inverse_rows(rt.expert.data_ptr<int64_t>(), rt.scattered.data_ptr<int64_t>(), M, inv.data_ptr<int64_t>(),
+                      stream);
+  check_launch("inverse routing permutation");
+  return inv;
+}
+
+at::Tensor scattered_rows(const at::Tensor& rows, const at::Tensor& inv) {
+  // masked_fill rather than a multiply: rows no GEMM wrote may hold NaN.
+  return rows.index_select(0, inv.clamp_min(0)).masked_fill_((inv < 0).unsqueeze(1), 0);
+}
+
 at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
                    const at::Tensor& opts_like, cudaStream_t stream, const char* what) {
   const at::Tensor la = rows(args.lora_a);
@@ -95,9 +111,19 @@ at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, co
   t.alpha = static_cast<float>(args.scaling);
   t.c = xa.data_ptr();
   t.ldc = d.r;
-  run_grouped_tuned(GemmOp::thin, d.r, t, stream);
-  check_launch(what);
+  run_thin(t, d.r, opts_like, stream, what);
   return xa;
+}
+
+void run_thin(GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what) {
+  t.splits = thin_split_k(t, at::cuda::getDeviceProperties(like.device().index())->multiProcessorCount);
+  at::Tensor ws;
+  if (t.splits > 1) {
+    ws = at::empty({t.splits, t.M, t.N}, like.options().dtype(at::kFloat));
+    t.partial = ws.data_ptr<float>();
+  }
+  run_grouped_tuned(GemmOp::thin, rank, t, stream);
+  check_launch(what);
 }
 
 }  // namespace ax::scattermoe::glue

@@ -54,9 +54,20 @@ inline Routing prepare(const ops::MoeExpertsArgs& args, cudaStream_t stream) {
   return r;
 }
 
+// inv[s] = sorted row of scattered entry s (s = t·k + j), -1 for inactive entries: [M] int64, on the
+// device (launch_inverse_rows). The combine, the dX k-sum and dgates read sorted rows through it.
+at::Tensor inverse_rows(const Routing& rt, int64_t M, cudaStream_t stream);
+// The sorted rows in scattered order (row s = rows[inv[s]], zero where inv[s] < 0): the ATen form of what
+// the gates kernels read through inv, for shapes they do not vectorise.
+at::Tensor scattered_rows(const at::Tensor& rows, const at::Tensor& inv);
+
 // A grouped launch of one projection with its routing filled in (expert segments, tile starts, the
 // expert of each sorted row); the caller sets the operands.
 GroupedGemmArgs routed(DType dtype, const ops::MoeDims& d, const Routing& rt);
+
+// A thin product (N = r: XA, YB) through the tuner, split along K when it has few row tiles for the GPU
+// (thin_split_k; the fp32 workspace is allocated here).
+void run_thin(GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what);
 
 // XA = s · A · A_eᵀ, [M, r], by the thin kernel, where A is the first operand `g` already names (rows,
 // gather): A_e(k, j) = lora_a[(e r + j), k]. Saved for backward by both paths.
@@ -71,9 +82,10 @@ enum class Path { fused, split };
 Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
 
 // Split forward of one projection: the expert outputs (bias and LoRA included) and XA (undefined without
-// LoRA), the same tensors the fused path produces. The outputs go to `target` (zeroed by the caller;
-// grouped rows, or scattered rows when scattered_out) or, with `target` undefined (grouped output the
-// caller did not preallocate), in place into the base product's buffer (saves an [M, N] buffer).
+// LoRA), the same tensors the fused path produces. The outputs go to `target` (grouped rows, or scattered
+// rows into a zeroed target when scattered_out) or, with `target` undefined (grouped rows the caller did
+// not preallocate), in place into the base product's buffer (saves an [M, N] buffer). Either way rows
+// past the last expert are not written.
 struct SplitForward {
   at::Tensor y_rows, xa;
 };
@@ -81,10 +93,9 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
                            const at::Tensor& x, const at::Tensor& target, bool scattered_out, cudaStream_t stream);
 
 // Split backward pieces: dys = g · dY in sorted row order ([M, N]); then the dX rows = dys · W_eᵀ + YB · A_e
-// ([M, K], grouped for grouped input — in place in the base product's buffer — or scattered, like the
-// fused path).
+// ([M, K] in sorted order, in place in the base product's buffer; rows past the last expert not written).
 at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
-                             const at::Tensor& gy, const at::Tensor& gates_flat);
+                             const at::Tensor& gy, const at::Tensor& gates_flat, cudaStream_t stream);
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                     const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream);
 

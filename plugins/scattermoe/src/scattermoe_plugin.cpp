@@ -3,10 +3,13 @@
 // Forward (per projection, docs/plugins/scattermoe.md):
 //   XA  = s · gather(X) · A_eᵀ                 [M, r]  thin grouped GEMM, saved for backward
 //   Y   = gather(X) · W_e + XA · B_eᵀ + bias    one grouped GEMM: the LoRA term is two extra k-tiles
-//   gates: Y_t = Σ_j g_tj · Y_(t,j)             a vector pass over the expert rows (gates.cu; no atomics)
+//   gates: Y_t = Σ_j g_tj · Y_(t,j)             a vector pass over the expert rows, which stay in sorted
+//                                               order and are read through the inverse routing
+//                                               permutation (gates.cu; no atomics, no zero-filled scatter)
 // Backward (frozen base, g = gate of the entry or 1):
 //   YB  = s · g · dY · B_e                     [M, r]
-//   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above)
+//   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above); scattered input:
+//                                               the k sorted rows of a token summed through the permutation
 //   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
 // Tile choice: every launch goes through tuner.hpp (tuning cache / heuristic / timing). Few large
@@ -29,20 +32,33 @@ namespace {
 
 using namespace glue;
 
-// The gates kernels' view of the expert rows (scattered order, [T·k, N]), the gates [T, k] and the
-// token-order tensor y [T, N] (the output of combine, dY for the gradient).
-GatesArgs gates_args(const ops::MoeDims& d, const at::Tensor& y_rows, const at::Tensor& gates, const at::Tensor& y) {
+// y[t] = Σ_j g[t, j] · rows[inv[t·k + j]] (gates undefined: weight 1, the k-sum of dX rows) into `out`
+// ([T, N]; allocated when undefined or not row-major). The expert rows are in sorted order; inv maps a
+// scattered entry to its row (-1: inactive, contributes nothing).
+at::Tensor combine_rows(const ops::MoeDims& d, int64_t N, const at::Tensor& rows, const at::Tensor& inv,
+                        const at::Tensor& gates, const at::Tensor& out, cudaStream_t stream) {
+  const bool into_out = out.defined() && out.stride(1) == 1;
+  at::Tensor y = into_out ? out : at::empty({d.T, N}, rows.options());
   GatesArgs ga;
-  ga.dtype = kernel_dtype(y_rows.scalar_type());
+  ga.dtype = kernel_dtype(rows.scalar_type());
   ga.T = d.T;
   ga.k = static_cast<int>(d.k);
-  ga.N = static_cast<int>(d.N);
-  ga.rows = y_rows.data_ptr();
-  ga.ld_rows = y_rows.stride(0);
-  ga.gates = gates.data_ptr();
+  ga.N = static_cast<int>(N);
+  ga.rows = rows.data_ptr();
+  ga.ld_rows = rows.stride(0);
+  ga.row_of = inv.data_ptr<int64_t>();
+  ga.gates = gates.defined() ? gates.data_ptr() : nullptr;
   ga.y = y.data_ptr();
   ga.ld_y = y.stride(0);
-  return ga;
+  if (launch_gates_combine(ga, stream)) {
+    check_launch("gates combine");
+    return y;
+  }
+  const at::Tensor sc = scattered_rows(rows, inv).view({d.T, d.k, N});  // shapes the vector kernel skips
+  at::Tensor v = gates.defined() ? at::bmm(gates.view({d.T, 1, d.k}), sc).view({d.T, N}) : sc.sum(1);
+  if (!out.defined()) return v;
+  out.copy_(v);
+  return out;
 }
 
 class ScatterMoe final : public ops::MoeExperts {
@@ -55,18 +71,16 @@ class ScatterMoe final : public ops::MoeExperts {
     const Routing rt = prepare(args, stream);
     const bool gated = args.gates.defined();
     const auto opts = x.options();
-    // The expert outputs: grouped, or scattered (the gates combine reads them back in token order).
-    const bool scattered_out = gated || !args.grouped_out;
+    // The expert outputs: in sorted order (gated: the combine reads them through the inverse
+    // permutation, so only the rows a GEMM writes are ever read — no zero fill), or scattered when the
+    // caller asked for that (zeroed first: rows of inactive entries are never written).
+    const bool scattered_out = !gated && !args.grouped_out;
     const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
     const bool split = choose_path(args, d) == Path::split;
     at::Tensor y_rows, xa;
     if (!split || scattered_out || direct) {
       y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
-      // Scattered rows of inactive entries are never written: zero them all first. Grouped outputs are
-      // written whole inside the expert segments (inactive rows as zeros); only rows past the last
-      // expert need zeroing, on the device (seg[E] is not known on the host).
       if (scattered_out) y_rows.zero_();
-      else zero_tail(y_rows, d, rt, stream);
     }
     if (split) {
       SplitForward sf = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
@@ -75,7 +89,9 @@ class ScatterMoe final : public ops::MoeExperts {
     } else {
       xa = fused_forward(args, d, rt, x, y_rows, scattered_out, stream);
     }
-    return finish_forward(args, d, x, y_rows, xa, direct);
+    // A grouped output the caller sees: rows past the last expert are zero (seg[E] is on the device).
+    if (!gated && !scattered_out) zero_tail(y_rows, d, rt, stream);
+    return finish_forward(args, d, rt, x, y_rows, xa, direct);
   }
 
   // Fused forward: XA by the thin kernel, then Y = X W + XA Bᵀ + bias in one grouped GEMM.
@@ -128,34 +144,22 @@ class ScatterMoe final : public ops::MoeExperts {
 
   // Gates combine and the result / saved tensors (both paths).
   static ops::MoeExpertsResult finish_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
-                                              const at::Tensor& x, const at::Tensor& y_rows, const at::Tensor& xa,
-                                              bool direct) {
+                                              const Routing& rt, const at::Tensor& x, const at::Tensor& y_rows,
+                                              const at::Tensor& xa, bool direct) {
     const bool lora = d.r > 0;
     const bool gated = args.gates.defined();
     ops::MoeExpertsResult res;
     if (gated) {
-      // y[t] = Σ_j g[t, j] · Y_(t,j): our vector kernel (gates.cu), or a batched [1, k] x [k, N] product.
       const at::Tensor gates = args.gates.to(x.scalar_type()).contiguous();
-      const bool into_out = args.out.defined() && args.out.stride(1) == 1;
-      at::Tensor y = into_out ? args.out : at::empty({d.T, d.N}, x.options());
-      const GatesArgs ga = gates_args(d, y_rows, gates, y);
-      if (launch_gates_combine(ga, c10::cuda::getCurrentCUDAStream(x.device().index()).stream())) {
-        check_launch("gates combine");
-      } else {
-        y = at::bmm(gates.view({d.T, 1, d.k}), y_rows.view({d.T, d.k, d.N})).view({d.T, d.N});
-        if (args.out.defined()) {
-          args.out.copy_(y);
-          y = args.out;
-        }
-      }
-      res.y = y;
+      cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+      res.y = combine_rows(d, d.N, y_rows, inverse_rows(rt, d.M, stream), gates, args.out, stream);
     } else if (args.out.defined() && !direct) {
       args.out.copy_(y_rows);
       res.y = args.out;
     } else {
       res.y = y_rows;
     }
-    // saved: {XA or empty, expert rows (gated only) or empty}
+    // saved: {XA or empty, expert rows in sorted order (gated only) or empty}
     res.saved = {lora ? xa : at::Tensor(), gated ? y_rows : at::Tensor()};
     return res;
   }
@@ -201,7 +205,7 @@ class ScatterMoe final : public ops::MoeExperts {
     // Split path: g · dY gathered into sorted order once; YB, dX and dB read it without gather or gate.
     at::Tensor dys;
     if (split && (bwd.need_dx || want_dlora)) {
-      dys = split_sorted_grad(args, d, rt, gy, gates_flat);
+      dys = split_sorted_grad(args, d, rt, gy, gates_flat, stream);
       base.a = dys.data_ptr();
       base.lda = dys.stride(0);
       base.a_idx = nullptr;
@@ -224,43 +228,48 @@ class ScatterMoe final : public ops::MoeExperts {
       t.alpha = static_cast<float>(args.scaling);
       t.c = yb.data_ptr();
       t.ldc = d.r;
-      run_grouped_tuned(GemmOp::thin, d.r, t, stream);
-      check_launch("backward YB");
+      run_thin(t, d.r, yb, stream, "backward YB");
     }
 
+    // dX rows in sorted order: the caller's grouped dx (rows past the last expert zeroed), or summed over
+    // each token's k entries through the inverse permutation (no zero-filled [M, K] scatter target).
     ops::MoeExpertsGrads grads;
-    if (bwd.need_dx && split) {
-      at::Tensor dx_rows = split_dx(args, d, rt, dys, yb, la, stream);
-      at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
-      grads.dx = assign(bwd.out.dx, dx);
-    } else if (bwd.need_dx) {
-      at::Tensor dx_rows = at::empty({d.M, d.K}, opts);
-      if (args.grouped_in) zero_tail(dx_rows, d, rt, stream);  // as for the forward's grouped output
-      else dx_rows.zero_();
-      GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
-      t.N = static_cast<int>(d.K);
-      t.K = static_cast<int>(d.N);
-      t.w = w.t.defined() ? w.t.data_ptr() : nullptr;
-      t.w_kmajor = !w.kmajor;
-      t.ldw = w.ld;
-      t.w_estride = w.estride;
-      t.wq = w.packed;  // the same stored matrix, read transposed
-      if (lora) {
-        t.K2 = static_cast<int>(d.r);
-        t.a2 = yb.data_ptr();
-        t.lda2 = d.r;
-        t.w2 = la.data_ptr();  // A_e(j, k) = lora_a[e r + j, k]
-        t.w2_kmajor = false;
-        t.ldw2 = la.stride(0);
-        t.w2_estride = d.r * la.stride(0);
+    at::Tensor inv;
+    if (bwd.need_dx) {
+      at::Tensor dx_rows;
+      if (split) {
+        dx_rows = split_dx(args, d, rt, dys, yb, la, stream);
+      } else {
+        dx_rows = at::empty({d.M, d.K}, opts);
+        GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
+        t.N = static_cast<int>(d.K);
+        t.K = static_cast<int>(d.N);
+        t.w = w.t.defined() ? w.t.data_ptr() : nullptr;
+        t.w_kmajor = !w.kmajor;
+        t.ldw = w.ld;
+        t.w_estride = w.estride;
+        t.wq = w.packed;  // the same stored matrix, read transposed
+        if (lora) {
+          t.K2 = static_cast<int>(d.r);
+          t.a2 = yb.data_ptr();
+          t.lda2 = d.r;
+          t.w2 = la.data_ptr();  // A_e(j, k) = lora_a[e r + j, k]
+          t.w2_kmajor = false;
+          t.ldw2 = la.stride(0);
+          t.w2_estride = d.r * la.stride(0);
+        }
+        t.c = dx_rows.data_ptr();
+        t.ldc = d.K;
+        run_grouped_tuned(GemmOp::dx, d.r, t, stream);
+        check_launch("backward dX");
       }
-      t.c = dx_rows.data_ptr();
-      t.ldc = d.K;
-      t.c_idx = args.grouped_in ? nullptr : scat;  // scattered: row t·k + j, summed over j below
-      run_grouped_tuned(GemmOp::dx, d.r, t, stream);
-      check_launch("backward dX");
-      at::Tensor dx = args.grouped_in || d.k == 1 ? dx_rows : dx_rows.view({d.T, d.k, d.K}).sum(1);
-      grads.dx = assign(bwd.out.dx, dx);
+      if (args.grouped_in) {
+        zero_tail(dx_rows, d, rt, stream);
+        grads.dx = assign(bwd.out.dx, dx_rows);
+      } else {
+        inv = inverse_rows(rt, d.M, stream);
+        grads.dx = combine_rows(d, d.K, dx_rows, inv, at::Tensor(), bwd.out.dx, stream);
+      }
     }
 
     if (want_dlora) {
@@ -306,11 +315,22 @@ class ScatterMoe final : public ops::MoeExperts {
       grads.dlora_b = assign(bwd.out.dlora_b, db);
     }
 
-    if (gated && bwd.need_dgates) {  // dgates[t, j] = dY[t] · Y_(t,j)
+    if (gated && bwd.need_dgates) {  // dgates[t, j] = dY[t] · Y_(t,j), the rows in sorted order
+      if (!inv.defined()) inv = inverse_rows(rt, d.M, stream);
       at::Tensor dg = at::empty({d.T, d.k}, opts);
-      const GatesArgs ga = gates_args(d, y_rows, dg, gy);
+      GatesArgs ga;
+      ga.dtype = dt;
+      ga.T = d.T;
+      ga.k = static_cast<int>(d.k);
+      ga.N = static_cast<int>(d.N);
+      ga.rows = y_rows.data_ptr();
+      ga.ld_rows = y_rows.stride(0);
+      ga.row_of = inv.data_ptr<int64_t>();
+      ga.gates = dg.data_ptr();
+      ga.y = gy.data_ptr();
+      ga.ld_y = gy.stride(0);
       if (launch_gates_grad(ga, stream)) check_launch("gates gradient");
-      else dg = at::bmm(y_rows.view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
+      else dg = at::bmm(scattered_rows(y_rows, inv).view({d.T, d.k, d.N}), gy.view({d.T, d.N, 1})).view({d.T, d.k});
       grads.dgates = assign(bwd.out.dgates, dg.to(args.gates.scalar_type()));
     }
     return grads;

@@ -1,8 +1,8 @@
 // The split path of the scattermoe glue (glue.hpp), for few large experts (Mixtral-like):
 //   forward:  Xs = gather(X) in sorted order;  base = _grouped_mm(Xs, W, offsets)   (CUTLASS, wgmma)
-//             XA = s · Xs · A_eᵀ (thin kernel);  Y = XA · B_eᵀ + bias + base  (our kernel: the addend
-//             rides in the epilogue, which also scatters the rows like the fused path)
-//   backward: dYs = g · gather(dY);  dXb = _grouped_mm(dYs, Wᵀ, offsets);  dX = YB · A_e + dXb
+//             XA = s · Xs · A_eᵀ (thin kernel);  Y = XA · B_eᵀ + bias + base  (our LoRA-add pass,
+//             kernels/lora_add.cu, in place in base: rows stay in sorted order)
+//   backward: dYs = g · gather(dY);  dXb = _grouped_mm(dYs, Wᵀ, offsets);  dX = YB · A_e + dXb (in place)
 // The mma.sync kernel reaches about half of CUTLASS's wgmma throughput on these big GEMMs; the rank-r
 // products are small and stay ours. at::_grouped_mm only has its fast kernel on sm_90 / sm_100 and bf16
 // (elsewhere it falls back to a per-expert loop that reads the offsets back to the host), and needs
@@ -144,8 +144,7 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
     g.bias_estride = bias.stride(0);
   }
   // In place (no target): each output element is read as addend and written by the same thread, and
-  // rows map to themselves (no scatter), so there is no race. Rows past the last expert were not
-  // computed by _grouped_mm: zeroed like the fused path's output.
+  // rows map to themselves (no scatter), so there is no race.
   const at::Tensor y_rows = target.defined() ? target : base;
   g.d = base.data_ptr();
   g.ldd = base.stride(0);
@@ -156,22 +155,34 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
   if (!target.defined() && scattered_out) throw RuntimeError("scattermoe: split forward: scattered output needs a target");
   run_grouped_tuned(GemmOp::lora_add, d.r, g, stream);
   check_launch("split forward LoRA + base");
-  if (!target.defined()) {
-    launch_zero_rows_from(y_rows.data_ptr(), y_rows.stride(0), d.N, d.M, rt.seg() + d.E, stream);
-    check_launch("split forward tail rows");
-  }
   return {y_rows, xa};
 }
 
 at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
-                             const at::Tensor& gy, const at::Tensor& gates_flat) {
+                             const at::Tensor& gy, const at::Tensor& gates_flat, cudaStream_t stream) {
+  if (args.grouped_out && !args.gates.defined()) return gmm_rows(gy);
+  // Gated: row t of [T, N] for entry s = t·k + j, times the entry's gate; scattered output: row s.
   const bool gated = args.gates.defined();
-  if (gated) {  // dY row t of [T, N] for entry (t, j), times the entry's gate
-    at::Tensor g = gates_flat.index_select(0, safe_rows(rt, 1)).unsqueeze(1);
-    return gy.index_select(0, safe_rows(rt, d.k)).mul_(g);
+  at::Tensor dys = at::empty({d.M, d.N}, gy.options());
+  GatherArgs ga;
+  ga.dtype = kernel_dtype(gy.scalar_type());
+  ga.M = d.M;
+  ga.N = static_cast<int>(d.N);
+  ga.row_expert = rt.expert.data_ptr<int64_t>();
+  ga.idx = rt.scattered.data_ptr<int64_t>();
+  ga.div = gated ? static_cast<int>(d.k) : 1;
+  ga.src = gy.data_ptr();
+  ga.ld_src = gy.stride(0);
+  ga.scale = gated ? gates_flat.data_ptr() : nullptr;
+  ga.out = dys.data_ptr();
+  ga.ld_out = dys.stride(0);
+  if (launch_gather_rows(ga, stream)) {
+    check_launch("split backward g · dY gather");
+    return dys;
   }
-  if (args.grouped_out) return gmm_rows(gy);
-  return gy.index_select(0, safe_rows(rt, 1));
+  if (!gated) return gy.index_select(0, safe_rows(rt, 1));
+  at::Tensor g = gates_flat.index_select(0, safe_rows(rt, 1)).unsqueeze(1);
+  return gy.index_select(0, safe_rows(rt, d.k)).mul_(g);
 }
 
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
@@ -193,21 +204,14 @@ at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, cons
     t.lda = dxb.stride(0);
     t.w = dxb.data_ptr();
   }
-  // Grouped input: in place in dXb (same-thread read then write, rows unmoved; see split_forward).
-  // Scattered input: rows go to t·k + j of a zeroed buffer (summed over j by the caller).
-  const at::Tensor dx_rows = args.grouped_in ? dxb : at::zeros({d.M, d.K}, dys.options());
+  // In place in dXb (same-thread read then write, rows unmoved; see split_forward).
   t.d = dxb.data_ptr();
   t.ldd = dxb.stride(0);
-  t.c = dx_rows.data_ptr();
-  t.ldc = dx_rows.stride(0);
-  t.c_idx = args.grouped_in ? nullptr : rt.scattered.data_ptr<int64_t>();
+  t.c = dxb.data_ptr();
+  t.ldc = dxb.stride(0);
   run_grouped_tuned(GemmOp::lora_add, d.r, t, stream);
   check_launch("split backward dX");
-  if (args.grouped_in) {
-    launch_zero_rows_from(dx_rows.data_ptr(), dx_rows.stride(0), d.K, d.M, rt.seg() + d.E, stream);
-    check_launch("split backward tail rows");
-  }
-  return dx_rows;
+  return dxb;
 }
 
 }  // namespace ax::scattermoe::glue
