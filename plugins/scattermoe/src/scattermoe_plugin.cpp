@@ -33,7 +33,7 @@ namespace {
 using namespace glue;
 
 // y[t] = Σ_j g[t, j] · rows[inv[t·k + j]] (gates undefined: weight 1, the k-sum of dX rows) into `out`
-// ([T, N]; allocated when undefined or not row-major). The expert rows are in sorted order; inv maps a
+// ([T, N], when given; written directly when row-major). The expert rows are in sorted order; inv maps a
 // scattered entry to its row (-1: inactive, contributes nothing).
 at::Tensor combine_rows(const ops::MoeDims& d, int64_t N, const at::Tensor& rows, const at::Tensor& inv,
                         const at::Tensor& gates, const at::Tensor& out, cudaStream_t stream) {
@@ -52,12 +52,12 @@ at::Tensor combine_rows(const ops::MoeDims& d, int64_t N, const at::Tensor& rows
   ga.ld_y = y.stride(0);
   if (launch_gates_combine(ga, stream)) {
     check_launch("gates combine");
-    return y;
+  } else {
+    const at::Tensor sc = scattered_rows(rows, inv).view({d.T, d.k, N});  // shapes the vector kernel skips
+    y = gates.defined() ? at::bmm(gates.view({d.T, 1, d.k}), sc).view({d.T, N}) : sc.sum(1);
   }
-  const at::Tensor sc = scattered_rows(rows, inv).view({d.T, d.k, N});  // shapes the vector kernel skips
-  at::Tensor v = gates.defined() ? at::bmm(gates.view({d.T, 1, d.k}), sc).view({d.T, N}) : sc.sum(1);
-  if (!out.defined()) return v;
-  out.copy_(v);
+  if (!out.defined() || y.is_same(out)) return y;
+  out.copy_(y);  // a caller's output that is not row-major
   return out;
 }
 
