@@ -96,13 +96,14 @@ Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
     }
     return ok ? Path::split : Path::fused;
   }
-  // Automatic: the base GEMMs dominate once experts hold a few hundred rows, and there CUTLASS's wgmma
-  // beats our mma.sync by ~2x; with fewer rows per expert the fused path's single pass (no gather copy,
-  // no extra [M, N] buffer) wins. Measured on H200 (bench/results/moe-nvidia-h200-*.json, block fwd+bwd):
-  // split wins at 256 rows/expert (qwen3-30b-a3b: 4.32 vs 4.72 ms), 512 (olmoe: 4.75 vs 5.50) and 1024
-  // (mixtral: 14.8 vs 27.0), loses at 128 (qwen3.5-35b-a3b: 4.24 vs 3.94).
+  // Automatic: the base GEMMs dominate once experts hold a hundred rows or more, and there CUTLASS's
+  // wgmma beats our mma.sync by ~2x. Measured on H200 (bench/results/moe-nvidia-h200-*.json, block
+  // fwd+bwd, split vs fused): 128 rows/expert (qwen3.5-35b-a3b: 3.08 vs 3.64 ms), 256 (qwen3-30b-a3b:
+  // 3.11 vs 4.42), 512 (olmoe: 3.50 vs 5.23), 1024 (mixtral: 14.8 vs 27.0, before the LoRA-add rework).
+  // Below 128 rows per expert the fused single pass (no gather copy, no [M, N] base buffer) is kept:
+  // not measured there.
   const int64_t rows_per_expert = d.E > 0 ? d.M / d.E : 0;
-  return ok && rows_per_expert >= 256 && d.N * d.K >= (int64_t{1} << 20) ? Path::split : Path::fused;
+  return ok && rows_per_expert >= 128 && d.N * d.K >= (int64_t{1} << 20) ? Path::split : Path::fused;
 }
 
 SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
