@@ -267,3 +267,21 @@ TEST_CASE("scattermoe tile heuristic: tuning candidates are compiled and sized f
   auto gram = sm::candidate_tiles(query(GemmOp::gram, 8, 8192, 4096, 16));
   CHECK(gram == std::vector<int>{sm::kTileGram128x16, sm::kTileGram128x32});
 }
+
+TEST_CASE("scattermoe split-K of the thin products: only where row tiles are few, bounded by K") {
+  const int sms = 132;  // H200
+  // mixtral XA (8 experts x 1024 rows, K = 4096): 72 tiles for 528 wanted -> 8 splits of 512.
+  CHECK(sm::thin_split_k(8192, 8, 16, 4096, sms) == 8);
+  // Backward YB at mixtral's gate_up (K = 28672): capped at 16.
+  CHECK(sm::thin_split_k(8192, 8, 16, 28672, 1024) == 16);
+  // Enough tiles already (qwen3-30b-a3b: 384 tiles): at most 2.
+  CHECK(sm::thin_split_k(32768, 128, 16, 2048, sms) == 2);
+  CHECK(sm::thin_split_k(131072, 128, 16, 2048, sms) == 1);
+  // Short K: at least 256 per split.
+  CHECK(sm::thin_split_k(8192, 8, 16, 512, sms) == 2);
+  CHECK(sm::thin_split_k(8192, 8, 16, 200, sms) == 1);
+  // Wide outputs are not thin; nothing to split without rows or SMs.
+  CHECK(sm::thin_split_k(8192, 8, 64, 4096, sms) == 1);
+  CHECK(sm::thin_split_k(0, 8, 16, 4096, sms) == 1);
+  CHECK(sm::thin_split_k(8192, 8, 16, 4096, 0) == 1);
+}

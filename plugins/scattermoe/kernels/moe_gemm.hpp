@@ -106,8 +106,8 @@ struct GroupedGemmArgs {
   int splits = 1;
   float* partial = nullptr;
 };
-// How many K splits a thin grouped product (N <= 32: XA, YB) should use on a GPU with `sms`
-// multiprocessors: enough blocks for ~4 per SM, at least 256 of K per split, at most 16; 1 = none.
+// thin_split_k (tile_configs.hpp) for a call: 1 unless it is a plain product (no LoRA term, bias,
+// addend; dense W).
 int thin_split_k(const GroupedGemmArgs& args, int sms);
 // The compiled-kernel variant a call needs (dtype, 64-bit indexing when M * ld can reach 2^31, mixed
 // weight orientations).

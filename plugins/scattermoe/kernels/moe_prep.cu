@@ -115,11 +115,8 @@ TileVariant gram_variant(const GramArgs& a) {
 }
 
 int thin_split_k(const GroupedGemmArgs& a, int sms) {
-  if (a.N > 32 || a.K2 != 0 || a.bias || a.d || a.wq.format != WeightFormat::dense || sms <= 0) return 1;
-  const int64_t tiles = (a.M + 127) / 128 + a.E;  // the thin configurations' 128-row tiles
-  const int64_t want = (4 * static_cast<int64_t>(sms) + tiles - 1) / tiles;
-  const int64_t by_k = (a.K + 255) / 256;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, by_k, 16})));
+  if (a.K2 != 0 || a.bias || a.d || a.wq.format != WeightFormat::dense) return 1;
+  return thin_split_k(a.M, a.E, a.N, a.K, sms);
 }
 
 namespace detail {

@@ -9,6 +9,7 @@
 // that a configuration does not cover runs the default (fallback_tile); with 64-bit indexing that is
 // 128x128 even for thin outputs (rare sizes; correctness first).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
@@ -87,6 +88,17 @@ inline bool needs_idx64(int64_t M, std::initializer_list<int64_t> lds) {
 inline int fallback_tile(const TileVariant& v, int n) {
   if (v.family == TileFamily::gram) return kTileGram128x16;
   return (n <= 32 && !v.mixed && !v.idx64) ? kTile128x16 : kTile128x128;
+}
+
+// How many K splits a thin grouped product (N <= 32 outputs per row: the rank-r products XA, YB) of M
+// sorted rows over E experts should use on a GPU with `sms` multiprocessors: enough blocks for ~4 per SM
+// from the 128-row tiles the thin configurations use, at least 256 of K per split, at most 16; 1 = none.
+inline int thin_split_k(int64_t M, int64_t E, int64_t N, int64_t K, int sms) {
+  if (N > 32 || sms <= 0 || M <= 0) return 1;
+  const int64_t tiles = (M + 127) / 128 + E;  // each expert adds at most one partial tile
+  const int64_t want = (4 * static_cast<int64_t>(sms) + tiles - 1) / tiles;
+  const int64_t by_k = (K + 255) / 256;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, by_k, 16})));
 }
 
 }  // namespace ax::scattermoe
