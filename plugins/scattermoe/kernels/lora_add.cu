@@ -6,7 +6,7 @@
 // a time over its 32 columns and does the rank-r product on the tensor core (mma.sync m16n8k16, fp32
 // accumulate, r padded to a multiple of 16 with zeros). B_e's fragments are loaded once per warp and
 // kept in registers; XA rows come straight from global memory in fragment layout. No shared memory,
-// ~76 registers. Measured on H200 (qwen3-30b-a3b shapes), three forms before this one were limited by
+// 72 registers for r <= 16. Measured on H200 (qwen3-30b-a3b shapes), three forms before this one were limited by
 // something other than DRAM: fp32 FMAs from shared memory at 159 registers (one block per SM: 0.56
 // TB/s), then per-warp set-up and B loads repeated for every 16 x 64 tile (instruction-bound: ~1200
 // instructions per warp for 2 KB), then 4-byte accumulator-layout loads and stores that left every
