@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
 #include <c10/core/Event.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <chrono>
@@ -88,6 +89,34 @@ struct Outputs {
   at::Tensor y, dx, da1, db1, da2, db2, dgates;
 };
 
+// SiLU·up of h = [gate | up] ([M, 2I]), shared by both blocks. Written as one autograd node whose
+// backward fills dh's two halves with out= ops: autograd through `silu(narrow) * narrow` instead zero-fills
+// an [M, 2I] gradient per narrow and adds them, ~0.5 ms more per mixtral block in both blocks and up to
+// 450 MB more peak memory (measured on H200, 2026-11-21). It still takes ~2.1 ms there: the halves are
+// strided views, which ATen's elementwise kernels do not vectorise.
+struct SwiGlu : torch::autograd::Function<SwiGlu> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h) {
+    ctx->save_for_backward({h});
+    const int64_t I = h.size(1) / 2;
+    return at::silu(h.narrow(1, 0, I)).mul_(h.narrow(1, I, I));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const at::Tensor h = ctx->get_saved_variables()[0];
+    const at::Tensor& dact = grads[0];
+    const int64_t I = h.size(1) / 2;
+    const at::Tensor g = h.narrow(1, 0, I), u = h.narrow(1, I, I);
+    at::Tensor dh = at::empty_like(h);
+    at::Tensor dg = dh.narrow(1, 0, I), du = dh.narrow(1, I, I);
+    at::Tensor tmp = at::silu(g);
+    at::mul_out(du, dact, tmp);                // d up   = dact · silu(gate)
+    at::mul_out(tmp, dact, u);                 // d silu = dact · up
+    at::silu_backward_out(dg, tmp, g);         // d gate = d silu · silu'(gate)
+    return {dh};
+  }
+};
+at::Tensor swiglu(const at::Tensor& h) { return SwiGlu::apply(h); }
+
 // The block through a moe.experts backend.
 Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   using namespace ax::ops;
@@ -102,9 +131,9 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   p1.grouped_out = true;
   p1.check_values = false;
   MoeExpertsResult r1 = be.forward(p1);  // h [M, 2I], grouped
-  // SiLU·up through autograd, exactly as in the _grouped_mm block, so both measure the same activation.
+  // SiLU·up through the same autograd node as the _grouped_mm block, so both measure the same activation.
   at::Tensor h = r1.y.detach().requires_grad_(true);
-  at::Tensor act = at::silu(h.narrow(1, 0, in.I)) * h.narrow(1, in.I, in.I);
+  at::Tensor act = swiglu(h);
   MoeExpertsArgs p2;
   p2.x = act.detach();
   p2.routing = in.routing;
@@ -148,7 +177,7 @@ Outputs run_grouped_mm(const Inputs& in) {
   at::Tensor xs = x.index_select(0, tok);
   at::Tensor h = gmm(xs, w1.transpose(1, 2)) +
                  in.s * gmm(gmm(xs, a1.view({E, r, H}).transpose(1, 2)), b1.view({2 * I, E, r}).permute({1, 2, 0}));
-  at::Tensor act = at::silu(h.narrow(1, 0, I)) * h.narrow(1, I, I);
+  at::Tensor act = swiglu(h);
   at::Tensor ys = gmm(act, w2.transpose(1, 2)) +
                   in.s * gmm(gmm(act, a2.view({E, r, I}).transpose(1, 2)), b2.view({H, E, r}).permute({1, 2, 0}));
   ys = ys * gates.reshape({-1}).index_select(0, ss).unsqueeze(1);
