@@ -6,7 +6,7 @@
 // a time over its 32 columns and does the rank-r product on the tensor core (mma.sync m16n8k16, fp32
 // accumulate, r padded to a multiple of 16 with zeros). B_e's fragments are loaded once per warp and
 // kept in registers; XA rows come straight from global memory in fragment layout. No shared memory,
-// 72 registers for r <= 16. Measured on H200 (qwen3-30b-a3b shapes), three forms before this one were limited by
+// 90 registers for r <= 16. Measured on H200 (qwen3-30b-a3b shapes), three forms before this one were limited by
 // something other than DRAM: fp32 FMAs from shared memory at 159 registers (one block per SM: 0.56
 // TB/s), then per-warp set-up and B loads repeated for every 16 x 64 tile (instruction-bound: ~1200
 // instructions per warp for 2 KB), then 4-byte accumulator-layout loads and stores that left every
@@ -28,6 +28,7 @@ namespace {
 constexpr int kRowsLA = 64;   // a block: one 64-row tile of an expert segment (launch_prep's second array)
 constexpr int kColsWarp = 32; // x 4 warps of 32 columns; a warp walks the tile's 64 rows 16 at a time
 constexpr int kThreadsLA = 128, kColsLA = kColsWarp * kThreadsLA / 32;
+constexpr int kPhaseLA = 2;    // 16-row steps whose loads are issued together (see the kernel)
 
 // Two 16-bit elements p[0], p[step] as one register, the first in the low half (fragment order); zero
 // past `count` elements. VEC: one 4-byte load (contiguous, aligned pairs).
@@ -40,7 +41,7 @@ __device__ __forceinline__ uint32_t load_pair(const uint16_t* p, int64_t step, i
 }
 
 // KSTEPS = ceil(r / 16) k-steps of the rank-r product (r <= 64); W_VEC: B_e read as aligned pairs along j.
-template <class T, int KSTEPS, bool W_VEC>
+template <class T, int KSTEPS, bool W_VEC, int PHASE>
 __global__ void __launch_bounds__(kThreadsLA) lora_add_kernel(const GroupedGemmArgs a) {
   // The 64-row tile -> (expert, first row): largest e with tile_start64[e] <= tile.
   const int32_t* ts = a.tile_start + a.E + 1;
@@ -91,57 +92,75 @@ __global__ void __launch_bounds__(kThreadsLA) lora_add_kernel(const GroupedGemmA
   const T* D = static_cast<const T*>(a.d);
   T* C = static_cast<T*>(a.c);
 
-#pragma unroll 2
-  for (int64_t m16 = m0; m16 < m_end; m16 += 16) {
-    // This thread's rows g and g + 8 of the 16, and its column pair 2q of each 8-column slice t.
-    int64_t row[2], crow[2];
-    bool valid[2], act[2];
+  // The tile's inactive rows as two 32-bit masks: one coalesced load per lane instead of a dependent
+  // 8-byte load per row and thread (which held the XA loads back: 1.9 vs 2.8 TB/s measured).
+  uint32_t inactive_lo = 0, inactive_hi = 0;
+  if (a.row_expert) {
+    const bool in_lo = m0 + lane < m_end && a.row_expert[m0 + lane] < 0;
+    const bool in_hi = m0 + 32 + lane < m_end && a.row_expert[m0 + 32 + lane] < 0;
+    inactive_lo = __ballot_sync(0xffffffffu, in_lo);
+    inactive_hi = __ballot_sync(0xffffffffu, in_hi);
+  }
+  // Phases of PHASE 16-row steps: first every load of the phase (D vectors, XA fragments, row indices),
+  // then the products and stores. C may alias D, so the compiler cannot move a later row's loads above
+  // an earlier row's stores by itself. Measured on H200 (mixtral gate_up, in place): one step at a time
+  // 2.4 TB/s, two 2.9, four 2.8 (fewer resident warps); an in-place copy reaches 3.9.
+  for (int64_t p0 = m0; p0 < m_end; p0 += 16 * PHASE) {
+    uint4 dv[PHASE][2];
+    uint32_t af[PHASE][KSTEPS][4];
+    int64_t crow[PHASE][2];
+    bool valid[PHASE][2], act[PHASE][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row[h] = m16 + g + 8 * h;
-      valid[h] = row[h] < m_end;
-    }
-    uint4 dv[2];
+    for (int st = 0; st < PHASE; ++st) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      dv[h] = (D && valid[h] && cols_in) ? *reinterpret_cast<const uint4*>(D + row[h] * a.ldd + n_thr) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      act[h] = valid[h] && !(a.row_expert && a.row_expert[row[h]] < 0);
-      crow[h] = valid[h] ? (a.c_idx ? a.c_idx[row[h]] : row[h]) : 0;
-    }
-    float acc[4][4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[t][i] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      // A fragment: rows g / g + 8, k pairs 2q and 2q + 8 (inactive rows read as zero).
-      uint32_t af[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int h = i % 2, j = 16 * ks + 2 * q + 8 * (i / 2);
-        af[i] = act[h] ? (a_vec ? load_pair<true>(A + row[h] * a.lda + j, 1, a.K - j)
-                                : load_pair<false>(A + row[h] * a.lda + j, 1, a.K - j))
-                       : 0u;
+      for (int h = 0; h < 2; ++h) {
+        // This thread's rows g and g + 8 of the step's 16.
+        const int64_t row = p0 + 16 * st + g + 8 * h;
+        valid[st][h] = row < m_end;
+        const int o = static_cast<int>(row - m0);  // the row's place in the tile, < 64 when valid
+        act[st][h] = valid[st][h] && !(((o < 32 ? inactive_lo >> o : inactive_hi >> (o - 32)) & 1u));
+        crow[st][h] = valid[st][h] ? (a.c_idx ? a.c_idx[row] : row) : 0;
+        dv[st][h] = (D && valid[st][h] && cols_in) ? *reinterpret_cast<const uint4*>(D + row * a.ldd + n_thr)
+                                                   : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int t = 0; t < 4; ++t) MmaOp<T>::run(acc[t], af, bf[ks][t]);
+      for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          // A fragment: rows g / g + 8, k pairs 2q and 2q + 8 (inactive rows read as zero).
+          const int h = i % 2, j = 16 * ks + 2 * q + 8 * (i / 2);
+          // Loaded whatever the row's expert (the row clamped into the tile), then zeroed when inactive:
+          // the load does not wait for row_expert.
+          const uint16_t* p = A + min(p0 + 16 * st + g + 8 * h, m_end - 1) * a.lda + j;
+          const uint32_t v = a_vec ? load_pair<true>(p, 1, a.K - j) : load_pair<false>(p, 1, a.K - j);
+          af[st][ks][i] = act[st][h] ? v : 0u;
+        }
     }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!valid[h] || !cols_in || (!act[h] && a.c_idx)) continue;
-      uint4 out = make_uint4(0, 0, 0, 0);
-      if (act[h]) {
-        const T* d = reinterpret_cast<const T*>(&dv[h]);
-        uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+    for (int st = 0; st < PHASE; ++st) {
+      float acc[4][4];
 #pragma unroll
-        for (int t = 0; t < 4; ++t)
-          o[t] = pack2<T>(a.alpha * acc[t][2 * h] + bias[2 * t] + a.beta * to_f(d[2 * t]),
-                          a.alpha * acc[t][2 * h + 1] + bias[2 * t + 1] + a.beta * to_f(d[2 * t + 1]));
+      for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[t][i] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks)
+#pragma unroll
+        for (int t = 0; t < 4; ++t) MmaOp<T>::run(acc[t], af[st][ks], bf[ks][t]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!valid[st][h] || !cols_in || (!act[st][h] && a.c_idx)) continue;
+        uint4 out = make_uint4(0, 0, 0, 0);
+        if (act[st][h]) {
+          const T* d = reinterpret_cast<const T*>(&dv[st][h]);
+          uint32_t* o = reinterpret_cast<uint32_t*>(&out);
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            o[t] = pack2<T>(a.alpha * acc[t][2 * h] + bias[2 * t] + a.beta * to_f(d[2 * t]),
+                            a.alpha * acc[t][2 * h + 1] + bias[2 * t + 1] + a.beta * to_f(d[2 * t + 1]));
+        }
+        *reinterpret_cast<uint4*>(C + crow[st][h] * a.ldc + n_thr) = out;
       }
-      *reinterpret_cast<uint4*>(C + crow[h] * a.ldc + n_thr) = out;
     }
   }
 }
@@ -149,8 +168,8 @@ __global__ void __launch_bounds__(kThreadsLA) lora_add_kernel(const GroupedGemmA
 template <class T, int KSTEPS>
 void launch_t(const GroupedGemmArgs& a, dim3 grid, cudaStream_t stream) {
   const bool w_vec = a.w_kmajor && a.ldw % 2 == 0 && a.w_estride % 2 == 0 && (reinterpret_cast<uintptr_t>(a.w) & 3u) == 0;
-  if (w_vec) lora_add_kernel<T, KSTEPS, true><<<grid, kThreadsLA, 0, stream>>>(a);
-  else lora_add_kernel<T, KSTEPS, false><<<grid, kThreadsLA, 0, stream>>>(a);
+  if (w_vec) lora_add_kernel<T, KSTEPS, true, kPhaseLA><<<grid, kThreadsLA, 0, stream>>>(a);
+  else lora_add_kernel<T, KSTEPS, false, kPhaseLA><<<grid, kThreadsLA, 0, stream>>>(a);
 }
 
 template <class T>
