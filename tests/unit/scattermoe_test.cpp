@@ -165,6 +165,10 @@ TEST_CASE("scattermoe plugin matches the fp64 moe.experts formula (CUDA)") {
       {512, 256, 512, 16, 4, 0, L::ENK, true, false, false, false, false},  // no LoRA
       // K and N of 1024+: the rank-r products XA and YB split K 4-5 ways (few row tiles), inactive rows
       {128, 1024, 1040, 4, 2, 16, L::ENK, true, false, false, false, true},
+      // Ranks 24 and 32 (the split path's one-pass YB / dB kernel with four n-tiles); grouped output with
+      // inactive rows whose incoming gradient is not zero
+      {256, 256, 520, 4, 2, 32, L::EKN, false, false, true, false, true},
+      {160, 128, 136, 4, 2, 24, L::ENK, true, false, false, false, false},
   };
   for (const auto& dtype : {at::kBFloat16, at::kHalf}) {
     for (const Case& c0 : cases) {

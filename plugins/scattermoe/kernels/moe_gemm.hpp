@@ -118,6 +118,38 @@ void grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 // false, launching nothing, when the call does not qualify.
 bool launch_lora_add(const GroupedGemmArgs& args, cudaStream_t stream);
 
+// The split path's LoRA gradients from one read of G = g · dY in sorted row order (lora_grad.cu):
+//   yb[m, j]            = alpha · Σ_n G[m, n] · b[n * ldb + e * r + j]          (B_e(n, j); e = m's expert)
+//   db[n * lddb + e*r + j] =       Σ_{m in seg(e)} G[m, n] · xa[m * r + j]       (zero for experts without rows)
+// yb rows that are inactive (row_expert < 0) or past seg[E] are written as zeros. Inactive rows of G are
+// not masked: their xa rows must be zero (as the thin kernel writes them). Deterministic (fixed-order sums
+// of fp32 partials in `workspace`, sized by the plan), no host synchronisation.
+struct LoraGradArgs {
+  DType dtype = DType::bf16;
+  int E = 0, N = 0, r = 0;
+  int64_t M = 0;
+  const int64_t* seg = nullptr;
+  const int64_t* row_expert = nullptr;
+  const void* g = nullptr;  // [M, ldg]
+  int64_t ldg = 0;
+  const void* b = nullptr;  // lora_b [N, ldb]
+  int64_t ldb = 0;
+  const void* xa = nullptr;  // [M, r] contiguous
+  float alpha = 1.f;
+  void* yb = nullptr;  // [M, r] contiguous
+  void* db = nullptr;
+  int64_t lddb = 0;
+  float* workspace = nullptr;  // plan.workspace_floats, 16-byte aligned
+};
+// Grid and workspace of a call; chunks == 0: the kernel does not take this rank (it needs r % 8 == 0,
+// r <= 32).
+struct LoraGradPlan {
+  int64_t chunks = 0, part = 0, max_parts = 0, ps_floats = 0, workspace_floats = 0;
+};
+LoraGradPlan lora_grad_plan(int64_t M, int N, int r, int E, int sms);
+// Returns false, launching nothing, when the call does not qualify (plan, N % 8, ldg % 8, alignment).
+bool launch_lora_grad(const LoraGradArgs& args, const LoraGradPlan& plan, cudaStream_t stream);
+
 // Gates of the top-k outputs, reading the expert rows through row_of (the inverse routing permutation,
 // launch_inverse_rows: row of `rows` holding scattered entry s = t·k + j, -1 for an inactive entry), or
 // rows in scattered order (row s) when row_of is null:

@@ -96,6 +96,11 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
 // ([M, K] in sorted order, in place in the base product's buffer; rows past the last expert not written).
 at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                              const at::Tensor& gy, const at::Tensor& gates_flat, cudaStream_t stream);
+// YB (= s · dys · B_e, [M, r]) and dB ([N, r·E]) in one pass over dys (kernels/lora_grad.cu), from the
+// forward's XA. False, computing nothing, where that kernel does not apply (rank not a multiple of 8 or
+// above 32, unaligned rows): the caller then uses the thin and Gram kernels.
+bool split_lora_grads(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+                      const at::Tensor& xa, const at::Tensor& yb, const at::Tensor& db, cudaStream_t stream);
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                     const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream);
 

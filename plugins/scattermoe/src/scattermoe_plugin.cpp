@@ -10,7 +10,8 @@
 //   YB  = s · g · dY · B_e                     [M, r]
 //   dX  = g · dY · W_eᵀ + YB · A_e              one grouped GEMM (LoRA fused as above); scattered input:
 //                                               the k sorted rows of a token summed through the permutation
-//   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic
+//   dA_e = YB_eᵀ · X_e,  dB_e = (g·dY)_eᵀ · XA_e  per-expert Gram products, deterministic (split path:
+//                                               YB and dB from one pass over g·dY, kernels/lora_grad.cu)
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
 // Tile choice: every launch goes through tuner.hpp (tuning cache / heuristic / timing). Few large
 // experts take the split path (split_path.cpp): base GEMMs by at::_grouped_mm, LoRA by our kernels.
@@ -213,11 +214,20 @@ class ScatterMoe final : public ops::MoeExperts {
       base.row_scale = nullptr;
       base.rs_idx = nullptr;
     }
-    at::Tensor la, lb, yb;
+    at::Tensor la, lb, yb, db;
+    // Split path with LoRA gradients: YB and dB from one read of dys (kernels/lora_grad.cu).
+    bool yb_db_done = false;
+    if (split && want_dlora) {
+      yb = at::empty({d.M, d.r}, opts);
+      db = at::empty({d.N, d.r * d.E}, opts);
+      yb_db_done = split_lora_grads(args, d, rt, dys, xa, yb, db, stream);
+    }
     if (lora && (bwd.need_dx || want_dlora)) {
       la = rows(args.lora_a);
       lb = rows(args.lora_b);
-      yb = at::empty({d.M, d.r}, opts);
+    }
+    if (lora && (bwd.need_dx || want_dlora) && !yb_db_done) {
+      if (!yb.defined()) yb = at::empty({d.M, d.r}, opts);
       GroupedGemmArgs t = base;  // YB = s · g · dY · B_e: B_e(n, j) = lora_b[n, e r + j]
       t.N = static_cast<int>(d.r);
       t.K = static_cast<int>(d.N);
@@ -274,7 +284,7 @@ class ScatterMoe final : public ops::MoeExperts {
 
     if (want_dlora) {
       at::Tensor da = at::empty({d.r * d.E, d.K}, opts);
-      at::Tensor db = at::empty({d.N, d.r * d.E}, opts);
+      if (!db.defined()) db = at::empty({d.N, d.r * d.E}, opts);
       GramArgs ga;  // dA_e[j, k] = Σ_m YB[m, j] · X[row(m), k]
       ga.dtype = dt;
       ga.E = static_cast<int>(d.E);
@@ -296,21 +306,23 @@ class ScatterMoe final : public ops::MoeExperts {
       run_gram_tuned(ga, stream);
       check_launch("backward dA");
 
-      at::Tensor xq = xa;  // dB_e[n, j] = Σ_m g_m dY[row(m), n] · XA[m, j]
-      if (gated && !split) xq = xa * gates_flat.index_select(0, rt.scattered.clamp(0, d.M - 1)).unsqueeze(1);
-      GramArgs gb = ga;
-      gb.I = static_cast<int>(d.N);
-      gb.p = split ? dys.data_ptr() : gy.data_ptr();  // split: g · dY already in sorted order
-      gb.ldp = split ? dys.stride(0) : gy.stride(0);
-      gb.p_idx = split ? nullptr : dy_idx;
-      gb.p_div = split ? 1 : dy_div;
-      gb.q = xq.data_ptr();
-      gb.c = db.data_ptr();
-      gb.c_estride = d.r;
-      gb.ldc_i = d.r * d.E;
-      gb.ldc_j = 1;
-      run_gram_tuned(gb, stream);
-      check_launch("backward dB");
+      if (!yb_db_done) {
+        at::Tensor xq = xa;  // dB_e[n, j] = Σ_m g_m dY[row(m), n] · XA[m, j]
+        if (gated && !split) xq = xa * gates_flat.index_select(0, rt.scattered.clamp(0, d.M - 1)).unsqueeze(1);
+        GramArgs gb = ga;
+        gb.I = static_cast<int>(d.N);
+        gb.p = split ? dys.data_ptr() : gy.data_ptr();  // split: g · dY already in sorted order
+        gb.ldp = split ? dys.stride(0) : gy.stride(0);
+        gb.p_idx = split ? nullptr : dy_idx;
+        gb.p_div = split ? 1 : dy_div;
+        gb.q = xq.data_ptr();
+        gb.c = db.data_ptr();
+        gb.c_estride = d.r;
+        gb.ldc_i = d.r * d.E;
+        gb.ldc_j = 1;
+        run_gram_tuned(gb, stream);
+        check_launch("backward dB");
+      }
       grads.dlora_a = assign(bwd.out.dlora_a, da);
       grads.dlora_b = assign(bwd.out.dlora_b, db);
     }

@@ -7,6 +7,7 @@
 // products are small and stay ours. at::_grouped_mm only has its fast kernel on sm_90 / sm_100 and bf16
 // (elsewhere it falls back to a per-expert loop that reads the offsets back to the host), and needs
 // 16-byte aligned rows: the path is offered only then.
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
@@ -213,6 +214,37 @@ at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, cons
   run_grouped_tuned(GemmOp::lora_add, d.r, t, stream);
   check_launch("split backward dX");
   return dxb;
+}
+
+bool split_lora_grads(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
+                      const at::Tensor& xa, const at::Tensor& yb, const at::Tensor& db, cudaStream_t stream) {
+  if (!xa.is_contiguous() || xa.size(1) != d.r || !yb.is_contiguous() || db.stride(1) != 1) return false;
+  const int sms = at::cuda::getDeviceProperties(dys.device().index())->multiProcessorCount;
+  const LoraGradPlan plan = lora_grad_plan(d.M, static_cast<int>(d.N), static_cast<int>(d.r), static_cast<int>(d.E), sms);
+  if (plan.chunks == 0) return false;
+  const at::Tensor lb = rows(args.lora_b);
+  const at::Tensor ws = at::empty({plan.workspace_floats}, dys.options().dtype(at::kFloat));
+  LoraGradArgs a;
+  a.dtype = kernel_dtype(dys.scalar_type());
+  a.E = static_cast<int>(d.E);
+  a.N = static_cast<int>(d.N);
+  a.r = static_cast<int>(d.r);
+  a.M = d.M;
+  a.seg = rt.seg();
+  a.row_expert = rt.expert.data_ptr<int64_t>();
+  a.g = dys.data_ptr();
+  a.ldg = dys.stride(0);
+  a.b = lb.data_ptr();
+  a.ldb = lb.stride(0);
+  a.xa = xa.data_ptr();
+  a.alpha = static_cast<float>(args.scaling);
+  a.yb = yb.data_ptr();
+  a.db = db.data_ptr();
+  a.lddb = db.stride(0);
+  a.workspace = ws.data_ptr<float>();
+  if (!launch_lora_grad(a, plan, stream)) return false;
+  check_launch("split backward YB and dB");
+  return true;
 }
 
 }  // namespace ax::scattermoe::glue
