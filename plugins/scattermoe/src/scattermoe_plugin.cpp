@@ -214,7 +214,7 @@ class ScatterMoe final : public ops::MoeExperts {
       base.row_scale = nullptr;
       base.rs_idx = nullptr;
     }
-    at::Tensor la, lb, yb, db;
+    at::Tensor la, yb, db;
     // Split path with LoRA gradients: YB and dB from one read of dys (kernels/lora_grad.cu).
     bool yb_db_done = false;
     if (split && want_dlora) {
@@ -222,12 +222,11 @@ class ScatterMoe final : public ops::MoeExperts {
       db = at::empty({d.N, d.r * d.E}, opts);
       yb_db_done = split_lora_grads(args, d, rt, dys, xa, yb, db, stream);
     }
-    if (lora && (bwd.need_dx || want_dlora)) {
-      la = rows(args.lora_a);
-      lb = rows(args.lora_b);
-    }
-    if (lora && (bwd.need_dx || want_dlora) && !yb_db_done) {
+    const bool need_yb = lora && (bwd.need_dx || want_dlora);
+    if (need_yb) la = rows(args.lora_a);
+    if (need_yb && !yb_db_done) {
       if (!yb.defined()) yb = at::empty({d.M, d.r}, opts);
+      const at::Tensor lb = rows(args.lora_b);
       GroupedGemmArgs t = base;  // YB = s · g · dY · B_e: B_e(n, j) = lora_b[n, e r + j]
       t.N = static_cast<int>(d.r);
       t.K = static_cast<int>(d.N);
