@@ -229,6 +229,37 @@ int gram_occupancy(const GramArgs& args, int tile);
 // pointer, e.g. seg + E: the rows past the last expert). No host synchronisation.
 void launch_zero_rows_from(void* c, int64_t ldc, int64_t n, int64_t M, const int64_t* first_row, cudaStream_t stream);
 
+// The split path's grouped GEMM on Hopper (wgmma_gemm.cu; sm_90 only, bf16), rows in sorted order:
+//   out[m, n] = Σ_k A[m, k] · W_e(k, n) + Σ_{j<r} A2[m, j] · W2_e(j, n) + bias[e·bias_estride + n]
+// for the rows m of each expert's segment; inactive rows (row_expert[m] < 0) are written as zeros, rows
+// past seg[E] are not written. W_e(k, n) = w[(e·N + n)·ldw + k] (w_kmajor, forward: nn.Linear [E, N, K])
+// or w[(e·K + k)·ldw + n] (w_kmajor false: an [E, K, N] weight, or [E, N, K] read transposed by the
+// backward dX). The LoRA term (r > 0, r % 8 == 0, r <= 64): A2 [M, r] contiguous; W2_e(j, n) =
+// w2[n·ldw2 + e·r + j] (w2_kmajor: lora_b [N, r·E], forward) or w2[(e·r + j)·ldw2 + n] (lora_a
+// [r·E, N], backward). Returns false, launching nothing, when the
+// call does not qualify (alignment: 16-byte bases, leading dimensions multiples of 8; N % 8 == 0).
+struct WgmmaGemmArgs {
+  int E = 0, N = 0, K = 0, r = 0;
+  int64_t M = 0;
+  const int64_t* seg = nullptr;
+  const int64_t* row_expert = nullptr;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* w = nullptr;
+  int64_t ldw = 0;
+  bool w_kmajor = true;
+  const void* a2 = nullptr;
+  const void* w2 = nullptr;
+  int64_t ldw2 = 0;
+  bool w2_kmajor = true;
+  const void* bias = nullptr;
+  int64_t bias_estride = 0;
+  void* out = nullptr;
+  int64_t ldo = 0;
+};
+bool wgmma_gemm_available(int device);  // sm_90 and the driver's tensor-map encoder found
+bool launch_wgmma_gemm(const WgmmaGemmArgs& args, cudaStream_t stream);
+
 // Throws std::runtime_error with the CUDA error text if the last launch failed.
 void check_launch(const char* what);
 

@@ -1,12 +1,14 @@
 // The split path of the scattermoe glue (glue.hpp), for few large experts (Mixtral-like):
-//   forward:  Xs = gather(X) in sorted order;  base = _grouped_mm(Xs, W, offsets)   (CUTLASS, wgmma)
-//             XA = s · Xs · A_eᵀ (thin kernel);  Y = XA · B_eᵀ + bias + base  (our LoRA-add pass,
-//             kernels/lora_add.cu, in place in base: rows stay in sorted order)
-//   backward: dYs = g · gather(dY);  dXb = _grouped_mm(dYs, Wᵀ, offsets);  dX = YB · A_e + dXb (in place)
-// The mma.sync kernel reaches about half of CUTLASS's wgmma throughput on these big GEMMs; the rank-r
-// products are small and stay ours. at::_grouped_mm only has its fast kernel on sm_90 / sm_100 and bf16
-// (elsewhere it falls back to a per-expert loop that reads the offsets back to the host), and needs
-// 16-byte aligned rows: the path is offered only then.
+//   forward:  Xs = gather(X) in sorted order;  XA = s · Xs · A_eᵀ (thin kernel);
+//             sm_90: Y = Xs · W_e + XA · B_eᵀ + bias in one pass (kernels/wgmma_gemm.cu: TMA + wgmma, the
+//             LoRA product as one extra K tile);
+//             sm_100, or calls that kernel does not take: base = _grouped_mm(Xs, W, offsets) (CUTLASS),
+//             then Y = XA · B_eᵀ + bias + base (our LoRA-add pass, kernels/lora_add.cu, in place in base).
+//   backward: dYs = g · gather(dY);  dX = dYs · W_eᵀ + YB · A_e, by the same two routes.
+// Rows stay in sorted order. Our mma.sync kernel reaches about half of wgmma's throughput on these big
+// GEMMs, hence the path. at::_grouped_mm only has its fast kernel on sm_90 / sm_100 and bf16 (elsewhere it
+// falls back to a per-expert loop that reads the offsets back to the host), and needs 16-byte aligned rows:
+// the path is offered only then.
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 
@@ -21,7 +23,8 @@
 namespace ax::scattermoe::glue {
 namespace {
 
-enum class PathEnv { automatic, fused, split };
+// split_gmm: the split path without our wgmma kernel (always _grouped_mm + LoRA-add pass), for comparison.
+enum class PathEnv { automatic, fused, split, split_gmm };
 
 PathEnv path_env() {
   static const PathEnv v = [] {
@@ -29,7 +32,9 @@ PathEnv path_env() {
     if (e == nullptr || *e == 0 || std::string(e) == "auto") return PathEnv::automatic;
     if (std::string(e) == "fused") return PathEnv::fused;
     if (std::string(e) == "split") return PathEnv::split;
-    ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=", e, " is not one of auto, fused, split; using auto"));
+    if (std::string(e) == "split_gmm") return PathEnv::split_gmm;
+    ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=", e,
+                      " is not one of auto, fused, split, split_gmm; using auto"));
     return PathEnv::automatic;
   }();
   return v;
@@ -80,6 +85,47 @@ bool split_available(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, std
 // Offsets for _grouped_mm: int32 cumulative ends, on the device (no host synchronisation).
 at::Tensor gmm_offsets(const Routing& rt) { return rt.offsets.to(at::kInt); }
 
+// One projection of the split path by kernels/wgmma_gemm.cu, where it runs (sm_90; the stored weight
+// [E, R, C] with C contiguous and experts R·C apart; rank a multiple of 8 up to 64). `transposed` reads
+// the weight as the backward does. Returns false, launching nothing, otherwise.
+bool wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& a,
+                      bool transposed, const at::Tensor& a2, const at::Tensor& w2, const at::Tensor& bias,
+                      const at::Tensor& out, cudaStream_t stream) {
+  if (path_env() == PathEnv::split_gmm || !wgmma_gemm_available(a.device().index())) return false;
+  const at::Tensor& v = args.weight.values;
+  if (v.dim() != 3 || v.stride(2) != 1 || v.stride(0) != v.size(1) * v.stride(1)) return false;
+  if (a.stride(1) != 1 || out.stride(1) != 1 || (a2.defined() && !a2.is_contiguous())) return false;
+  WgmmaGemmArgs g;
+  g.E = static_cast<int>(d.E);
+  g.M = d.M;
+  g.N = static_cast<int>(transposed ? d.K : d.N);
+  g.K = static_cast<int>(transposed ? d.N : d.K);
+  g.r = a2.defined() ? static_cast<int>(d.r) : 0;
+  g.seg = rt.seg();
+  g.row_expert = rt.expert.data_ptr<int64_t>();
+  g.a = a.data_ptr();
+  g.lda = a.stride(0);
+  g.w = v.data_ptr();
+  g.ldw = v.stride(1);
+  // ENK stores W_e as [N, K] (K-major for the forward); EKN as [K, N]; the backward reads the other way.
+  g.w_kmajor = (args.layout == ops::ExpertLayout::ENK) != transposed;
+  if (g.r > 0) {
+    g.a2 = a2.data_ptr();
+    g.w2 = w2.data_ptr();
+    g.ldw2 = w2.stride(0);
+    g.w2_kmajor = !transposed;  // forward: lora_b [N, r·E]; backward: lora_a [r·E, K]
+  }
+  if (bias.defined()) {
+    g.bias = bias.data_ptr();
+    g.bias_estride = bias.stride(0);
+  }
+  g.out = out.data_ptr();
+  g.ldo = out.stride(0);
+  if (!launch_wgmma_gemm(g, stream)) return false;
+  check_launch(transposed ? "split backward dX (wgmma)" : "split forward (wgmma)");
+  return true;
+}
+
 }  // namespace
 
 Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
@@ -87,7 +133,7 @@ Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
   if (env == PathEnv::fused) return Path::fused;
   std::string why;
   const bool ok = split_available(args, d, why);
-  if (env == PathEnv::split) {
+  if (env == PathEnv::split || env == PathEnv::split_gmm) {
     if (!ok) {
       static std::once_flag once;
       std::call_once(once, [&] {
@@ -114,13 +160,19 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
   {
     // Xs: X rows in sorted order (the same gather the _grouped_mm block does), freed after use.
     const at::Tensor xs = args.grouped_in ? gmm_rows(x) : x.index_select(0, safe_rows(rt, d.k));
-    base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
     if (lora) {
       GroupedGemmArgs t = routed(DType::bf16, d, rt);  // XA = s · Xs · A_eᵀ
       t.a = xs.data_ptr();
       t.lda = xs.stride(0);
       xa = lora_xa(t, args, d, x, stream, "split forward XA");
     }
+    if (!scattered_out) {  // the whole projection in one kernel where it runs
+      const at::Tensor out = target.defined() ? target : at::empty({d.M, d.N}, x.options());
+      const at::Tensor bias = args.bias.defined() ? args.bias.contiguous() : at::Tensor();
+      if (wgmma_projection(args, d, rt, xs, false, xa, lora ? rows(args.lora_b) : at::Tensor(), bias, out, stream))
+        return {out, xa};
+    }
+    base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
   }
   GroupedGemmArgs g = routed(DType::bf16, d, rt);  // Y = XA · B_eᵀ + bias + base, scattered like the fused path
   g.N = static_cast<int>(d.N);
@@ -189,6 +241,10 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
 
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                     const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
+  {
+    const at::Tensor dx = at::empty({d.M, d.K}, dys.options());
+    if (wgmma_projection(args, d, rt, dys, true, d.r > 0 ? yb : at::Tensor(), la, at::Tensor(), dx, stream)) return dx;
+  }
   const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
   GroupedGemmArgs t = routed(DType::bf16, d, rt);  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
   t.N = static_cast<int>(d.K);
