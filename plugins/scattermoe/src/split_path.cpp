@@ -86,15 +86,19 @@ bool split_available(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, std
 at::Tensor gmm_offsets(const Routing& rt) { return rt.offsets.to(at::kInt); }
 
 // One projection of the split path by kernels/wgmma_gemm.cu, where it runs (sm_90; the stored weight
-// [E, R, C] with C contiguous and experts R·C apart; rank a multiple of 8 up to 64). `transposed` reads
-// the weight as the backward does. Returns false, launching nothing, otherwise.
-bool wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& a,
-                      bool transposed, const at::Tensor& a2, const at::Tensor& w2, const at::Tensor& bias,
-                      const at::Tensor& out, cudaStream_t stream) {
-  if (path_env() == PathEnv::split_gmm || !wgmma_gemm_available(a.device().index())) return false;
+// [E, R, C] with C contiguous and experts R·C apart; rank a multiple of 8 up to 64): the rows in sorted
+// order, written to `target` or (undefined) a new [M, cols] tensor. `transposed` reads the weight as the
+// backward does (no bias then). Returns an undefined tensor, launching nothing, where it does not run.
+at::Tensor wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                            const at::Tensor& a, bool transposed, const at::Tensor& a2, const at::Tensor& w2,
+                            const at::Tensor& target, cudaStream_t stream) {
+  if (path_env() == PathEnv::split_gmm || !wgmma_gemm_available(a.device().index())) return {};
   const at::Tensor& v = args.weight.values;
-  if (v.dim() != 3 || v.stride(2) != 1 || v.stride(0) != v.size(1) * v.stride(1)) return false;
-  if (a.stride(1) != 1 || out.stride(1) != 1 || (a2.defined() && !a2.is_contiguous())) return false;
+  if (v.dim() != 3 || v.stride(2) != 1 || v.stride(0) != v.size(1) * v.stride(1)) return {};
+  if (a.stride(1) != 1 || (a2.defined() && !a2.is_contiguous()) || (target.defined() && target.stride(1) != 1))
+    return {};
+  const at::Tensor out = target.defined() ? target : at::empty({d.M, transposed ? d.K : d.N}, a.options());
+  const at::Tensor bias = !transposed && args.bias.defined() ? args.bias.contiguous() : at::Tensor();
   WgmmaGemmArgs g;
   g.E = static_cast<int>(d.E);
   g.M = d.M;
@@ -121,9 +125,9 @@ bool wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, co
   }
   g.out = out.data_ptr();
   g.ldo = out.stride(0);
-  if (!launch_wgmma_gemm(g, stream)) return false;
+  if (!launch_wgmma_gemm(g, stream)) return {};
   check_launch(transposed ? "split backward dX (wgmma)" : "split forward (wgmma)");
-  return true;
+  return out;
 }
 
 }  // namespace
@@ -167,10 +171,8 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
       xa = lora_xa(t, args, d, x, stream, "split forward XA");
     }
     if (!scattered_out) {  // the whole projection in one kernel where it runs
-      const at::Tensor out = target.defined() ? target : at::empty({d.M, d.N}, x.options());
-      const at::Tensor bias = args.bias.defined() ? args.bias.contiguous() : at::Tensor();
-      if (wgmma_projection(args, d, rt, xs, false, xa, lora ? rows(args.lora_b) : at::Tensor(), bias, out, stream))
-        return {out, xa};
+      at::Tensor y = wgmma_projection(args, d, rt, xs, false, xa, lora ? rows(args.lora_b) : at::Tensor(), target, stream);
+      if (y.defined()) return {y, xa};
     }
     base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
   }
@@ -241,10 +243,8 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
 
 at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                     const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
-  {
-    const at::Tensor dx = at::empty({d.M, d.K}, dys.options());
-    if (wgmma_projection(args, d, rt, dys, true, d.r > 0 ? yb : at::Tensor(), la, at::Tensor(), dx, stream)) return dx;
-  }
+  if (at::Tensor dx = wgmma_projection(args, d, rt, dys, true, d.r > 0 ? yb : at::Tensor(), la, {}, stream); dx.defined())
+    return dx;
   const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
   GroupedGemmArgs t = routed(DType::bf16, d, rt);  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
   t.N = static_cast<int>(d.K);
