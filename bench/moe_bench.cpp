@@ -3,7 +3,7 @@
 //
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
 //             [--tokens 4096] [--rank 16] [--iters 20] [--format dense|nf4|mxfp4|nvfp4] [--out results.json]
-//             [--device-kind nvidia-h200] [--profile] [--tune] [--path auto|fused|split]
+//             [--device-kind nvidia-h200] [--profile] [--tune] [--path auto|fused|split|split_gmm]
 // --tune and --path set AXENGINE_SCATTERMOE_TUNE=1 / AXENGINE_SCATTERMOE_PATH for this process (the
 // scattermoe plugin reads them on its first call; docs/plugins/scattermoe.md).
 #include <cstdlib>
