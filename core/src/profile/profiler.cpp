@@ -60,6 +60,40 @@ std::string short_name(std::string n, std::size_t width = 90) {
   return n;
 }
 
+struct Span {
+  int64_t start_ns, end_ns;
+  std::string name;
+};
+
+// Where the GPU sat idle between its kernels and copies: the total, and the `top` longest gaps with the
+// work on either side (a gap is CPU time the GPU waited for: launch overhead, host work, a sync).
+std::string idle_gaps(std::vector<Span> spans, int top) {
+  if (spans.size() < 2) return {};
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
+  struct Gap {
+    int64_t ns;
+    std::size_t before;  // index of the span after the gap
+    std::size_t after;   // index of the span that ended last before it
+  };
+  std::vector<Gap> gaps;
+  int64_t idle = 0, end = spans[0].end_ns;
+  std::size_t last = 0;
+  for (std::size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].start_ns > end) {
+      gaps.push_back({spans[i].start_ns - end, i, last});
+      idle += spans[i].start_ns - end;
+    }
+    if (spans[i].end_ns >= end) end = spans[i].end_ns, last = i;
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const Gap& a, const Gap& b) { return a.ns > b.ns; });
+  std::string out = ax::str("  GPU idle between its first and last kernel: ", fixed(idle / 1e6, 2), " ms in ", gaps.size(),
+                            " gaps; longest:\n");
+  for (std::size_t i = 0; i < gaps.size() && static_cast<int>(i) < top; ++i)
+    out += ax::str("    ", fixed(gaps[i].ns / 1e3, 1), " us after ", short_name(spans[gaps[i].after].name, 50), "\n",
+                   "             before ", short_name(spans[gaps[i].before].name, 50), "\n");
+  return out;
+}
+
 bool host_sync(const std::string& n) {
   return n.find("Synchronize") != std::string::npos ||
          (n.rfind("cudaMemcpy", 0) == 0 && n.find("Async") == std::string::npos);
@@ -74,6 +108,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
   state_->running = false;
 
   std::map<std::string, Agg> gpu, cpu_ops, syncs;
+  std::vector<Span> spans;
   double gpu_total = 0;
   for (const kp::KinetoEvent& e : res->events()) {
     const std::string name = e.name();
@@ -82,6 +117,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
       gpu[name].total_us += us;
       gpu[name].calls += 1;
       gpu_total += us;
+      spans.push_back({static_cast<int64_t>(e.startNs()), static_cast<int64_t>(e.startNs() + e.durationNs()), name});
     } else if (name.rfind("aten::", 0) == 0) {
       cpu_ops[name].total_us += us;
       cpu_ops[name].calls += 1;
@@ -112,6 +148,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
     }
     if (rows.size() > static_cast<std::size_t>(top)) out += ax::str("  ... ", rows.size() - static_cast<std::size_t>(top), " more\n");
   }
+  out += idle_gaps(std::move(spans), 8);
   if (!syncs.empty()) {
     out += "  host-synchronising CUDA calls:\n";
     for (const auto& [n, a] : syncs)

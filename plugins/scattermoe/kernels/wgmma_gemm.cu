@@ -35,15 +35,19 @@ namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
-constexpr size_t kSmemBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+// The epilogue's staging buffer of one consumer warpgroup: half its 64 x 256 output (two swizzled 64 x 64
+// boxes of the output's tensor map).
+constexpr uint32_t kOutBoxBytes = 64 * 64 * 2, kOutBytes = 2 * kOutBoxBytes;
+constexpr size_t kSmemBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kOutBytes + 2 * kStages * sizeof(uint64_t);
 
 struct Maps {
-  CUtensorMap a, b, a2, b2;
+  CUtensorMap a, b, a2, b2, out;
 };
 struct KParams {
   const int64_t* seg;
   const int64_t* row_expert;
   int E, N, k_tiles;
+  int64_t M;  // rows of the output's tensor map
   int64_t b_rows_per_expert;  // K-major: N (rows of W_e); MN-major: K (reduction rows of W_e)
   int r;                      // LoRA rank: B2 column (K-major) or row (MN-major) offset e·r
   const __nv_bfloat16* bias;
@@ -87,7 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint8_t* staging = smem + kStages * kStageBytes;  // [2][kOutBytes], one per consumer warpgroup
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + 2 * kOutBytes);
   uint64_t* empty = full + kStages;
   int* tile_start = reinterpret_cast<int*>(empty + kStages);  // [E + 1]
   const int wg = threadIdx.x / 128;
@@ -184,6 +189,48 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
     if ((threadIdx.x % 128) == 0) wg::mbar_arrive(&empty[prev]);
 
     // Epilogue: rows of this expert only; inactive entries (row_expert < 0) are written as zeros.
+    auto value = [&](int i, int h, int k) {  // output element (row h, column 8i + 2·(lane%4) + k), final
+      float v = acc[4 * i + 2 * h + k];
+      const int col = tl.n0 + 8 * i + 2 * (lane % 4) + k;
+      if (p.bias != nullptr && col < p.N) v += __bfloat162float(p.bias[tl.e * p.bias_estride + col]);
+      return active[h] ? v : 0.f;
+    };
+    const int64_t wrow0 = tl.row0 + cw * 64;
+    if (wrow0 >= tl.end) continue;
+    if (wrow0 + 64 <= tl.end || tl.end == p.M) {
+      // All 64 rows are this expert's (or past M, where the TMA store clips): stage the tile in shared
+      // memory, half at a time, and write it with TMA stores, which run on while the next tile's MMAs do.
+      // The staging is 128-byte swizzled like the output boxes, so each warp's writes hit 32 banks.
+      const bool lead = threadIdx.x % 128 == 0;
+      uint8_t* stg = staging + cw * kOutBytes;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (lead) wg::bulk_wait_read();  // the previous half's (or tile's) stores have read the staging
+        wg::bar_sync(1 + cw, 128);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int i = 16 * half + j;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = warp * 16 + lane / 4 + 8 * h;
+            const uint32_t off = (j / 8) * kOutBoxBytes + row * 128 + (((j % 8) ^ (row % 8)) * 16) + 4 * (lane % 4);
+            *reinterpret_cast<__nv_bfloat162*>(stg + off) = __floats2bfloat162_rn(value(i, h, 0), value(i, h, 1));
+          }
+        }
+        wg::fence_proxy_async();
+        wg::bar_sync(1 + cw, 128);
+        if (lead) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int col = tl.n0 + 128 * half + 64 * q;
+            if (col < p.N) wg::tma_store_2d(&maps.out, stg + q * kOutBoxBytes, col, static_cast<int>(wrow0));
+          }
+          wg::bulk_commit();
+        }
+      }
+      continue;
+    }
+    // The warpgroup's rows cross the expert's end: plain stores of the rows before it.
     const int cbase = tl.n0 + 2 * (lane % 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -192,17 +239,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         const int col = cbase + 8 * i;
-        if (col >= p.N) continue;
-        float v0 = acc[4 * i + 2 * h], v1 = acc[4 * i + 2 * h + 1];
-        if (p.bias != nullptr) {
-          v0 += __bfloat162float(p.bias[tl.e * p.bias_estride + col]);
-          v1 += __bfloat162float(p.bias[tl.e * p.bias_estride + col + 1]);
-        }
-        if (!active[h]) v0 = v1 = 0.f;
-        *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+        if (col < p.N) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(value(i, h, 0), value(i, h, 1));
       }
     }
   }
+  if (threadIdx.x % 128 == 0) wg::bulk_wait();  // the stores read shared memory until they complete
 #endif
 }
 
@@ -279,8 +320,9 @@ bool launch_wgmma_gemm(const WgmmaGemmArgs& a, cudaStream_t stream) {
     maps.a2 = maps.a;
     maps.b2 = maps.b;
   }
+  ok = ok && encode(&maps.out, a.out, a.M, a.N, a.ldo, 64, 64);
   if (!ok) return false;
-  KParams p{a.seg, a.row_expert, a.E, a.N, static_cast<int>((a.K + kBK - 1) / kBK),
+  KParams p{a.seg, a.row_expert, a.E, a.N, static_cast<int>((a.K + kBK - 1) / kBK), a.M,
             a.w_kmajor ? a.N : a.K, a.r, static_cast<const __nv_bfloat16*>(a.bias), a.bias_estride,
             static_cast<__nv_bfloat16*>(a.out), a.ldo};
   int dev = 0, sms = 0;
