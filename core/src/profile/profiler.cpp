@@ -107,7 +107,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
   std::unique_ptr<kp::ProfilerResult> res = kp::disableProfiler();
   state_->running = false;
 
-  std::map<std::string, Agg> gpu, cpu_ops, syncs;
+  std::map<std::string, Agg> gpu, cpu_ops, syncs, api;
   std::vector<Span> spans;
   double gpu_total = 0;
   for (const kp::KinetoEvent& e : res->events()) {
@@ -121,9 +121,15 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
     } else if (name.rfind("aten::", 0) == 0) {
       cpu_ops[name].total_us += us;
       cpu_ops[name].calls += 1;
-    } else if (host_sync(name)) {
-      syncs[name].total_us += us;
-      syncs[name].calls += 1;
+    } else {
+      if (host_sync(name)) {
+        syncs[name].total_us += us;
+        syncs[name].calls += 1;
+      }
+      if (name.rfind("cuda", 0) == 0 || name.rfind("cu", 0) == 0) {
+        api[name].total_us += us;
+        api[name].calls += 1;
+      }
     }
   }
   // Without GPU events (a CPU run) the table lists ATen ops instead, by inclusive time (nested ops count
@@ -149,6 +155,13 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
     if (rows.size() > static_cast<std::size_t>(top)) out += ax::str("  ... ", rows.size() - static_cast<std::size_t>(top), " more\n");
   }
   out += idle_gaps(std::move(spans), 8);
+  if (!api.empty()) {
+    std::vector<std::pair<std::string, Agg>> calls(api.begin(), api.end());
+    std::sort(calls.begin(), calls.end(), [](const auto& x, const auto& y) { return x.second.total_us > y.second.total_us; });
+    out += "  CUDA API calls by host time:\n";
+    for (std::size_t i = 0; i < calls.size() && i < 8; ++i)
+      out += ax::str("    ", calls[i].first, ": ", calls[i].second.calls, " calls, ", fixed(calls[i].second.total_us / 1e3, 3), " ms\n");
+  }
   if (!syncs.empty()) {
     out += "  host-synchronising CUDA calls:\n";
     for (const auto& [n, a] : syncs)

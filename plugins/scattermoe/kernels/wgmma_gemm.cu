@@ -35,9 +35,10 @@ namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
-// The epilogue's staging buffer of one consumer warpgroup: half its 64 x 256 output (two swizzled 64 x 64
-// boxes of the output's tensor map).
-constexpr uint32_t kOutBoxBytes = 64 * 64 * 2, kOutBytes = 2 * kOutBoxBytes;
+// The epilogue's staging of one consumer warpgroup: kOutSlots slots of one 64 x 64 output box each (a
+// quarter of its 64 x 256 part; 128-byte swizzled as the output's tensor map reads it).
+constexpr int kOutSlots = 2;
+constexpr uint32_t kOutBoxBytes = 64 * 64 * 2, kOutBytes = kOutSlots * kOutBoxBytes;
 constexpr size_t kSmemBytes = 1024 + size_t(kStages) * kStageBytes + 2 * kOutBytes + 2 * kStages * sizeof(uint64_t);
 
 struct Maps {
@@ -198,33 +199,34 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm_kernel(const __grid_co
     const int64_t wrow0 = tl.row0 + cw * 64;
     if (wrow0 >= tl.end) continue;
     if (wrow0 + 64 <= tl.end || tl.end == p.M) {
-      // All 64 rows are this expert's (or past M, where the TMA store clips): stage the tile in shared
-      // memory, half at a time, and write it with TMA stores, which run on while the next tile's MMAs do.
-      // The staging is 128-byte swizzled like the output boxes, so each warp's writes hit 32 banks.
+      // All 64 rows are this expert's (or past M, where the TMA store clips): the part goes out a
+      // quarter (64 columns) at a time through the staging slots, each by one TMA store, which runs on
+      // while the next quarter is written and the next tile's MMAs start. Before the barrier that
+      // releases a quarter's writes, the lead thread makes sure the next quarter's slot has been read by
+      // its previous store. The slots are swizzled like the boxes, so each warp's writes hit 32 banks.
       const bool lead = threadIdx.x % 128 == 0;
       uint8_t* stg = staging + cw * kOutBytes;
+      if (lead) wg::bulk_wait_read<kOutSlots - 1>();  // slot 0 is free (the previous tile's stores)
+      wg::bar_sync(1 + cw, 128);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (lead) wg::bulk_wait_read();  // the previous half's (or tile's) stores have read the staging
-        wg::bar_sync(1 + cw, 128);
+      for (int q = 0; q < 4; ++q) {
+        uint8_t* slot = stg + (q % kOutSlots) * kOutBoxBytes;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int i = 16 * half + j;
+        for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = warp * 16 + lane / 4 + 8 * h;
-            const uint32_t off = (j / 8) * kOutBoxBytes + row * 128 + (((j % 8) ^ (row % 8)) * 16) + 4 * (lane % 4);
-            *reinterpret_cast<__nv_bfloat162*>(stg + off) = __floats2bfloat162_rn(value(i, h, 0), value(i, h, 1));
+            const uint32_t off = row * 128 + ((j ^ (row % 8)) * 16) + 4 * (lane % 4);
+            *reinterpret_cast<__nv_bfloat162*>(slot + off) =
+                __floats2bfloat162_rn(value(8 * q + j, h, 0), value(8 * q + j, h, 1));
           }
         }
         wg::fence_proxy_async();
+        if (lead && q < 3) wg::bulk_wait_read<kOutSlots - 2>();  // quarter q + 1's slot is free
         wg::bar_sync(1 + cw, 128);
         if (lead) {
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int col = tl.n0 + 128 * half + 64 * q;
-            if (col < p.N) wg::tma_store_2d(&maps.out, stg + q * kOutBoxBytes, col, static_cast<int>(wrow0));
-          }
+          const int col = tl.n0 + 64 * q;
+          if (col < p.N) wg::tma_store_2d(&maps.out, slot, col, static_cast<int>(wrow0));
           wg::bulk_commit();
         }
       }
