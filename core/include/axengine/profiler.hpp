@@ -18,10 +18,10 @@ class Profiler {
   // a profiler is already running in this process.
   void start(bool cuda);
   bool running() const;
-  // Stops and returns the summary: GPU kernels (ATen ops on a CPU-only run) by total time (top `top` rows, with calls, mean and share
-  // of GPU time), GPU busy time against wall time, the GPU's idle gaps between kernels (total and the
-  // longest, with the kernels around them), and the host-synchronising CUDA calls. Writes the
-  // Chrome trace to `trace_path` unless it is empty.
+  // Stops and returns the summary: GPU kernels (ATen ops on a CPU-only run) by total time (top `top`
+  // rows, with calls, mean and share of GPU time), GPU busy time against wall time, the GPU's idle gaps
+  // between kernels (total and the longest, with the kernels around them), the CUDA API calls by host
+  // time, and the host-synchronising CUDA calls. Writes the Chrome trace to `trace_path` unless empty.
   std::string stop(const std::string& trace_path, int top = 25);
 
  private:

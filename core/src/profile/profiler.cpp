@@ -60,6 +60,12 @@ std::string short_name(std::string n, std::size_t width = 90) {
   return n;
 }
 
+std::vector<std::pair<std::string, Agg>> by_time(const std::map<std::string, Agg>& m) {
+  std::vector<std::pair<std::string, Agg>> v(m.begin(), m.end());
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.total_us > b.second.total_us; });
+  return v;
+}
+
 struct Span {
   int64_t start_ns, end_ns;
   std::string name;
@@ -126,7 +132,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
         syncs[name].total_us += us;
         syncs[name].calls += 1;
       }
-      if (name.rfind("cuda", 0) == 0 || name.rfind("cu", 0) == 0) {
+      if (name.rfind("cu", 0) == 0) {  // runtime (cuda*) and driver (cu*) API calls
         api[name].total_us += us;
         api[name].calls += 1;
       }
@@ -135,11 +141,9 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
   // Without GPU events (a CPU run) the table lists ATen ops instead, by inclusive time (nested ops count
   // in their parents too).
   const bool on_gpu = !gpu.empty();
-  std::vector<std::pair<std::string, Agg>> rows = on_gpu ? std::vector<std::pair<std::string, Agg>>(gpu.begin(), gpu.end())
-                                                          : std::vector<std::pair<std::string, Agg>>(cpu_ops.begin(), cpu_ops.end());
+  const std::vector<std::pair<std::string, Agg>> rows = by_time(on_gpu ? gpu : cpu_ops);
   double table_total = 0;
   for (const auto& r : rows) table_total += r.second.total_us;
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.total_us > b.second.total_us; });
 
   std::string out = ax::str("profile: wall ", fixed(wall_us / 1e3, 1), " ms, GPU busy ", fixed(gpu_total / 1e3, 1), " ms (",
                             wall_us > 0 ? fixed(100 * gpu_total / wall_us, 1) : std::string("0"), "% of wall, kernels summed)\n");
@@ -156,8 +160,7 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
   }
   out += idle_gaps(std::move(spans), 8);
   if (!api.empty()) {
-    std::vector<std::pair<std::string, Agg>> calls(api.begin(), api.end());
-    std::sort(calls.begin(), calls.end(), [](const auto& x, const auto& y) { return x.second.total_us > y.second.total_us; });
+    const std::vector<std::pair<std::string, Agg>> calls = by_time(api);
     out += "  CUDA API calls by host time:\n";
     for (std::size_t i = 0; i < calls.size() && i < 8; ++i)
       out += ax::str("    ", calls[i].first, ": ", calls[i].second.calls, " calls, ", fixed(calls[i].second.total_us / 1e3, 3), " ms\n");
