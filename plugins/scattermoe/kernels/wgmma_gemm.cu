@@ -15,6 +15,9 @@
 //   expert's rows; A's columns there are zeros (TMA fills outside the tensor), so they add nothing.
 // - LoRA: after the K loop, one more stage holds A2 = XA (or YB) rows (r columns, zero-filled to 64)
 //   and the matching B2_e slice, and 1, 2 or 4 MMAs (r <= 16, 32, 64) accumulate it.
+// - Epilogue: each consumer warpgroup writes its 64 x 256 part through two swizzled 64 x 64 staging
+//   slots with TMA stores that run on under the next tile's MMAs; parts that cross an expert's end fall
+//   back to plain stores of that expert's rows.
 // - B is K-major (the forward over nn.Linear-layout [E, N, K] weights, the backward over [E, K, N]) or
 //   MN-major (the other two cases): the MN-major tile is 4 TMA boxes of 64 columns. B2 is lora_b
 //   (K-major) in the forward and lora_a (MN-major) in the backward, whatever W's layout.
