@@ -34,7 +34,7 @@ int run_bench(const std::vector<std::string>& args) {
       "grouped_mm or a moe.experts backend (repeatable; default grouped_mm, scattermoe, reference)")(
       "tokens", po::value<int64_t>()->default_value(4096), "tokens T")(
       "rank", po::value<int64_t>()->default_value(16), "LoRA rank")(
-      "iters", po::value<int>()->default_value(20), "timed repetitions (median reported)")(
+      "iters", po::value<int>()->default_value(20), "timed calls per series (medians of a rested and a back-to-back series)")(
       "format", po::value<std::string>()->default_value("dense"),
       "expert weights of the moe.experts backends: dense, nf4, mxfp4, nvfp4")(
       "out", po::value<std::string>(), "write the rows as JSON to FILE")(

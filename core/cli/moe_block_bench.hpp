@@ -28,7 +28,8 @@ struct MoeBenchOptions {
 std::vector<std::string> moe_bench_shapes();
 
 // Runs the comparison on CUDA device 0, printing a table to stdout as it goes, and returns the rows
-// {shape, backend, ms, tflops, pct_of_floor, peak_extra_mb, first_call_s, speedup_vs_grouped_mm, ...}.
+// {shape, backend, ms (rested), ms_sustained (back to back), tflops, pct_of_floor, peak_extra_mb,
+// first_call_s, speedup_vs_grouped_mm, speedup_sustained_vs_grouped_mm, ...}; see time_block.
 // Throws UsageError for an unknown shape or when there is no CUDA device.
 nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& options);
 
