@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
-#include <c10/core/Event.h>
 #include <ATen/cuda/Sleep.h>
+#include <c10/core/Event.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -231,8 +231,8 @@ struct Timing {
 //   queued the call by then and no launch latency is timed). Every backend starts from the same state.
 // - ms_sustained: the calls back to back, as triton.testing.do_bench runs them.
 // The two differ where a block holds the GPU at its power limit (an H200 at 700 W under the mixtral
-// blocks): there the clock falls and hunts under sustained load, by up to 35% within a series, more
-// for the block with the denser kernels. Rested times repeat within ~0.3%.
+// blocks): under sustained load the clock falls and hunts (1260-1980 MHz), moving a block's time by up
+// to 17% within a series, more for the block with the denser kernels. Rested times repeat within ~0.3%.
 Timing time_block(const std::function<Outputs()>& fn, int iters, Outputs& first) {
   Timing t;
   const int dev = 0;
@@ -265,6 +265,8 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
   for (const auto& s : opt.shapes)
     if (std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape& k) { return k.name == s; }))
       throw UsageError(str("bench moe: unknown shape '", s, "' (known: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral)"));
+  if (opt.tokens < 1 || opt.rank < 1 || opt.iters < 1)
+    throw UsageError("bench moe: --tokens, --rank and --iters must be >= 1");
   if (opt.format != "dense" && opt.format != "nf4" && opt.format != "mxfp4" && opt.format != "nvfp4")
     throw UsageError(str("bench moe: unknown format '", opt.format, "' (known: dense, nf4, mxfp4, nvfp4)"));
   if (!at::hasCUDA() || at::accelerator::deviceCount() == 0)
