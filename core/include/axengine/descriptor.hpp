@@ -36,7 +36,8 @@ const BuildFingerprint& host_fingerprint();
 
 // Reads the raw descriptor text from the "axengine_plugin" ELF section of `path` without loading it.
 // nullopt: the file is an ELF shared object without that section (not an axengine plugin).
-// Throws RuntimeError for a file that is not a readable ELF shared object (truncated, garbage...).
+// Throws UsageError for a path that is not a regular file (a FIFO is refused, never opened) and
+// RuntimeError for a file that is not a readable ELF shared object (truncated, garbage...).
 std::optional<std::string> read_descriptor_section(const std::string& path);
 
 // Parses descriptor text. Throws UsageError naming the field on malformed input.
