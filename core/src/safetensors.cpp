@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <random>
 #include <set>
@@ -20,6 +19,7 @@
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "input_file.hpp"
 
 namespace ax::safetensors {
 namespace fs = std::filesystem;
@@ -62,12 +62,11 @@ std::shared_ptr<File> File::open(const std::string& path) {
   f->path_ = path;
   auto bad = [&](const std::string& msg) { return UsageError(str(path, ": ", msg)); };
 
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f->fd_ < 0) throw bad(str("cannot open: ", sys_error()));
-  struct stat st{};
-  if (fstat(f->fd_, &st) != 0) throw bad(str("cannot stat: ", sys_error()));
-  if (!S_ISREG(st.st_mode)) throw bad("not a regular file");
-  f->size_ = static_cast<uint64_t>(st.st_size);
+  {
+    InputFile in(path);  // refuses a FIFO or device named like a checkpoint instead of blocking on it
+    f->size_ = in.size();
+    f->fd_ = in.release();
+  }
   if (f->size_ < 8) throw bad(str("truncated: ", f->size_, " bytes, shorter than the 8-byte header length"));
   void* m = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, f->fd_, 0);
   if (m == MAP_FAILED) throw bad(str("cannot mmap: ", sys_error()));
@@ -270,14 +269,10 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     c.source_ = index.string();
     auto bad = [&](const std::string& msg) { return UsageError(str(index.string(), ": ", msg)); };
     json j;
-    {
-      std::ifstream in(index);
-      if (!in) throw bad("cannot read");
-      try {
-        j = json::parse(in);
-      } catch (const json::exception& e) {
-        throw bad(str("not valid JSON: ", e.what()));
-      }
+    try {
+      j = json::parse(read_regular_file(index.string()));
+    } catch (const json::exception& e) {
+      throw bad(str("not valid JSON: ", e.what()));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw bad("missing object 'weight_map'");

@@ -34,9 +34,14 @@ struct PluginDescriptor {
 // The host's own fingerprint and ABI (the same macros plugins use, compiled into the core).
 const BuildFingerprint& host_fingerprint();
 
-// Reads the raw descriptor text from the "axengine_plugin" ELF section of `path` without loading it.
+// Reads the raw descriptor text from the "axengine_plugin" ELF section of `path` without loading it, after
+// checking the ELF header and program headers the way the dynamic loader will use them (every segment
+// inside the file, load segments sorted and disjoint, PT_DYNAMIC inside a load segment...), so that a file
+// dlopen would fault on is refused here instead.
 // nullopt: the file is an ELF shared object without that section (not an axengine plugin).
-// Throws RuntimeError for a file that is not a readable ELF shared object (truncated, garbage...).
+// Throws UsageError for a path that is not a regular file (a FIFO is refused, never opened) and
+// RuntimeError naming the problem for a file that is not a readable, loadable ELF shared object
+// (truncated, garbage, broken program headers).
 std::optional<std::string> read_descriptor_section(const std::string& path);
 
 // Parses descriptor text. Throws UsageError naming the field on malformed input.

@@ -2,8 +2,10 @@
 //
 // Search order: config `plugins.paths`, then AXENGINE_PLUGIN_PATH (':'-separated), then the directory
 // beside the executable (<exe dir>/plugins). Entries may be directories (every *.so in them, in name
-// order) or files. Each file is checked WITHOUT running its code: its "axengine_plugin" ELF section is
-// read and parsed; a plugin whose ABI major (or a newer minor) or build fingerprint differs from the
+// order) or files. Each file is checked WITHOUT running its code: a non-regular file (a FIFO named x.so)
+// is refused without being opened; the ELF and program headers are checked against the file (a file that
+// would fault inside dlopen is refused); its "axengine_plugin" ELF section is read and parsed against the
+// descriptor schema; a plugin whose ABI major (or a newer minor) or build fingerprint differs from the
 // host's is refused with one line naming both sides. Only then is it loaded (Boost.DLL) and its
 // axengine_plugin_register called; if that throws, nothing it registered is kept. A bad file never
 // stops the others.

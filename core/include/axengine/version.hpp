@@ -1,9 +1,17 @@
 // axengine version and the plugin ABI version.
 //
 // The plugin ABI is what a plugin .so and the host must agree on: the layout of the descriptor, the
-// registration entry point and every interface in core/include/axengine. A change that breaks existing
-// plugins bumps the major; a backwards-compatible addition bumps the minor. The loader accepts a plugin
-// whose ABI major equals the host's and whose minor is not newer than the host's.
+// registration entry point and every interface in core/include/axengine. The rule (docs/plugins.md,
+// "The plugin ABI"):
+//   MAJOR bumps on any change to a public struct's layout (a member added, removed, reordered or retyped),
+//   to a virtual function of a public interface (added — also at the end —, removed, reordered, signature
+//   changed), to the registration entry point or PluginRegistrar, or to the descriptor's layout or the
+//   meaning of an existing descriptor key;
+//   MINOR bumps on additions old plugins never see: new free functions or classes, new provider kinds or
+//   ops, new optional descriptor keys.
+// The loader accepts a plugin whose ABI major equals the host's and whose minor is not newer than the
+// host's. tests/unit/plugin_abi_test.cpp records the layouts and vtable slots plugins depend on, so a
+// silent change turns it red: bump the major and update it there.
 #pragma once
 
 #define AXENGINE_VERSION_STRING "0.1.0"

@@ -6,6 +6,7 @@
 #include "axengine/error.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/strings.hpp"
+#include "input_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -151,10 +152,13 @@ RunConfig load_config(const std::string& file, const std::vector<std::string>& o
   RunConfig c;
   c.file = file;
   std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) throw UsageError(str(file, ": no such config file"));
+  if (!fs::exists(file, ec)) throw UsageError(str(file, ": no such config file"));
+  // Read through InputFile, not toml::parse_file: a FIFO or device named as the config is refused with
+  // "not a regular file" rather than opened (which would block on a FIFO).
+  const std::string text = read_regular_file(file, "run config");
   c.dir = fs::absolute(file, ec).parent_path().string();
   try {
-    c.document = toml::parse_file(file);
+    c.document = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
     const auto& src = e.source();
     throw ConfigError(file, static_cast<int>(src.begin.line), static_cast<int>(src.begin.column), std::string(e.description()));

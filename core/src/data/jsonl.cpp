@@ -1,6 +1,6 @@
 #include "data/jsonl.hpp"
 
-#include <fstream>
+#include <istream>
 #include <optional>
 
 #include <tbb/parallel_for.h>
@@ -8,6 +8,7 @@
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "input_file.hpp"
 
 namespace ax::data {
 
@@ -19,8 +20,8 @@ BadRowPolicy parse_bad_row_policy(const std::string& text) {
 
 JsonlContents read_jsonl(const std::string& path, BadRowPolicy policy,
                          const std::function<std::string(const nlohmann::json&)>& check) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(ax::str(path, ": cannot open dataset file"));
+  auto stream = open_regular_stream(path, "dataset file");  // a FIFO or device is refused, never read
+  std::istream& in = *stream;
   std::vector<std::string> lines;
   std::vector<std::size_t> numbers;
   std::string line;

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
 #include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
+#include "input_file.hpp"
 
 namespace ax::models {
 using nlohmann::json;
@@ -102,10 +102,9 @@ bool HfConfig::is_moe_layer(int64_t layer) const {
 }
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(str(path, ": cannot read"));
+  const std::string text = read_regular_file(path);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::exception& e) {
     throw UsageError(str(path, ": not valid JSON: ", e.what()));
   }

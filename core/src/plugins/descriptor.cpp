@@ -1,55 +1,110 @@
 #include "axengine/descriptor.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
 #include <nlohmann/json.hpp>
 
 #include "axengine/kernel_op.hpp"
+#include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/quant_formats.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/strings.hpp"
+#include "plugins/descriptor_schema.hpp"
 
 namespace ax {
 namespace {
 
 using nlohmann::json;
+namespace schema = descriptor_schema;
 
-const json& field(const json& obj, const char* key, const std::string& where) {
-  auto it = obj.find(key);
-  if (it == obj.end()) throw UsageError(str("plugin descriptor: missing '", where, key, "'"));
-  return *it;
-}
-
-std::string string_field(const json& obj, const char* key, const std::string& where) {
-  const json& v = field(obj, key, where);
-  if (!v.is_string()) throw UsageError(str("plugin descriptor: '", where, key, "' must be a string"));
-  return v.get<std::string>();
+// The value sets. Names in messages come with the closest valid one when there is a plausible typo.
+UsageError bad_value(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
+  std::string guess = closest(value, allowed);
+  return UsageError(str("plugin descriptor: '", key, "' has '", value, "', expected ",
+                        allowed.empty() ? std::string("none") : "one of " + join(allowed, ", "),
+                        guess.empty() ? "" : str(" (did you mean '", guess, "'?)")));
 }
 
 std::vector<std::string> string_list(const json& obj, const char* key, const std::string& where,
-                                     const std::vector<std::string>& allowed = {}) {
-  auto it = obj.find(key);
-  if (it == obj.end()) return {};
-  if (!it->is_array()) throw UsageError(str("plugin descriptor: '", where, key, "' must be a list of strings"));
+                                     const std::vector<std::string>& allowed) {
   std::vector<std::string> out;
-  for (const auto& v : *it) {
-    if (!v.is_string()) throw UsageError(str("plugin descriptor: '", where, key, "' must be a list of strings"));
-    out.push_back(v.get<std::string>());
-    if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), out.back()) == allowed.end())
-      throw UsageError(str("plugin descriptor: '", where, key, "' has '", out.back(), "', expected one of ", join(allowed, ", ")));
-  }
+  if (auto it = obj.find(key); it != obj.end())
+    for (const auto& v : *it) {
+      out.push_back(v.get<std::string>());
+      if (std::find(allowed.begin(), allowed.end(), out.back()) == allowed.end())
+        throw bad_value(where + key, out.back(), allowed);
+    }
   return out;
 }
 
 int arch_field(const json& obj, const char* key, const std::string& where) {
   auto it = obj.find(key);
   if (it == obj.end()) return 0;
-  if (it->is_string())
-    if (auto a = parse_arch(it->get<std::string>())) return *a;
-  throw UsageError(str("plugin descriptor: '", where, key, "' must be an arch like \"sm_90\""));
+  const std::string text = it->get<std::string>();
+  if (text.rfind("sm_", 0) == 0)
+    if (auto a = parse_arch(text)) return *a;
+  throw UsageError(str("plugin descriptor: '", where, key, "' is '", text, "', expected an arch like \"sm_90\""));
+}
+
+// Plugin and provider names appear in the run config and in messages: no spaces, quotes or separators.
+std::string name_field(const json& obj, const std::string& where) {
+  std::string name = obj.at("name").get<std::string>();
+  const bool ok = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  if (!ok) throw UsageError(str("plugin descriptor: '", where, "name' is '", name, "', expected letters, digits, '_', '-' or '.'"));
+  return name;
 }
 
 ProviderKind parse_kind(const std::string& k, const std::string& where) {
-  for (auto kind : {ProviderKind::kernel, ProviderKind::model, ProviderKind::dataset, ProviderKind::optimizer})
+  std::vector<std::string> names;
+  for (auto kind : {ProviderKind::kernel, ProviderKind::model, ProviderKind::dataset, ProviderKind::optimizer}) {
     if (k == to_string(kind)) return kind;
-  throw UsageError(str("plugin descriptor: '", where, "kind' is '", k, "', expected kernel, model, dataset or optimizer"));
+    names.push_back(to_string(kind));
+  }
+  throw bad_value(where + "kind", k, names);
+}
+
+// "MAJOR.MINOR", both plain non-negative integers.
+void parse_abi(const std::string& abi, PluginDescriptor& d) {
+  const char* end = abi.data() + abi.size();
+  auto [p1, e1] = std::from_chars(abi.data(), end, d.abi_major);
+  bool ok = e1 == std::errc() && p1 != abi.data() && p1 < end && *p1 == '.' && p1 + 1 < end;
+  if (ok) {
+    auto [p2, e2] = std::from_chars(p1 + 1, end, d.abi_minor);
+    ok = e2 == std::errc() && p2 == end && d.abi_major >= 0 && d.abi_minor >= 0;
+  }
+  if (!ok) throw UsageError(str("plugin descriptor: 'abi' is '", abi, "', expected MAJOR.MINOR"));
+}
+
+// Layout names exist per op (only moe.experts has any).
+std::vector<std::string> layouts_of(const std::string& op) {
+  if (op == ops::MoeExperts::kOp) return {to_string(ops::ExpertLayout::EKN), to_string(ops::ExpertLayout::ENK)};
+  return {};
+}
+
+std::vector<std::string> format_names() {
+  std::vector<std::string> out;
+  for (auto f : {ops::WeightFormat::dense, ops::WeightFormat::nf4, ops::WeightFormat::mxfp4, ops::WeightFormat::nvfp4})
+    out.push_back(to_string(f));
+  return out;
+}
+
+Requirements parse_requires(const json& r, const std::string& where, const PluginDescriptor::Declared& decl) {
+  schema::check(r, schema::object("plugin.providers[].requires"), where);
+  Requirements needs;
+  needs.devices = string_list(r, "devices", where, {"cpu", "cuda"});
+  needs.arch_min = arch_field(r, "arch_min", where);
+  needs.arch_max = arch_field(r, "arch_max", where);
+  if (needs.arch_min && needs.arch_max && needs.arch_min > needs.arch_max)
+    throw UsageError(str("plugin descriptor: '", where, "arch_min' (", arch_name(needs.arch_min), ") is above '", where,
+                         "arch_max' (", arch_name(needs.arch_max), ")"));
+  needs.dtypes = string_list(r, "dtypes", where, {"fp32", "bf16", "fp16"});
+  needs.formats = string_list(r, "formats", where, format_names());
+  needs.layouts = string_list(r, "layouts", where, layouts_of(decl.op));
+  return needs;
 }
 
 }  // namespace
@@ -80,44 +135,46 @@ const BuildFingerprint& host_fingerprint() {
 
 PluginDescriptor parse_descriptor(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) throw UsageError("plugin descriptor: not valid JSON");
+  if (doc.is_discarded()) throw UsageError("plugin descriptor: not valid JSON");
+  if (!doc.is_object()) throw UsageError("plugin descriptor: not a JSON object");
+  schema::check(doc, schema::object(""), "");
+  if (doc["axengine_plugin"] != 1)
+    throw UsageError(str("plugin descriptor: 'axengine_plugin' is ", doc["axengine_plugin"].dump(), ", expected 1"));
   PluginDescriptor d;
-  std::string abi = string_field(doc, "abi", "");
-  if (std::sscanf(abi.c_str(), "%d.%d", &d.abi_major, &d.abi_minor) != 2)
-    throw UsageError(str("plugin descriptor: 'abi' is '", abi, "', expected MAJOR.MINOR"));
-  const json& fp = field(doc, "fingerprint", "");
-  d.fingerprint = {string_field(fp, "torch", "fingerprint."), string_field(fp, "cuda", "fingerprint."),
-                   string_field(fp, "compiler", "fingerprint."), string_field(fp, "cxx11_abi", "fingerprint.")};
-  const json& p = field(doc, "plugin", "");
-  if (!p.is_object()) throw UsageError("plugin descriptor: 'plugin' must be an object");
-  d.name = string_field(p, "name", "plugin.");
-  d.version = string_field(p, "version", "plugin.");
-  const json& providers = field(p, "providers", "plugin.");
-  if (!providers.is_array()) throw UsageError("plugin descriptor: 'plugin.providers' must be a list");
+  parse_abi(doc["abi"].get<std::string>(), d);
+  const json& fp = doc["fingerprint"];
+  schema::check(fp, schema::object("fingerprint"), "fingerprint.");
+  d.fingerprint = {fp["torch"].get<std::string>(), fp["cuda"].get<std::string>(), fp["compiler"].get<std::string>(),
+                   fp["cxx11_abi"].get<std::string>()};
+  const json& p = doc["plugin"];
+  schema::check(p, schema::object("plugin"), "plugin.");
+  d.name = name_field(p, "plugin.");
+  d.version = p["version"].get<std::string>();
+  if (d.version.empty()) throw UsageError("plugin descriptor: 'plugin.version' is empty");
+  const json& providers = p["providers"];
   for (std::size_t i = 0; i < providers.size(); ++i) {
     const json& e = providers[i];
-    std::string where = str("plugin.providers[", i, "].");
-    if (!e.is_object()) throw UsageError(str("plugin descriptor: '", where, "' must be an object"));
+    const std::string where = str("plugin.providers[", i, "].");
+    schema::check(e, schema::object("plugin.providers[]"), where);
     PluginDescriptor::Declared decl;
-    decl.kind = parse_kind(string_field(e, "kind", where), where);
-    decl.name = string_field(e, "name", where);
+    decl.kind = parse_kind(e["kind"].get<std::string>(), where);
+    decl.name = name_field(e, where);
     if (decl.kind == ProviderKind::kernel) {
-      decl.op = string_field(e, "op", where);
+      if (!e.contains("op")) throw UsageError(str("plugin descriptor: missing '", where, "op' (kernel providers name their op)"));
+      decl.op = e["op"].get<std::string>();
       const OpInfo* op = find_op(decl.op);
-      if (!op) throw UsageError(str("plugin descriptor: '", where, "op' names unknown op '", decl.op, "'"));
+      if (!op) {
+        std::vector<std::string> ids;
+        for (const auto& o : known_ops()) ids.push_back(o.id);
+        throw bad_value(where + "op", decl.op, ids);
+      }
       decl.op = op->id;
+    } else if (e.contains("op")) {
+      throw UsageError(str("plugin descriptor: '", where, "op' is for kernel providers only (this one is a ",
+                           to_string(decl.kind), ")"));
     }
-    if (auto s = e.find("summary"); s != e.end() && s->is_string()) decl.summary = s->get<std::string>();
-    if (auto r = e.find("requires"); r != e.end()) {
-      if (!r->is_object()) throw UsageError(str("plugin descriptor: '", where, "requires' must be an object"));
-      std::string rw = where + "requires.";
-      decl.needs.devices = string_list(*r, "devices", rw, {"cpu", "cuda"});
-      decl.needs.arch_min = arch_field(*r, "arch_min", rw);
-      decl.needs.arch_max = arch_field(*r, "arch_max", rw);
-      decl.needs.dtypes = string_list(*r, "dtypes", rw, {"fp32", "bf16", "fp16"});
-      decl.needs.formats = string_list(*r, "formats", rw);
-      decl.needs.layouts = string_list(*r, "layouts", rw);
-    }
+    if (e.contains("summary")) decl.summary = e["summary"].get<std::string>();
+    if (e.contains("requires")) decl.needs = parse_requires(e["requires"], where + "requires.", decl);
     d.providers.push_back(std::move(decl));
   }
   return d;

@@ -11,7 +11,7 @@
 #include "axengine/log.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/strings.hpp"
-#include "axengine/version.hpp"
+#include "plugins/abi_rule.hpp"
 
 namespace fs = std::filesystem;
 
@@ -124,10 +124,7 @@ const PluginReport& PluginLoader::load_file(const std::string& path_in, const st
   r.version = d.version;
 
   // 2. Compatibility: same ABI major, a minor no newer than ours, the same build fingerprint.
-  if (d.abi_major != kPluginAbiMajor || d.abi_minor > kPluginAbiMinor)
-    return finish(PluginReport::Status::refused,
-                  str("plugin ABI ", d.abi_major, ".", d.abi_minor, " (host: plugin ABI ", kPluginAbiMajor, ".",
-                      kPluginAbiMinor, ")"));
+  if (auto why = abi_refusal(d.abi_major, d.abi_minor)) return finish(PluginReport::Status::refused, *why);
   if (auto why = d.fingerprint.mismatch(host_fingerprint()))
     return finish(PluginReport::Status::refused, str("built with ", *why));
   for (const auto& prev : reports_)

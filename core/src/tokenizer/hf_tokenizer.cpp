@@ -6,11 +6,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <unordered_map>
 
 #include "axengine/error.hpp"
+#include "input_file.hpp"
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/components.hpp"
 #include "tokenizer/unicode.hpp"
@@ -313,13 +313,7 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + ": cannot be opened");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return read_regular_file(path); }
 
 }  // namespace
 }  // namespace tok
