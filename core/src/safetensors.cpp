@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "axengine/crash_point.hpp"
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
@@ -178,47 +179,57 @@ at::Tensor File::get(const std::string& name) const {
   return out;
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
+void write_file_atomic(const std::string& path, const std::string& content, std::string_view writer) {
   fs::path target(path);
   fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   std::random_device rd;
   fs::path tmp = dir / str(".", target.filename().string(), ".tmp", rd());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw RuntimeError(str(tmp.string(), ": cannot create: ", sys_error()));
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      std::string err = sys_error();
-      ::close(fd);
-      fs::remove(tmp);
-      throw RuntimeError(str(tmp.string(), ": write failed: ", err));
+  crash_point(writer, "file_opened");
+  auto write_all = [&](const char* p, std::size_t left) {
+    while (left > 0) {
+      ssize_t w = ::write(fd, p, left);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        std::string err = sys_error();
+        ::close(fd);
+        fs::remove(tmp);
+        throw RuntimeError(str(tmp.string(), ": write failed: ", err));
+      }
+      p += w;
+      left -= static_cast<std::size_t>(w);
     }
-    p += w;
-    left -= static_cast<std::size_t>(w);
-  }
+  };
+  // In two halves, so that a crash test can stop between them and leave a half-written temp file.
+  const std::size_t half = content.size() / 2;
+  write_all(content.data(), half);
+  crash_point(writer, "file_half_written");
+  write_all(content.data() + half, content.size() - half);
+  crash_point(writer, "file_written");
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     std::string err = sys_error();
     fs::remove(tmp);
     throw RuntimeError(str(tmp.string(), ": fsync/close failed: ", err));
   }
+  crash_point(writer, "file_synced");
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     std::string err = sys_error();
     fs::remove(tmp);
     throw RuntimeError(str(path, ": rename failed: ", err));
   }
+  crash_point(writer, "file_renamed");
   // Make the rename itself durable.
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+  crash_point(writer, "file_dir_synced");
 }
 
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-          const std::map<std::string, std::string>& metadata) {
+          const std::map<std::string, std::string>& metadata, std::string_view writer) {
   std::vector<std::pair<std::string, at::Tensor>> items;
   std::set<std::string> seen;
   for (const auto& [name, t] : tensors) {
@@ -249,7 +260,7 @@ void save(const std::string& path, const std::vector<std::pair<std::string, at::
   out += h;
   for (const auto& [name, t] : items)
     out.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
-  write_file_atomic(path, out);
+  write_file_atomic(path, out, writer);
 }
 
 Checkpoint Checkpoint::open_file(const std::string& path) {

@@ -1,7 +1,10 @@
 // The scattermoe tuning cache and tile heuristic (plain C++, no GPU): key bucketing, JSON round trip,
-// corrupt / unknown entries, atomic writes, precedence of the user file over shipped files, and the
-// heuristic's choices on the benchmark shapes.
+// corrupt / unknown entries, atomic writes (also killed at each crash point), precedence of the user file over
+// shipped files, and the heuristic's choices on the benchmark shapes.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +14,7 @@
 // configured when nvcc is found, so this test compiles their sources itself and runs on every build.
 #include "../../plugins/scattermoe/src/tile_heuristic.cpp"
 #include "../../plugins/scattermoe/src/tuning_cache.cpp"
+#include "axengine/crash_point.hpp"
 #include "test_util.hpp"
 
 namespace sm = ax::scattermoe;
@@ -157,7 +161,7 @@ TEST_CASE("scattermoe tuning: corrupt files and unknown entries warn once and ar
   }
 }
 
-TEST_CASE("scattermoe tuning: the user file wins over shipped files; tuning runs ignore shipped entries") {
+TEST_CASE("scattermoe tuning: the user file wins over shipped files, and tuning runs ignore shipped entries") {
   ax_test::TempDir dir;
   const std::string k = key(sm::GemmOp::forward, 8, 8192, 28672, 4096, 16);
   const std::string only_shipped = key(sm::GemmOp::dx, 8, 8192, 4096, 28672, 16);
@@ -191,6 +195,60 @@ TEST_CASE("scattermoe tuning: atomic write replaces the file whole and fails cle
   c.store(key(sm::GemmOp::thin, 8, 8192, 16, 4096, 16), "128x16");
   CHECK_FALSE(c.save());
   CHECK(c.warnings().size() == 1);
+}
+
+TEST_CASE("scattermoe tuning: a save killed at any crash point leaves the old file or the new one, whole") {
+  ax_test::TempDir dir;
+  const fs::path file = dir.path / "cache.json";
+  const std::string k1 = key(sm::GemmOp::thin, 8, 8192, 16, 4096, 16), k2 = key(sm::GemmOp::dx, 64, 32768, 2048, 2048, 16);
+  auto write_old = [&] { sm::TuningCache::write_file(file, {{k1, "128x16"}}); };
+  auto save_new = [&] {
+    sm::TuningCache c;
+    c.load_user(file);
+    c.store(k2, "64x64");
+    if (!c.save()) throw std::runtime_error("save failed");
+  };
+  // The save in a forked child with the hooks armed (the env is read once, at load): its wait status.
+  auto in_child = [&](const std::string& crash_at, const std::string& trace) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        ax::set_crash_points_for_test(crash_at, trace);
+        save_new();
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return status;
+  };
+  write_old();
+  const std::string old_bytes = ax_test::read_file(file.string());
+  const std::string trace = (dir.path / "trace").string();
+  int status = in_child("", trace);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const std::string new_bytes = ax_test::read_file(file.string());
+  REQUIRE(new_bytes != old_bytes);
+  std::vector<std::string> points;
+  {
+    std::ifstream in(trace);
+    for (std::string line; std::getline(in, line);) points.push_back(line);
+  }
+  CHECK(points == std::vector<std::string>{"tuning_cache.file_opened", "tuning_cache.file_half_written",
+                                           "tuning_cache.file_written", "tuning_cache.file_synced",
+                                           "tuning_cache.file_renamed", "tuning_cache.file_dir_synced"});
+  for (const auto& p : points) {
+    CAPTURE(p);
+    write_old();
+    status = in_child(p, "");
+    CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+    const std::string got = ax_test::read_file(file.string());
+    CHECK((got == old_bytes || got == new_bytes));  // never a mix
+    save_new();  // a rerun
+    CHECK(ax_test::read_file(file.string()) == new_bytes);
+  }
 }
 
 TEST_CASE("scattermoe tuning: the default user file follows AXENGINE_TUNING_CACHE, then the home cache") {

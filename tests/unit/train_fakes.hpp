@@ -52,6 +52,10 @@ class TinyLM final : public Model {
   }
 
   int nan_after_calls = -1;  // > 0: the loss turns NaN after this many training forwards (to test the guard)
+  bool nan_eval_loss = false;  // eval forwards (autograd off) return a NaN loss
+  // > 0: after this many evals, a row of pos.weight no batch reaches becomes NaN: weights gone bad while the
+  // loss and the gradients stay finite (what only a check of the saved tensors catches).
+  int nan_weight_after_evals = 0;
 
   ModelOutput forward(const Batch& b, bool want_logits) override {
     if (at::GradMode::is_enabled()) ++calls_;  // training forwards only
@@ -74,12 +78,19 @@ class TinyLM final : public Model {
     ModelOutput out;
     out.loss = at::cross_entropy_loss(lg, lb, {}, at::Reduction::Mean, -100);
     if (nan_after_calls > 0 && calls_ > nan_after_calls) out.loss = out.loss * NAN;
+    if (nan_eval_loss && !at::GradMode::is_enabled()) out.loss = out.loss * NAN;
     if (want_logits) out.logits = logits;
     return out;
   }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override { return p_; }
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return p_; }
-  void set_training(bool) override {}
+  void set_training(bool on) override {
+    if (!on) ++evals_;
+    if (on && nan_weight_after_evals > 0 && evals_ >= nan_weight_after_evals) {
+      at::NoGradGuard no_grad;
+      w("pos.weight")[511].fill_(NAN);
+    }
+  }
   void save_adapter(const std::string& dir) const override {
     ax::safetensors::save(dir + "/adapter_model.safetensors", p_);
     ax::safetensors::write_file_atomic(dir + "/adapter_config.json", "{\"peft_type\": \"LORA\"}\n");
@@ -94,6 +105,7 @@ class TinyLM final : public Model {
  private:
   std::vector<std::pair<std::string, at::Tensor>> p_;
   int calls_ = 0;
+  int evals_ = 0;
 };
 
 }  // namespace ax::test

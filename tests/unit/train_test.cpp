@@ -19,64 +19,14 @@
 #include "train/schedule.hpp"
 #include "train/trainer.hpp"
 #include "unit/test_paths.hpp"
-#include "unit/train_fakes.hpp"
+#include "unit/train_harness.hpp"
 
 namespace fs = std::filesystem;
 
-namespace {
+using ax::test::Harness;
+using ax::test::make_run_dir;
 
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-// 24 sums "a+b=" -> "c" (3 eval), rows of 32 tokens: 6 steps per epoch at batch 1.
-fs::path make_run_dir(const std::string& name, const std::string& extra) {
-  auto dir = ax::test::scratch_dir(name);
-  std::string rows;
-  for (int i = 0; i < 24; ++i) {
-    int a = (i * 7) % 10, b = (i * 3 + 1) % 10;
-    rows += "{\"prompt\": \"" + std::to_string(a) + "+" + std::to_string(b) + "=\", \"text\": \"" + std::to_string(a + b) + "\"}\n";
-  }
-  write(dir / "sums.jsonl", rows);
-  write(dir / "run.toml", "[run]\noutput_dir = \"out\"\nseed = 3\n"
-                          "[data]\nsequence_len = 32\neval_fraction = 0.125\ncache = false\n"
-                          "[[datasets]]\ntype = \"completion\"\npath = \"sums.jsonl\"\nprompt_field = \"prompt\"\n"
-                          "[train]\nlr = 0.01\nschedule = \"cosine\"\nwarmup_steps = 2\nmax_steps = 12\nweight_decay = 0.01\n"
-                          "[eval]\nevery_steps = 6\n[checkpoint]\nevery_steps = 4\nkeep_last = 10\n" + extra);
-  return dir;
-}
-
-struct Harness {
-  ax::test::ByteTokenizer tok;
-  ax::test::TinyLM model;
-  ax::Registry reg;
-  ax::RunConfig cfg;
-  ax::train::TrainerSetup setup;
-
-  Harness(const fs::path& dir, std::vector<std::string> sets = {}) {
-    ax::data::register_builtin_datasets(reg);
-    ax::train::register_builtin_optimizers(reg);
-    cfg = ax::load_config((dir / "run.toml").string(), sets);
-    setup.config = &cfg;
-    setup.registry = &reg;
-    setup.model = &model;
-    setup.pad_id = 257;
-    setup.eos_id = 256;
-    setup.data_config = ax::data::read_data_config(cfg);
-    setup.data = ax::data::prepare_datasets(cfg, setup.data_config, reg, tok);
-    setup.train = ax::train::read_train_config(cfg);
-    setup.checkpoint = ax::train::read_checkpoint_config(cfg);
-    setup.eval = ax::train::read_eval_config(cfg);
-    setup.write_adapter = [this](const std::string& d) { model.save_adapter(d); };
-    setup.decode = [this](const std::vector<int32_t>& ids) { return tok.decode(ids, false); };
-  }
-  ax::train::TrainSummary run() { return ax::train::run_trainer(setup); }
-};
-
-}  // namespace
-
-TEST_CASE("trainer: loss falls; resuming from any checkpoint repeats the run bitwise, across epochs") {
+TEST_CASE("trainer: loss falls, and resuming from any checkpoint repeats the run bitwise, across epochs") {
   auto dir = make_run_dir("train_resume", "");
   Harness full(dir);
   auto a = full.run();
@@ -123,7 +73,7 @@ TEST_CASE("trainer: a non-finite loss stops the run and leaves the last good che
   auto latest = ax::train::find_latest_checkpoint((dir / "out").string());
   CHECK(latest.find("step-00000004") != std::string::npos);
   auto ck = ax::train::load_checkpoint(latest);
-  CHECK(ck.state["step"] == 4);
+  CHECK(ck.state.step == 4);
   ax::test::remove_tree(dir);
 }
 
@@ -175,12 +125,14 @@ TEST_CASE("schedules: warmup then constant / linear / cosine down to min_lr_rati
   CHECK(s.at(13) == doctest::Approx(1.0));
 }
 
-TEST_CASE("checkpoints: keep_last prunes old ones; a half-written one is never picked up") {
+TEST_CASE("checkpoints: keep_last prunes old ones and a half-written one is never picked up") {
   auto dir = ax::test::scratch_dir("train_ckpt");
   ax::train::CheckpointPayload pl;
   pl.params = {{"w", at::ones({2, 2})}};
+  pl.state.steps_per_epoch = 10;
+  pl.state.total_steps = 10;
   for (int step : {1, 2, 3}) {
-    pl.state = {{"step", step}};
+    pl.state.step = pl.state.step_in_epoch = step;
     ax::train::save_checkpoint(dir.string(), step, pl, 2);
   }
   auto ck = dir / "checkpoints";

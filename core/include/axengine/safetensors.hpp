@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,13 +54,16 @@ class File {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes tensors (any device; copied to CPU, made contiguous) atomically: a temp file in the same directory,
-// fsync, rename over `path`. Names must be unique. Supported dtypes: those `File` reads.
+// Writes tensors (any device; copied to CPU, made contiguous) atomically, as write_file_atomic does.
+// Names must be unique. Supported dtypes: those `File` reads.
 void save(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-          const std::map<std::string, std::string>& metadata = {});
+          const std::map<std::string, std::string>& metadata = {}, std::string_view writer = "file");
 
-// Writes `content` atomically to `path` (temp file + fsync + rename): for the JSON files beside checkpoints.
-void write_file_atomic(const std::string& path, const std::string& content);
+// Writes `content` atomically to `path`: a uniquely named temp file in the same directory, written, fsynced,
+// renamed over `path`, then the directory fsynced. Whenever the process dies, `path` holds the old content or
+// the new, never a mix. `writer` names the caller's crash points (axengine/crash_point.hpp):
+// <writer>.file_opened, .file_half_written, .file_written, .file_synced, .file_renamed, .file_dir_synced.
+void write_file_atomic(const std::string& path, const std::string& content, std::string_view writer = "file");
 
 // A model directory's weights: `model.safetensors`, or the shards listed by `model.safetensors.index.json`
 // (validated: every shard exists and holds exactly the tensors the index assigns to it).

@@ -97,7 +97,7 @@ void save_cache(const std::string& path, const std::vector<Sample>& samples, std
     safetensors::save(path,
                       {{"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)},
                        {"offsets", at::tensor(offsets, at::kLong)}},
-                      {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}});
+                      {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}}, "data_cache");
   } catch (const std::exception& e) {
     log::warn(ax::str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
   }

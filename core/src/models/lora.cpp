@@ -217,8 +217,8 @@ void save_peft(const LoraSet& lora, const std::string& dir) {
       {"layers_pattern", nullptr},
       {"lora_bias", false},
   };
-  safetensors::save((fs::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}});
-  safetensors::write_file_atomic((fs::path(dir) / "adapter_config.json").string(), cfg.dump(2) + "\n");
+  safetensors::save((fs::path(dir) / "adapter_model.safetensors").string(), tensors, {{"format", "pt"}}, "adapter");
+  safetensors::write_file_atomic((fs::path(dir) / "adapter_config.json").string(), cfg.dump(2) + "\n", "adapter");
 }
 
 LoraSet load_peft(const std::string& dir, const std::string& model_type, const std::vector<LoraSite>& sites,

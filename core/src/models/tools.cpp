@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "atomic_dir.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
 #include "axengine/log.hpp"
@@ -115,7 +117,9 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   json cfg = preset_config(preset, vocab, tokenizer->bos_id(), tokenizer->eos_id(), tokenizer->pad_id());
   models::HfConfig hc = models::parse_hf_config(cfg, preset);
 
-  fs::create_directories(out_dir);
+  if (fs::exists(out_dir) && !fs::is_empty(out_dir))
+    throw UsageError(str(out_dir, ": output directory exists and is not empty"));
+  AtomicDir out(out_dir, "init_model");  // appears whole or not at all
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& [name, shape] : models::expected_checkpoint_tensors(hc)) {
@@ -131,14 +135,16 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
     else t.normal_(0.0, 0.02, gen);
     tensors.emplace_back(name, t);
   }
-  safetensors::save((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  safetensors::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
+  const fs::path d(out.path());
+  const char* w = "init_model";
+  safetensors::save((d / "model.safetensors").string(), tensors, {{"format", "pt"}}, w);
+  safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
   json gen_cfg = {{"bos_token_id", cfg["bos_token_id"]}, {"eos_token_id", cfg["eos_token_id"]},
                   {"pad_token_id", cfg["pad_token_id"]}, {"_from_model_config", true}};
-  safetensors::write_file_atomic((fs::path(out_dir) / "generation_config.json").string(), gen_cfg.dump(2) + "\n");
-  safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer.json").string(), tok_json);
-  safetensors::write_file_atomic((fs::path(out_dir) / "tokenizer_config.json").string(),
-                                 make_byte_level_tokenizer_config_json(tok));
+  safetensors::write_file_atomic((d / "generation_config.json").string(), gen_cfg.dump(2) + "\n", w);
+  safetensors::write_file_atomic((d / "tokenizer.json").string(), tok_json, w);
+  safetensors::write_file_atomic((d / "tokenizer_config.json").string(), make_byte_level_tokenizer_config_json(tok), w);
+  out.commit();
   log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", hc.vocab_size, ") to ", out_dir));
 }
 
@@ -216,18 +222,24 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
     if (!d || *d == at::kDouble) throw UsageError(str("merge-lora: dtype must be fp32, bf16 or fp16, got '", dtype, "'"));
     out_dtype = *d;
   }
-  fs::create_directories(out_dir);
-  safetensors::save((fs::path(out_dir) / "model.safetensors").string(), dm->merged_state_dict(out_dtype),
-                    {{"format", "pt"}});
+  AtomicDir out(out_dir, "merged_model");  // appears whole or not at all
+  const fs::path d(out.path());
+  const char* w = "merged_model";
+  safetensors::save((d / "model.safetensors").string(), dm->merged_state_dict(out_dtype), {{"format", "pt"}}, w);
   json cfg = models::read_json_file((fs::path(model_dir) / "config.json").string());
   cfg["dtype"] = out_dtype == at::kFloat ? "float32" : out_dtype == at::kBFloat16 ? "bfloat16" : "float16";
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
-  safetensors::write_file_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
+  safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
   for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "chat_template.jinja"}) {
     fs::path src = fs::path(model_dir) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+    if (!fs::exists(src)) continue;
+    std::ifstream in(src, std::ios::binary);
+    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!in.good() && !in.eof()) throw RuntimeError(str(src.string(), ": cannot be read"));
+    safetensors::write_file_atomic((d / f).string(), text, w);  // fsynced like the rest, unlike a copy
   }
+  out.commit();
   log::info(str("merged ", adapter_dir, " into ", model_dir, " -> ", out_dir));
 }
 

@@ -126,7 +126,8 @@ void MetricsLog::load(const std::string& dir, int64_t up_to_step) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;  // a line cut short by a kill
+    // A line cut short by a kill, or edited into something else.
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
     if (j["step"].get<int64_t>() <= up_to_step) records.push_back(std::move(j));
   }
 }
@@ -140,7 +141,7 @@ void MetricsLog::append(const std::string& dir, const nlohmann::json& record) {
 void MetricsLog::rewrite(const std::string& dir) const {
   std::string text;
   for (const auto& r : records) text += r.dump() + "\n";
-  safetensors::write_file_atomic(metrics_path(dir), text);
+  safetensors::write_file_atomic(metrics_path(dir), text, "report");
 }
 
 std::string render_report_html(const MetricsLog& log, const std::string& title,
@@ -148,13 +149,21 @@ std::string render_report_html(const MetricsLog& log, const std::string& title,
   Series loss{"train loss", "#9db8e8", {}}, eval{"eval loss", "#e4572e", {}, true}, em{"exact match", "#2a9d63", {}, true},
       lr{"learning rate", "#7b5ea7", {}};
   double x_max = 1;
+  // Numbers only: a non-finite eval loss is recorded as null (JSON has no NaN) and is left out of the chart.
+  auto number = [](const nlohmann::json& r, const char* key, double& v) {
+    auto it = r.find(key);
+    if (it == r.end() || !it->is_number()) return false;
+    v = it->get<double>();
+    return std::isfinite(v);
+  };
   for (const auto& r : log.records) {
-    double step = r["step"].get<double>();
+    double step = 0, v = 0;
+    if (!number(r, "step", step)) continue;
     x_max = std::max(x_max, step);
-    if (r.contains("loss")) loss.points.emplace_back(step, r["loss"].get<double>());
-    if (r.contains("lr")) lr.points.emplace_back(step, r["lr"].get<double>());
-    if (r.contains("eval_loss")) eval.points.emplace_back(step, r["eval_loss"].get<double>());
-    if (r.contains("exact_match")) em.points.emplace_back(step, 100.0 * r["exact_match"].get<double>());
+    if (number(r, "loss", v)) loss.points.emplace_back(step, v);
+    if (number(r, "lr", v)) lr.points.emplace_back(step, v);
+    if (number(r, "eval_loss", v)) eval.points.emplace_back(step, v);
+    if (number(r, "exact_match", v)) em.points.emplace_back(step, 100.0 * v);
   }
   Series trend{"train loss (smoothed)", "#1f5fbf", smooth(loss.points, loss.points.size() > 50 ? 0.9 : 0.6)};
   std::ostringstream o;
@@ -179,7 +188,8 @@ std::string render_report_html(const MetricsLog& log, const std::string& title,
 
 void write_report(const std::string& output_dir, const MetricsLog& log, const std::string& title,
                   const std::vector<std::pair<std::string, std::string>>& summary) {
-  safetensors::write_file_atomic((fs::path(output_dir) / "report.html").string(), render_report_html(log, title, summary));
+  safetensors::write_file_atomic((fs::path(output_dir) / "report.html").string(), render_report_html(log, title, summary),
+                                 "report");
 }
 
 }  // namespace ax::train

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
@@ -61,6 +62,7 @@ Batch to_device(Batch b, const at::Device& d) {
 }
 
 struct EvalResult {
+  bool ran = false;  // some eval row had labelled tokens (a non-finite loss is then the model's, not "no eval")
   double loss = NAN, exact_match = NAN;
   std::size_t em_samples = 0;
   std::vector<std::string> examples;
@@ -117,7 +119,7 @@ void Loop::profile_after(int64_t step) {
   const std::string dir = out_dir_ + "/profile";
   fs::create_directories(dir);
   std::string summary = ax::str("steps ", p.start_step + 1, "..", step + 1, " ", profiler_.stop(dir + "/trace.json", static_cast<int>(p.top)));
-  safetensors::write_file_atomic(dir + "/summary.txt", summary);
+  safetensors::write_file_atomic(dir + "/summary.txt", summary, "profile");
   if (progress_) progress_->message(summary);
   else log::info(summary);
 }
@@ -170,32 +172,44 @@ void Loop::plan() {
 
 void Loop::maybe_resume() {
   const std::string& from = s_.checkpoint.resume_from;
-  if (from.empty()) {
+  auto start_afresh = [&] {
     metrics_.records.clear();
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
-    return;
-  }
-  std::string dir = from == "latest" ? find_latest_checkpoint(out_dir_) : from;
-  if (dir.empty()) {
-    log::info(ax::str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
-    metrics_.records.clear();
-    std::error_code ec;
-    fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
-    return;
-  }
-  LoadedCheckpoint ck = load_checkpoint(dir);
-  const auto& st = ck.state;
-  auto expect = [&](const char* key, int64_t want) {
-    if (!st.contains(key) || st[key].get<int64_t>() != want)
-      throw UsageError(ax::str(dir, ": checkpoint has ", key, " = ", st.value(key, nlohmann::json()).dump(), ", this run has ", want,
-                           " (the data, batch size or seed changed; resume needs the same ones)"));
   };
-  expect("steps_per_epoch", steps_per_epoch_);
-  expect("seed", s_.config->run.seed);
-  if (st.value("total_steps", int64_t(0)) != total_steps_)
-    log::warn(ax::str("resume: the checkpoint's run had ", st.value("total_steps", int64_t(0)), " steps, this one ", total_steps_,
-                  ": the learning-rate schedule changes"));
+  if (from.empty()) return start_afresh();
+  std::optional<LoadedCheckpoint> loaded;
+  if (from == "latest") {
+    auto latest = load_latest_checkpoint(out_dir_);
+    for (const auto& [dir, why] : latest.skipped) log::warn(ax::str("resume: skipping checkpoint ", dir, ": ", why));
+    if (!latest.loaded && !latest.skipped.empty())
+      // Starting afresh would prune them and overwrite metrics.jsonl: the person decides, not the engine.
+      throw UsageError(ax::str("resume: none of the ", latest.skipped.size(), " checkpoints in ", checkpoints_dir(out_dir_),
+                               " verifies (reasons above); move them away to start from step 0"));
+    if (!latest.loaded) {
+      log::info(ax::str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
+      return start_afresh();
+    }
+    loaded = std::move(latest.loaded);
+  } else {
+    loaded = load_checkpoint(from);
+  }
+  LoadedCheckpoint& ck = *loaded;
+  const std::string& dir = ck.dir;
+  const TrainerState& st = ck.state;
+  auto expect = [&](const char* key, int64_t got, int64_t want) {
+    if (got != want)
+      throw UsageError(ax::str(dir, ": checkpoint has ", key, " = ", got, ", this run has ", want,
+                               " (the data, batch size or seed changed; resume needs the same ones)"));
+  };
+  expect("steps_per_epoch", st.steps_per_epoch, steps_per_epoch_);
+  expect("seed", st.seed, s_.config->run.seed);
+  if (st.step > total_steps_)
+    throw UsageError(ax::str(dir, ": checkpoint is at step ", st.step, ", past the ", total_steps_,
+                             " steps of this run (raise train.max_steps or num_epochs to continue it)"));
+  if (st.total_steps != total_steps_)
+    log::warn(ax::str("resume: the checkpoint's run had ", st.total_steps, " steps, this one ", total_steps_,
+                      ": the learning-rate schedule changes"));
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params_) {
     auto it = ck.params.find(name);
@@ -213,8 +227,8 @@ void Loop::maybe_resume() {
     at::Generator gen = at::globalContext().defaultGenerator(device_);
     gen.set_state(it->second);
   }
-  start_step_ = st["step"].get<int64_t>();
-  best_eval_ = st.contains("best_eval_loss") && st["best_eval_loss"].is_number() ? st["best_eval_loss"].get<double>() : NAN;
+  start_step_ = st.step;
+  best_eval_ = st.best_eval_loss.value_or(NAN);
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   last_ckpt_ = dir;
@@ -292,7 +306,10 @@ EvalResult Loop::evaluate() {
     loss_sum += out.loss.item<double>() * n;
     weight += n;
   }
-  if (weight > 0) r.loss = loss_sum / weight;
+  if (weight > 0) {
+    r.ran = true;
+    r.loss = loss_sum / weight;
+  }
 
   if (!s_.eval.exact_match) return r;
   // Samples with a prompt (a loss-free prefix after which every token is labelled): prompt in, answer out.
@@ -329,12 +346,16 @@ EvalResult Loop::evaluate() {
 void Loop::eval_and_log(int64_t step) {
   auto t = Clock::now();
   EvalResult r = evaluate();
-  if (std::isnan(r.loss) && std::isnan(r.exact_match)) return;
+  if (!r.ran && std::isnan(r.exact_match)) return;
   last_eval_ = r.loss;
   last_em_ = r.exact_match;
   if (std::isfinite(r.loss) && !(r.loss >= best_eval_)) best_eval_ = r.loss;
+  // JSON has no NaN or infinity: a non-finite loss is recorded as null, and said so.
   nlohmann::json rec{{"step", step}, {"eval_loss", std::isfinite(r.loss) ? nlohmann::json(r.loss) : nlohmann::json()}};
   std::string line = ax::str("eval @ step ", step, ": loss ", r.loss);
+  if (r.ran && !std::isfinite(r.loss))
+    log::warn(ax::str("eval @ step ", step, ": the eval loss is not finite (", r.loss,
+                      "); recorded as null in metrics.jsonl, not counted as the best"));
   if (!std::isnan(r.exact_match)) {
     rec["exact_match"] = r.exact_match;
     rec["exact_match_samples"] = r.em_samples;
@@ -366,21 +387,31 @@ std::vector<std::pair<std::string, std::string>> Loop::summary_rows(bool final) 
   return rows;
 }
 
+// False when a floating-point tensor holds a NaN or an infinity.
+bool all_finite(const at::Tensor& t) {
+  return !t.defined() || !at::isFloatingType(t.scalar_type()) || at::isfinite(t).all().item<bool>();
+}
+
 std::string Loop::save(int64_t step) {
   CheckpointPayload pl;
+  // A checkpoint is trusted as "the last good one" later: nothing non-finite goes into it.
+  for (const auto& [name, p] : params_)
+    if (!all_finite(p)) non_finite(ax::str("trainable parameter '", name, "'"), step);
   pl.params = params_;
   pl.optimizer = opt_->state_dict();
+  for (const auto& [name, t] : pl.optimizer)
+    if (!all_finite(t)) non_finite(ax::str("optimizer state '", name, "'"), step);
   pl.rng["cpu"] = at::detail::getDefaultCPUGenerator().get_state();
   if (device_.is_cuda()) pl.rng["cuda"] = at::globalContext().defaultGenerator(device_).get_state();
-  pl.state = {{"step", step},
-              {"epoch", step / steps_per_epoch_},
-              {"step_in_epoch", step % steps_per_epoch_},
-              {"steps_per_epoch", steps_per_epoch_},
-              {"total_steps", total_steps_},
-              {"seed", s_.config->run.seed},
-              {"lr_next", schedule_.at(step)},
-              {"best_eval_loss", std::isfinite(best_eval_) ? nlohmann::json(best_eval_) : nlohmann::json()},
-              {"config", s_.config->file}};
+  pl.state.step = step;
+  pl.state.epoch = step / steps_per_epoch_;
+  pl.state.step_in_epoch = step % steps_per_epoch_;
+  pl.state.steps_per_epoch = steps_per_epoch_;
+  pl.state.total_steps = total_steps_;
+  pl.state.seed = s_.config->run.seed;
+  pl.state.lr_next = schedule_.at(step);
+  if (std::isfinite(best_eval_)) pl.state.best_eval_loss = best_eval_;
+  pl.state.config = s_.config->file;
   pl.write_adapter = s_.write_adapter;
   last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
   metrics_.rewrite(out_dir_);

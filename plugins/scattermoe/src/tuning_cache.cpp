@@ -1,21 +1,15 @@
 // See tuning_cache.hpp.
 #include "tuning_cache.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <stdexcept>
-#include <thread>
 
 #include <axengine/log.hpp>
+#include <axengine/safetensors.hpp>
 #include <axengine/strings.hpp>
 
 #include "../kernels/tile_configs.hpp"
@@ -153,28 +147,9 @@ void TuningCache::write_file(const fs::path& file, const std::map<std::string, s
   for (const auto& [k, v] : entries) doc["entries"][k] = v;
   const std::string text = doc.dump(2) + "\n";
   if (file.has_parent_path()) fs::create_directories(file.parent_path());
-  // Unique per process and thread: concurrent writers never share a temporary file.
-  std::ostringstream tid;
-  tid << std::this_thread::get_id();
-  const fs::path tmp = file.string() + ".tmp." + std::to_string(::getpid()) + "." + tid.str();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(ax::str("cannot create ", tmp.string(), ": ", std::strerror(errno)));
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error(ax::str("cannot write ", tmp.string()));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, file, ec);  // atomic on POSIX: readers see the old or the new file, never a mix
-  if (ec) {
-    std::error_code ec2;
-    fs::remove(tmp, ec2);
-    throw std::runtime_error(ax::str("cannot rename ", tmp.string(), " to ", file.string(), ": ", ec.message()));
-  }
+  // Readers see the old file or the new one, never a mix, whenever this process dies; the temp file's name is
+  // unique, so concurrent writers never share one. Crash points: tuning_cache.file_*.
+  ax::safetensors::write_file_atomic(file.string(), text, "tuning_cache");
 }
 
 void TuningCache::warn(const std::string& message) {

@@ -73,7 +73,8 @@ class TuningCache {
   // Reads one file: its valid entries; `warning` gets one line when the file is corrupt or has invalid
   // entries (empty otherwise). A missing file reads as empty without a warning.
   static std::map<std::string, std::string> read_file(const std::filesystem::path& file, std::string& warning);
-  // Writes entries atomically (temporary file in the same directory, then rename). Throws on failure.
+  // Writes entries atomically (ax::safetensors::write_file_atomic: a temporary file in the same directory,
+  // fsynced, renamed over; crash points tuning_cache.file_*). Throws on failure.
   static void write_file(const std::filesystem::path& file, const std::map<std::string, std::string>& entries);
 
  private:

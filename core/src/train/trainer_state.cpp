@@ -1,0 +1,82 @@
+// See trainer_state.hpp.
+#include "train/trainer_state.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::train {
+
+nlohmann::json TrainerState::to_json() const {
+  return {{"step", step},
+          {"epoch", epoch},
+          {"step_in_epoch", step_in_epoch},
+          {"steps_per_epoch", steps_per_epoch},
+          {"total_steps", total_steps},
+          {"seed", seed},
+          {"lr_next", lr_next},
+          {"best_eval_loss", best_eval_loss ? nlohmann::json(*best_eval_loss) : nlohmann::json()},
+          {"config", config}};
+}
+
+TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& file, std::optional<int64_t> dir_step) {
+  auto bad = [&](const std::string& key, const std::string& msg) {
+    return UsageError(str(file, ": field '", key, "' ", msg));
+  };
+  if (!j.is_object()) throw UsageError(str(file, ": not a JSON object"));
+  static const char* kFields[] = {"step",  "epoch",   "step_in_epoch",  "steps_per_epoch", "total_steps",
+                                  "seed",  "lr_next", "best_eval_loss", "config"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* f : kFields) known |= it.key() == f;
+    if (!known) throw bad(it.key(), "is unknown (a trainer state holds: step, epoch, step_in_epoch, steps_per_epoch, "
+                                    "total_steps, seed, lr_next, best_eval_loss, config)");
+  }
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw bad(key, "is missing");
+    return j[key];
+  };
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) {
+    const auto& v = field(key);
+    if (!v.is_number_integer()) throw bad(key, str("= ", v.dump(), " is not an integer"));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw bad(key, str("= ", v.dump(), " is out of range"));
+    int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) throw bad(key, str("= ", x, " is outside [", lo, ", ", hi, "]"));
+    return x;
+  };
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  TrainerState s;
+  s.steps_per_epoch = integer("steps_per_epoch", 1, kMax);
+  s.total_steps = integer("total_steps", 1, kMax);
+  s.step = integer("step", 1, s.total_steps);
+  if (dir_step && *dir_step != s.step)
+    throw bad("step", str("= ", s.step, " disagrees with the directory's name (step ", *dir_step, ")"));
+  s.epoch = integer("epoch", 0, kMax);
+  if (s.epoch != s.step / s.steps_per_epoch)
+    throw bad("epoch", str("= ", s.epoch, " disagrees with step ", s.step, " at ", s.steps_per_epoch, " steps per epoch (expected ",
+                           s.step / s.steps_per_epoch, ")"));
+  s.step_in_epoch = integer("step_in_epoch", 0, kMax);
+  if (s.step_in_epoch != s.step % s.steps_per_epoch)
+    throw bad("step_in_epoch", str("= ", s.step_in_epoch, " disagrees with step ", s.step, " at ", s.steps_per_epoch,
+                                   " steps per epoch (expected ", s.step % s.steps_per_epoch, ")"));
+  s.seed = integer("seed", std::numeric_limits<int64_t>::min(), kMax);
+  const auto& lr = field("lr_next");
+  if (!lr.is_number() || !std::isfinite(lr.get<double>()) || lr.get<double>() < 0)
+    throw bad("lr_next", str("= ", lr.dump(), " is not a finite number >= 0"));
+  s.lr_next = lr.get<double>();
+  const auto& best = field("best_eval_loss");
+  if (!best.is_null()) {
+    if (!best.is_number() || !std::isfinite(best.get<double>()))
+      throw bad("best_eval_loss", str("= ", best.dump(), " is neither a finite number nor null"));
+    s.best_eval_loss = best.get<double>();
+  }
+  const auto& cfg = field("config");
+  if (!cfg.is_string()) throw bad("config", str("= ", cfg.dump(), " is not a string"));
+  s.config = cfg.get<std::string>();
+  return s;
+}
+
+}  // namespace ax::train
