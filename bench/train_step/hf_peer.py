@@ -13,7 +13,7 @@ varlen attention: the same tokens, the same loss, the same attention math. sdpa 
 masked (memory-efficient) kernel; a plain causal [B, S] batch would let samples see each other and is
 not the same computation.
 
-usage: hf_peer.py CONFIG.toml --out peer.json [--variants eager,compile] [--device cuda] [--warmup 5 --steps 20]
+usage: hf_peer.py CONFIG.toml --out peer.json [--variants eager,compile] [--device cuda] [--warmup 5] [--steps N]
        [--max-warmup 25] [--model DIR --data JSONL --seq-len N --batch N]   (overrides, for a small test on CPU)
 """
 import argparse
@@ -49,6 +49,7 @@ def read_config(path, args):
         "seq_len": args.seq_len or cfg["data"]["sequence_len"],
         "batch": args.batch or train.get("micro_batch_size", 1),
         "seed": cfg.get("run", {}).get("seed", 1),
+        "max_steps": train.get("max_steps", 0),
         "lr": train.get("lr", 2e-4),
         "weight_decay": train.get("weight_decay", 0.0),
         "max_grad_norm": train.get("max_grad_norm", 1.0),
@@ -155,7 +156,7 @@ def main():
     ap.add_argument("--variants", default="eager,compile")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, help="timed steps (default: the config's max_steps - warmup, as axengine)")
     ap.add_argument("--max-warmup", type=int, default=25, help="warm-up steps at most, waiting for compiles to end")
     ap.add_argument("--model")
     ap.add_argument("--data")
@@ -164,6 +165,9 @@ def main():
     args = ap.parse_args()
     c = read_config(args.config, args)
     device, cuda = args.device, args.device.startswith("cuda")
+    steps = args.steps or c["max_steps"] - args.warmup
+    if steps <= 0:
+        sys.exit("hf_peer: no timed steps (give --steps, or a config with max_steps > --warmup)")
     torch.manual_seed(c["seed"])
 
     t = time.perf_counter()
@@ -188,6 +192,7 @@ def main():
     res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
            "device": torch.cuda.get_device_name() if cuda else "cpu",
            "model": c["model"], "batch": [c["batch"], c["seq_len"]], "trainable_params": n_trainable,
+           "lora_dtype": str(params[0].dtype).replace("torch.", ""),  # peft keeps adapters in fp32, as axengine
            "experts_implementation": "grouped_mm" if is_moe else None,
            "attention": "sdpa; packed rows, block-diagonal causal mask from position_ids", "rows": []}
     for variant in args.variants.split(","):
@@ -202,7 +207,7 @@ def main():
             torch.cuda.reset_peak_memory_stats()
         print(f"hf_peer: {variant}")
         t = time.perf_counter()
-        times, losses, warm, late_graphs = train(model, params, batch, c, device, args.warmup, args.steps,
+        times, losses, warm, late_graphs = train(model, params, batch, c, device, args.warmup, steps,
                                                  args.max_warmup)
         ms = 1e3 * statistics.median(times)
         res["rows"].append({
@@ -210,9 +215,9 @@ def main():
             "tokens_per_s": round(c["batch"] * c["seq_len"] / ms * 1e3),
             "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
             "steps_timed": len(times), "warmup_steps": warm, "first_loss": losses[0], "final_loss": losses[-1],
-            "step_real_tokens": [batch(s)[3] for s in range(len(losses))],
-            "dynamo_graphs": graphs_compiled(), "graphs_compiled_while_timed": late_graphs,
-            "wall_s": round(time.perf_counter() - t, 1)})
+            "step_real_tokens": [batch(s)[3] for s in range(len(losses))], "wall_s": round(time.perf_counter() - t, 1)})
+        if variant == "compile":
+            res["rows"][-1].update(dynamo_graphs=graphs_compiled(), graphs_compiled_while_timed=late_graphs)
         print(json.dumps({k: v for k, v in res["rows"][-1].items() if k != "step_real_tokens"}), flush=True)
         json.dump(res, open(args.out, "w"), indent=1)  # after each variant: a later one may be cut off
 
