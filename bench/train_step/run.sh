@@ -1,43 +1,60 @@
 #!/usr/bin/env bash
-# Times one training step of bench/train_step/qwen3-moe-0.9b.toml with each MoE backend given (default:
-# reference scattermoe) and writes bench rows as JSON to $OUT (or /tmp). Run on the GPU machine after
-# scripts/gpu-test.sh has built into /tmp/axbuild:  bash bench/train_step/run.sh [backend...]
-# Extra config overrides for every run: AX_SET="train.activation_checkpointing=true profile.steps=3"
+# The training-step benchmark: for each model named (default: moe dense), axengine and its HF transformers + peft
+# peer (eager, and torch.compile per decoder layer) on the same machine, same model dir, same tokens, in this one
+# invocation; writes $OUT/train-step-<model>.json (rows, ratios, device, date, command) and
+# $OUT/train-step-<model>-logs.tgz. README.md says what is measured and how long it takes.
+# On the GPU machine, after scripts/gpu-test.sh has built into /tmp/axbuild:  bash bench/train_step/run.sh [moe] [dense]
+# AX_SET="k=v ..." adds --set overrides to the axengine runs (e.g. AX_SET='kernels.moe=["reference"]');
+# PROFILE_DENSE=1 also profiles the dense model (the launch/sync goal is the MoE model's).
+# For a small run of the same code on a CPU: DEVICE=cpu MOE_PRESET=tiny-qwen3-moe DENSE_PRESET=tiny,
+# with AX_SET and PEER_ARGS (hf_peer.py options) shrinking both sides alike (README.md).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ax=${AXENGINE_BIN:-/tmp/axbuild/bin/axengine}
-work=/tmp/ax-train-bench
+py=${PYTHON:-python3}
+device=${DEVICE:-cuda}
+peer_args=(--device "$device" ${PEER_ARGS:-})
+work=${AX_BENCH_WORK:-/tmp/ax-train-bench}
 out=${OUT:-/tmp}
-backends=("$@"); [ ${#backends[@]} -gt 0 ] || backends=(reference scattermoe)
-[ -f "$work/model/config.json" ] || "$ax" init-model --preset bench-qwen3-moe-0.9b --out "$work/model" --seed 1
+models=("$@"); [ ${#models[@]} -gt 0 ] || models=(moe dense)
+extra=(); for kv in ${AX_SET:-}; do extra+=(--set "$kv"); done
+command="${AX_SET:+AX_SET='$AX_SET' }${PROFILE_DENSE:+PROFILE_DENSE=$PROFILE_DENSE }bash bench/train_step/run.sh ${models[*]}"
+stamp() { echo "[run.sh $(date +%T)] $*"; }
+
+[ -f "$work/model/config.json" ] || "$ax" init-model --preset "${MOE_PRESET:-bench-qwen3-moe-0.9b}" --out "$work/model" --seed 1
 [ -f "$work/data/train.jsonl" ] || "$ax" make-data --task arithmetic --digits 3 --train 12000 --eval 16 --out "$work/data"
-for b in "${backends[@]}"; do
-  rm -rf "$work/run"
-  extra=(); for kv in ${AX_SET:-}; do extra+=(--set "$kv"); done
-  "$ax" run --config "$here/qwen3-moe-0.9b.toml" --set "kernels.moe=[\"$b\"]" --set kernels.strict=true "${extra[@]}" \
-    2>&1 | tee "$out/train-step-$b.log" | tail -n 60
-  cp "$work/run/metrics.jsonl" "$out/metrics-$b.jsonl"
+
+for m in "${models[@]}"; do
+  case $m in
+    moe) cfg=$here/qwen3-moe-0.9b.toml run=$work/run profile=1 ;;
+    dense) cfg=$here/qwen3-8b-dense.toml run=$work/dense-run profile=${PROFILE_DENSE:-0}
+           stamp "dense model"
+           "$py" "$here/make_dense_model.py" --out "$work/dense-model" --tokenizer-from "$work/model" \
+             --preset "${DENSE_PRESET:-qwen3-8b}" --device "$device" ;;
+    *) echo "run.sh: unknown model '$m' (moe, dense)" >&2; exit 2 ;;
+  esac
+  logs=$work/logs/$m; rm -rf "$logs"; mkdir -p "$logs"
+  stamp "$m: axengine"
+  rm -rf "$run"
+  "$ax" run --config "$cfg" "${extra[@]}" 2>&1 | tee "$logs/axengine.log" | tail -n 12 || echo "run.sh: axengine failed (see its log)"
+  cp "$run/metrics.jsonl" "$logs/metrics.jsonl" 2>/dev/null || true
+  summary=""
+  if [ "$profile" = 1 ]; then
+    summary=$logs/profile-summary.txt
+    # A separate run, so the profiler's overhead stays out of the timed one: steps 11..13 after 10 of warm-up.
+    stamp "$m: axengine, profiled"
+    rm -rf "$run"
+    "$ax" run --config "$cfg" "${extra[@]}" --set train.max_steps=13 --set profile.start_step=10 --set profile.steps=3 \
+      > "$logs/axengine-profile.log" 2>&1 || echo "run.sh: the profiled run failed (see its log)"
+    cp "$run/profile/summary.txt" "$summary" 2>/dev/null || true
+  fi
+  stamp "$m: HF transformers + peft"
+  # The time limit keeps a runaway compile from eating the whole call; the peer writes its JSON after each variant.
+  PYTHONUNBUFFERED=1 timeout 360 "$py" "$here/hf_peer.py" "$cfg" --out "$logs/peer.json" "${peer_args[@]}" 2>&1 | tee "$logs/peer.log" \
+    | grep -E '^(hf_peer|\{)' || echo "run.sh: the peer failed or was cut off (see its log)"
+  "$py" "$here/summarize.py" --name "$m" --config "$cfg" --ax-log "$logs/axengine.log" --ax-metrics "$logs/metrics.jsonl" \
+    --ax-profile "$summary" --peer "$logs/peer.json" --command "$command" \
+    --out "$out/train-step-$m.json"
+  tar -czf "$out/train-step-$m-logs.tgz" -C "$work/logs" "$m"
+  stamp "$m: done"
 done
-python3 - "$out" "${backends[@]}" <<'PY'
-import json, os, re, sys, datetime, statistics
-out, backends = sys.argv[1], sys.argv[2:]
-rows = []
-for b in backends:
-    recs = [json.loads(l) for l in open(f"{out}/metrics-{b}.jsonl") if '"loss"' in l and '"step"' in l]
-    recs = [r for r in recs if "elapsed_s" in r]
-    # ms/step from consecutive elapsed times, skipping the first 5 steps (allocator and kernel warm-up).
-    dts = [(b2["elapsed_s"] - a["elapsed_s"]) * 1e3 for a, b2 in zip(recs, recs[1:]) if a["step"] >= 5]
-    ms = statistics.median(dts)
-    log = open(f"{out}/train-step-{b}.log").read()
-    m = re.search(r"peak memory\s+([\d.]+)\s*(GiB|MiB|KiB)", log)
-    peak = f"{m.group(1)} {m.group(2)}" if m else "see log"
-    rows.append({"backend_moe": b, "ms_per_step": round(ms, 2), "tokens_per_s": round(2 * 2048 / ms * 1e3),
-                 "peak_memory": peak, "steps_timed": len(dts), "final_loss": recs[-1]["loss"]})
-res = {"bench": "train_step qwen3-moe-0.9b, batch 2x2048, bf16, LoRA r=16 attention+experts",
-       "device_kind": "nvidia-h200", "date": datetime.date.today().isoformat(),
-       "command": "bash scripts/gpu-test.sh && " + (f"AX_SET='{os.environ['AX_SET']}' " if os.environ.get("AX_SET") else "") + "bash bench/train_step/run.sh " + " ".join(backends),
-       "peer_for_scale": "HF transformers 5.17 + peft, same config and machine: 54.6 ms/step (grouped_mm experts), 416 ms (eager), peak 8.8 GB (from the issue, not measured here)",
-       "rows": rows}
-json.dump(res, open(f"{out}/train-step-nvidia-h200.json", "w"), indent=2)
-print(json.dumps(res, indent=2))
-PY

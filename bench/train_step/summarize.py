@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""One bench JSON for one model: axengine's row from its run (metrics.jsonl + log), the HF peer's rows
+(hf_peer.py's JSON), axengine's step time as a ratio of each peer's, and the launches/syncs line of axengine's
+profiled run.
+
+usage: summarize.py --name moe --config X.toml --ax-log L --ax-metrics M [--ax-profile SUMMARY] --peer P.json
+                    --command CMD --out OUT.json
+"""
+import argparse
+import datetime
+import json
+import re
+import statistics
+import subprocess
+import tomllib
+
+# The issue's goals ("fused_attn plugin and a fast dense path"), as ratios of axengine to the peer.
+GOALS = {
+    "moe": {"ratio_vs_hf_eager_max": 0.6, "ratio_vs_hf_compile_max": 1.0, "peak_memory_vs_hf_eager_max": 1.0,
+            "kernel_launches_per_step_max": 1500, "host_syncs_per_step_max": 0},
+    "dense": {"ratio_vs_hf_eager_max": 0.5},
+}
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# Skip steps 1..5 (allocator and kernel warm-up): the same 5 the peer's eager run skips.
+WARMUP = 5
+
+
+def axengine_row(log, metrics, B, S):
+    recs = [json.loads(l) for l in open(metrics) if '"loss"' in l and '"elapsed_s"' in l]
+    dts = [(b["elapsed_s"] - a["elapsed_s"]) * 1e3 for a, b in zip(recs, recs[1:]) if a["step"] >= WARMUP]
+    ms = statistics.median(dts)
+    text = open(log).read()
+    m = re.search(r"peak (?:CUDA )?memory\s+([\d.]+)\s*(TiB|GiB|MiB|KiB|B)\b", text)
+    p = re.search(r"trainable tensors, (\d+) parameters", text)
+    return {"system": "axengine", "ms_per_step": round(ms, 2), "tokens_per_s": round(B * S / ms * 1e3),
+            "peak_memory_gb": round(float(m.group(1)) * UNITS[m.group(2)] / 1e9, 2) if m else None,
+            "steps_timed": len(dts), "warmup_steps": WARMUP, "first_loss": recs[0]["loss"], "final_loss": recs[-1]["loss"],
+            "trainable_params": int(p.group(1)) if p else None}, [r["tokens"] for r in recs]
+
+
+def profile_line(path):
+    """axengine's 'kernel launches: N; host-synchronising calls: M (inside K step scopes)', totals over the
+    profiled steps, and per step (divided by K)."""
+    if not path:
+        return {"line": None, "note": "not profiled (run.sh profiles the MoE model; PROFILE_DENSE=1 the dense one)"}
+    try:
+        text = open(path).read()
+    except OSError:
+        return {"line": None, "note": f"{path} missing: the profiled run failed"}
+    m = re.search(r"kernel launches: (\d+); host-synchronising calls: (\d+) \(inside (\d+) step scopes?\)", text)
+    if not m:
+        return {"line": None, "note": "this axengine's profile summary has no launch/sync line"}
+    n, s, k = map(int, m.groups())
+    return {"line": m.group(0), "kernel_launches_per_step": round(n / k) if k else None,
+            "host_syncs_per_step": round(s / k, 2) if k else None}
+
+
+def device_name():
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, check=True).stdout.splitlines()[0].strip()
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return "cpu"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("name", "config", "ax-log", "ax-metrics", "peer", "command", "out"):
+        ap.add_argument("--" + a, required=True)
+    ap.add_argument("--ax-profile", default="", help="profile/summary.txt of the profiled run; none: not profiled")
+    args = ap.parse_args()
+    cfg = tomllib.load(open(args.config, "rb"))
+    try:
+        peer = json.load(open(args.peer))
+    except (OSError, ValueError):
+        peer = {"rows": [], "note": "the peer wrote no result (see its log)"}
+    # The batch shape the peer ran (it reads the config; a test may override both sides), else the config's.
+    B, S = peer.get("batch") or (cfg["train"]["micro_batch_size"], cfg["data"]["sequence_len"])
+    try:
+        ax, ax_tokens = axengine_row(args.ax_log, args.ax_metrics, B, S)
+    except (OSError, ValueError, statistics.StatisticsError, IndexError):
+        ax, ax_tokens = {"system": "axengine", "ms_per_step": None, "note": "no timed steps (see axengine.log)"}, []
+    rows = [ax] + peer["rows"]
+    by = {r["system"]: r for r in peer["rows"]}
+    for key, system in (("ratio_vs_hf_eager", "hf+peft"), ("ratio_vs_hf_compile", "hf+peft+compile")):
+        ax[key] = round(ax["ms_per_step"] / by[system]["ms_per_step"], 3) if system in by and ax["ms_per_step"] else None
+    if "hf+peft" in by and ax.get("peak_memory_gb") and by["hf+peft"]["peak_memory_gb"]:
+        ax["peak_memory_vs_hf_eager"] = round(ax["peak_memory_gb"] / by["hf+peft"]["peak_memory_gb"], 3)
+    # The same tokens: every step both ran trained on the same number of real (non-padding) tokens.
+    same = {r["system"]: r["step_real_tokens"][:len(ax_tokens)] == ax_tokens[:len(r["step_real_tokens"])]
+            for r in peer["rows"]}
+    for r in peer["rows"]:
+        del r["step_real_tokens"]
+    dev = device_name()
+    res = {
+        "bench": f"train_step {args.name}: {args.config.rsplit('/', 1)[-1]}, batch {B}x{S} packed tokens, bf16, "
+                 f"LoRA r={cfg['lora'].get('r', 16)} on {', '.join(cfg['lora'].get('targets', []))}",
+        "device": dev, "device_kind": dev.lower().replace(" ", "-"),
+        "date": datetime.date.today().isoformat(), "command": args.command,
+        "rows": rows,
+        "axengine_profile": profile_line(args.ax_profile),
+        "peer": {k: v for k, v in peer.items() if k != "rows"},
+        "same_tokens_per_step": same,
+        "goals": GOALS.get(args.name, {}),
+        "method": "ms_per_step: median wall time of the steps after warm-up, each ending with its GPU work done "
+                  "(the peer synchronises; axengine's metrics.jsonl elapsed_s); tokens_per_s counts the B x S "
+                  "slots of a step, padding included; peak_memory_gb: the CUDA caching allocator's peak allocated "
+                  "bytes (axengine: whole run; peer eager: whole process, compile: from its first step); ratios "
+                  "are axengine / peer, lower is better.",
+    }
+    json.dump(res, open(args.out, "w"), indent=1)
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
