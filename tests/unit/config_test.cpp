@@ -1,6 +1,8 @@
 // The run config: strict binding with locations and suggestions, overrides, and docs kept in sync.
 #include <doctest/doctest.h>
 
+#include <regex>
+
 #include "axengine/config.hpp"
 #include "axengine/error.hpp"
 #include "test_util.hpp"
@@ -102,4 +104,44 @@ TEST_CASE("cli: validate exit codes, and messages carry the location") {
   CHECK(run(axengine() + " frobnicate").exit_code == 2);
   CHECK(run(axengine() + " run --help").exit_code == 0);
   CHECK(run(axengine() + " plugins --help").exit_code == 0);
+}
+
+TEST_CASE("config: nan and inf are refused in every float key with the location") {
+  // Every float key of the schema (the generated reference lists them), written as nan, inf and -inf: TOML
+  // allows all three, and range checks like `dropout < 0` let nan through.
+  const std::string schema = ax::config_reference_markdown();
+  const std::regex row(R"(\| `([a-z_]+(?:\[\])?)\.([a-z_0-9]+)` \| float \|)");
+  int keys = 0;
+  for (auto it = std::sregex_iterator(schema.begin(), schema.end(), row); it != std::sregex_iterator(); ++it) {
+    const std::string section = (*it)[1], key = (*it)[2];
+    const bool array = section.size() > 2 && section.substr(section.size() - 2) == "[]";
+    const std::string name = array ? section.substr(0, section.size() - 2) : section;
+    for (const char* value : {"nan", "inf", "-inf"}) {
+      const std::string text = array ? "[[" + name + "]]\ntype = \"completion\"\npath = \"a.jsonl\"\n" + key + " = " + value + "\n"
+                                     : "[" + name + "]\n" + key + " = " + value + "\n";
+      const int line = array ? 4 : 2;
+      CAPTURE(text);
+      CHECK(error_of(text) == "run.toml:" + std::to_string(line) + ":" + std::to_string(key.size() + 4) + ": '" + name + "." + key +
+                                  "' is " + value + ", must be a finite number");
+    }
+    ++keys;
+  }
+  CHECK(keys >= 10);  // data, datasets[], lora, train and optimizer all have some
+  CHECK(error_of("[train]\n", {"train.lr=inf"}) == "--set: 'train.lr' is inf, must be a finite number");
+}
+
+TEST_CASE("cli: validate and run refuse a nan or inf config value with file:line:column and the key") {
+  TempDir dir;
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"[lora]\ndropout = nan\n", "nan.toml:2:11: 'lora.dropout' is nan, must be a finite number"},
+           {"[data]\neval_fraction = nan\n", "nan.toml:2:17: 'data.eval_fraction' is nan, must be a finite number"},
+           {"[train]\nlr = inf\n", "nan.toml:2:6: 'train.lr' is inf, must be a finite number"}}) {
+    write_file(dir / "nan.toml", text);
+    for (const char* command : {" validate --config ", " run --config "}) {
+      auto r = run(axengine() + command + (dir / "nan.toml"));
+      INFO(command, text, r.output);
+      CHECK(r.exit_code == 2);
+      CHECK(r.output.find(want) != std::string::npos);
+    }
+  }
 }

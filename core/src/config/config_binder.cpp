@@ -1,6 +1,7 @@
 #include "axengine/config_binder.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
@@ -82,6 +83,9 @@ void TableBinder::field(const char* key, double& out, const char* text) {
     if (n->is_floating_point()) out = n->as_floating_point()->get();
     else if (n->is_integer()) out = static_cast<double>(n->as_integer()->get());
     else fail(n, str("'", full(key), "' must be a number, not ", type_name(*n)));
+    // TOML allows nan and inf; no key means them (a range check like `x < 0` lets nan through), so every
+    // float key refuses them here, once.
+    if (!std::isfinite(out)) fail(n, str("'", full(key), "' is ", out, ", must be a finite number"));
   }
 }
 
