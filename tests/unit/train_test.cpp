@@ -1,13 +1,16 @@
 // The trainer on a tiny real model: loss falls, a resumed run repeats the uninterrupted one bit for bit
 // (also across epoch boundaries), a non-finite loss stops the run and leaves the last checkpoint loadable,
-// AdamW matches its formula, schedules have the right shape, old checkpoints are pruned.
+// AdamW matches its formula, schedules have the right shape, old checkpoints are pruned, cpu_threads is clamped.
 #include <doctest/doctest.h>
+
+#include <sched.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "axengine/config.hpp"
 #include "axengine/error.hpp"
@@ -142,5 +145,22 @@ TEST_CASE("checkpoints: keep_last prunes old ones and a half-written one is neve
   CHECK(ax::train::find_latest_checkpoint(dir.string()) == (ck / "step-00000003").string());
   auto loaded = ax::train::load_checkpoint((ck / "step-00000003").string());
   CHECK(at::equal(loaded.params.at("w"), at::ones({2, 2})));
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("trainer: train.cpu_threads above the usable cores is clamped to them") {
+  // 4096 intra-op threads on a 2-core machine made one step take over 60 s: the run uses the cores it has.
+  auto dir = make_run_dir("train_threads", "");
+  const int before = at::get_num_threads();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cores = CPU_COUNT(&set);
+  Harness h(dir, {"train.cpu_threads=4096", "train.max_steps=1", "eval.every_steps=0", "checkpoint.every_steps=0"});
+  auto s = h.run();
+  const int used = at::get_num_threads();
+  at::set_num_threads(before);
+  CHECK(s.steps == 1);
+  CHECK(used == cores);
   ax::test::remove_tree(dir);
 }

@@ -1,11 +1,14 @@
 #include "train/trainer.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
@@ -50,6 +53,24 @@ double peak_memory(const DeviceInfo& device) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) * 1024.0;
+}
+
+// The cores this process may run on (its affinity mask: taskset and cgroup cpusets shrink it), at least 1.
+int64_t usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()));
+}
+
+// train.cpu_threads, clamped to the usable cores: more intra-op threads than cores only makes them wait for
+// each other (a step took over 60 s with 64 threads on 2 cores).
+int64_t intra_op_threads(int64_t requested) {
+  if (requested <= 0) return 0;
+  const int64_t cores = usable_cores();
+  if (requested <= cores) return requested;
+  log::warn(ax::str("train.cpu_threads = ", requested, " is more than the ", cores, " cores this process may use; using ", cores));
+  return cores;
 }
 
 Batch to_device(Batch b, const at::Device& d) {
@@ -424,7 +445,7 @@ TrainSummary Loop::run() {
   t0_ = Clock::now();
   device_ = s_.device.is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(s_.device.index)) : at::Device(at::kCPU);
   fs::create_directories(out_dir_);
-  if (s_.train.cpu_threads > 0) at::set_num_threads(static_cast<int>(s_.train.cpu_threads));
+  if (int64_t threads = intra_op_threads(s_.train.cpu_threads); threads > 0) at::set_num_threads(static_cast<int>(threads));
   at::manual_seed(static_cast<uint64_t>(s_.config->run.seed));
   if (s_.device.is_cuda()) c10::getDeviceAllocator(at::kCUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(s_.device.index));
   build_optimizer();
