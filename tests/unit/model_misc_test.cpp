@@ -2,6 +2,7 @@
 // spec errors, init-model / inspect / merge-lora.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -305,6 +306,29 @@ TEST_CASE("model forward: inconsistent batches are rejected, not read out of bou
   b.cu_seqlens = at::Tensor();
   b.input_ids = at::full({1, 3}, 53, at::kLong);  // vocab is 53
   CHECK_THROWS_WITH_AS(m->forward(b, false), doctest::Contains("token ids must be in [0, 53)"), ax::UsageError);
+}
+
+TEST_CASE("model: a batch with no loss token has a zero loss and zero gradients") {
+  // Every label -100 (or only first tokens of packed samples, which are never predicted): the mean over no
+  // targets was NaN. It is 0 now and so are its LoRA gradients; a batch with targets still has its loss.
+  Env env;
+  ax::LoraSpec spec;
+  spec.targets = {"q_proj", "v_proj"};
+  auto m = env.load(case_dir("qwen3"), "fp32", spec);
+  auto g = ax::safetensors::File::open((case_dir("qwen3") / "golden.safetensors").string());
+  ax::Batch b;
+  b.input_ids = g->get("input_ids");
+  b.labels = at::full_like(b.input_ids, -100);
+  b.labels.select(1, 0).copy_(b.input_ids.select(1, 0));  // position 0 of each row: not a target either
+  auto out = m->forward(b, false);
+  CHECK(out.loss.item<double>() == 0.0);
+  out.loss.backward();
+  for (auto& [n, t] : m->trainable_parameters())
+    if (t.grad().defined()) CHECK_MESSAGE(t.grad().abs().sum().item<double>() == 0.0, n);
+  b.labels = b.input_ids;
+  at::Tensor with_targets = m->forward(b, false).loss.detach();
+  CHECK(std::isfinite(with_targets.item<double>()));
+  CHECK(with_targets.item<double>() > 0.0);
 }
 
 TEST_CASE("model: a sharded checkpoint (model.safetensors.index.json) loads like the single file") {

@@ -388,6 +388,9 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
     at::Tensor next_pos = at::cat({p2.narrow(1, 1, S - 1), at::ones({B, 1}, p2.options())}, 1);
     tgt = at::where(next_pos == 0, at::full_like(tgt, -100), tgt).reshape({T});
     out.loss = at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Mean, -100);
+    // A batch without a single target would be a mean over nothing: NaN. It is 0 instead (and so are its
+    // gradients), without a device sync; where() passes the loss through bit for bit otherwise.
+    out.loss = at::where(tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));
   }
   if (!router_logits.empty()) {
     out.aux_loss = aux_loss(router_logits);
