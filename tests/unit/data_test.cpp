@@ -1,6 +1,7 @@
 // Datasets: the built-in types, bad rows (error with file:line, or skipped and counted), the prepared-data
 // cache (reused, rebuilt when the entry, the file or the tokenizer changes), the seeded split, and packing
-// (positions restart, spans never mix, a packed sample's loss equals its loss alone).
+// (positions restart, spans never mix, a packed sample's loss equals its loss alone); rows with no token to
+// train on and token ids beyond the model's vocabulary are found at preparation, naming file:line.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -201,4 +202,66 @@ TEST_CASE("packing: a packed batch gives every sample the loss it has alone") {
       off += n;
     }
   }
+}
+
+TEST_CASE("data: a sample with no token to train on names its file:line or is dropped and counted") {
+  // Row 2's prompt fills data.sequence_len = 8 (nothing after it is ever predicted); row 3 of the pretokenized
+  // file has every label at -100 but the first, which packing never predicts either. Left in, a micro-batch of
+  // such rows is a mean over no tokens: a NaN loss that stopped the run.
+  auto dir = ax::test::scratch_dir("data_no_loss");
+  write(dir / "c.jsonl", "{\"q\": \"1+1=\", \"a\": \"2\"}\n{\"q\": \"a prompt longer than eight\", \"a\": \"x\"}\n{\"q\": \"3=\", \"a\": \"3\"}\n");
+  write(dir / "p.jsonl", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2, 3]}\n\n{\"input_ids\": [1, 2, 3], \"labels\": [1, -100, -100]}\n");
+  ax::test::ByteTokenizer tok;
+  auto cfg_for = [&](const std::string& type, const std::string& file, const std::string& policy) {
+    std::string extra = type == "completion" ? "prompt_field = \"q\"\ntext_field = \"a\"\n" : "";
+    write(dir / "run.toml", "[data]\nsequence_len = 8\ncache_dir = \"cache\"\n[[datasets]]\ntype = \"" + type + "\"\npath = \"" + file +
+                                "\"\non_bad_row = \"" + policy + "\"\n" + extra);
+    return ax::load_config((dir / "run.toml").string());
+  };
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass reads the prepared-data cache: lines survive it
+    CAPTURE(pass);
+    std::string e1 = prepare_error(cfg_for("completion", "c.jsonl", "error"), tok);
+    CHECK(e1.find("c.jsonl:2: no token to train on within data.sequence_len = 8") != std::string::npos);
+    CHECK(e1.find("on_bad_row = \"skip\"") != std::string::npos);
+    std::string e2 = prepare_error(cfg_for("pretokenized", "p.jsonl", "error"), tok);
+    CHECK(e2.find("p.jsonl:3: no token to train on") != std::string::npos);
+  }
+  auto d = prepare(cfg_for("completion", "c.jsonl", "skip"), tok);
+  REQUIRE(d.train.size() == 2);
+  CHECK(d.sources[0].no_loss == 1);
+  CHECK(d.sources[0].skipped == 0);
+  CHECK(ax::data::describe(d).find("1 rows without a token to train on within sequence_len dropped") != std::string::npos);
+  // With room for the answer the same row is kept (sequence_len is not part of the cache key).
+  auto wide = prepare(ax::load_config((dir / "run.toml").string(), {"data.sequence_len=64"}), tok);
+  CHECK(wide.sources[0].from_cache);
+  CHECK(wide.train.size() == 3);
+  CHECK(wide.sources[0].no_loss == 0);
+  write(dir / "none.jsonl", "{\"input_ids\": [1, 2], \"labels\": [-100, -100]}\n");
+  CHECK(prepare_error(cfg_for("pretokenized", "none.jsonl", "skip"), tok).find("none.jsonl: no row has a token to train on") !=
+        std::string::npos);
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("data: a token id beyond the model's vocabulary names the dataset file and row") {
+  // The tokenizer knows 258 ids, the model (config.json vocab_size) only 100: found when preparing, not in
+  // the forward pass, and also when the samples come from the prepared-data cache.
+  auto dir = ax::test::scratch_dir("data_model_vocab");
+  write(dir / "ids.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 200, 5]}\n");
+  write(dir / "run.toml", "[data]\ncache_dir = \"cache\"\n[[datasets]]\ntype = \"pretokenized\"\npath = \"ids.jsonl\"\n");
+  auto cfg = ax::load_config((dir / "run.toml").string());
+  ax::test::ByteTokenizer tok;
+  ax::Registry reg;
+  ax::data::register_builtin_datasets(reg);
+  for (int pass = 0; pass < 2; ++pass) {
+    CAPTURE(pass);
+    std::string err;
+    try {
+      ax::data::prepare_datasets(cfg, ax::data::read_data_config(cfg), reg, tok, 100);
+    } catch (const ax::UsageError& e) {
+      err = e.what();
+    }
+    CHECK(err.find("ids.jsonl:2: token 1 = 200 is beyond the model's vocabulary (config.json vocab_size 100") != std::string::npos);
+  }
+  CHECK(ax::data::prepare_datasets(cfg, ax::data::read_data_config(cfg), reg, tok, 258).train.size() == 2);
+  ax::test::remove_tree(dir);
 }

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "axengine/safetensors.hpp"
 #include "unit/cli_util.hpp"
@@ -32,5 +33,26 @@ TEST_CASE("cli: make-data, prepare and run train a tiny llama end to end") {
   CHECK(fs::is_regular_file(ck / "adapter_config.json"));
   CHECK_NOTHROW(ax::safetensors::File::open((ck / "adapter_model.safetensors").string()));
   CHECK(slurp(dir / "out" / "report.html").find("<svg") != std::string::npos);
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("cli: a tokenizer id beyond the model's vocab_size is found by prepare and run, naming file:line") {
+  // Every row ends with EOS (id 256); a config.json that says vocab_size 200 used to fail only in the forward
+  // pass ("token ids must be in [0, 200)"), naming no row.
+  auto dir = setup_run("cli_vocab", "max_steps = 2\n");
+  std::string config = slurp(dir / "model" / "config.json");
+  auto at = config.find("\"vocab_size\": ");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, config.find(',', at) - at, "\"vocab_size\": 200");
+  std::ofstream(dir / "model" / "config.json") << config;
+  for (const char* command : {"prepare", "run"}) {
+    CAPTURE(command);
+    const auto log = dir / (std::string(command) + ".log");
+    CHECK(run({command, "--config", (dir / "run.toml").string()}, log) == 2);
+    std::string text = slurp(log);
+    INFO(text);
+    CHECK(text.find("data/train.jsonl:1: token ") != std::string::npos);
+    CHECK(text.find("is beyond the model's vocabulary (config.json vocab_size 200; the tokenizer has ") != std::string::npos);
+  }
   ax::test::remove_tree(dir);
 }

@@ -29,12 +29,13 @@ void bind_completion(TableBinder& t, CompletionOptions& o) {
   t.field("add_eos", o.add_eos, "completion: end each sample with the tokenizer's EOS token, so the model learns to stop");
 }
 
-class CompletionDataset final : public Dataset {
+class CompletionDataset final : public Dataset, public RowLines {
  public:
   CompletionDataset(const Tokenizer& tok, const CompletionOptions& o) : tok_(tok), opt_(o) {}
 
   std::size_t size() const override { return texts_.size(); }
   std::size_t skipped_rows() const override { return skipped_; }
+  std::size_t row_line(std::size_t i) const override { return lines_[i]; }
 
   Sample get(std::size_t i) const override {
     Sample s;
@@ -53,6 +54,7 @@ class CompletionDataset final : public Dataset {
   }
 
   std::vector<std::string> prompts_, texts_;
+  std::vector<std::size_t> lines_;
   std::size_t skipped_ = 0;
 
  private:
@@ -93,6 +95,7 @@ class CompletionType final : public DatasetType {
     ds->skipped_ = contents.skipped;
     for (auto& row : contents.rows) {
       ds->texts_.push_back(row.value[o.text_field].get<std::string>());
+      ds->lines_.push_back(row.line);
       if (!o.prompt_field.empty()) ds->prompts_.push_back(row.value[o.prompt_field].get<std::string>());
     }
     return ds;

@@ -24,6 +24,16 @@ struct JsonlContents {
   std::size_t skipped = 0;
 };
 
+// Implemented (besides ax::Dataset) by the built-in JSONL dataset types: the 1-based line of sample `index` in
+// the entry's `path`, for errors found after tokenising (a token id the model lacks, no token to train on). An
+// internal side interface, so that ax::Dataset (plugin ABI) stays as it is; other types' samples are named by
+// index.
+class RowLines {
+ public:
+  virtual ~RowLines() = default;
+  virtual std::size_t row_line(std::size_t index) const = 0;
+};
+
 // `check` returns "" for a usable row, else what is wrong with it ("'text' is missing"). Throws UsageError
 // "file:line: message" for the first bad row in file order under BadRowPolicy::error, or when the file
 // cannot be read.

@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
+#include <mutex>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -13,6 +16,7 @@
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
 #include "data/entry.hpp"
+#include "data/jsonl.hpp"
 #include "data/packing.hpp"
 
 namespace fs = std::filesystem;
@@ -20,7 +24,20 @@ namespace fs = std::filesystem;
 namespace ax::data {
 namespace {
 
-constexpr const char* kCacheFormat = "axengine-prepared-v1";
+// v2: a "lines" tensor (each sample's line in its file, for errors found after tokenising).
+constexpr const char* kCacheFormat = "axengine-prepared-v2";
+
+// One dataset file's samples and, per sample, its 1-based line in the file (0 = the type did not say).
+struct FileSamples {
+  std::string file;
+  std::vector<Sample> samples;
+  std::vector<std::size_t> lines;
+
+  // "data.jsonl:7", or "data.jsonl: sample 6" when the line is unknown.
+  std::string where(std::size_t i) const {
+    return lines[i] ? ax::str(file, ":", lines[i]) : ax::str(file, ": sample ", i);
+  }
+};
 
 std::string hex64(uint64_t v) {
   static const char* digits = "0123456789abcdef";
@@ -53,27 +70,31 @@ void describe_files(const toml::table& entry, const std::string& base_dir, std::
   }
 }
 
-bool load_cache(const std::string& path, std::vector<Sample>& out, std::size_t& skipped) {
+bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
   try {
     auto f = safetensors::File::open(path);
     auto meta = f->metadata();
     if (meta["format"] != kCacheFormat) return false;
-    auto ids = f->get("input_ids"), labels = f->get("labels"), offsets = f->get("offsets");
+    auto ids = f->get("input_ids"), labels = f->get("labels"), offsets = f->get("offsets"), lines = f->get("lines");
     if (ids.scalar_type() != at::kInt || labels.scalar_type() != at::kInt || offsets.scalar_type() != at::kLong ||
-        ids.dim() != 1 || labels.sizes() != ids.sizes() || offsets.dim() != 1 || offsets.size(0) < 1)
+        lines.scalar_type() != at::kLong || ids.dim() != 1 || labels.sizes() != ids.sizes() || offsets.dim() != 1 ||
+        offsets.size(0) < 1 || lines.dim() != 1 || lines.size(0) != offsets.size(0) - 1)
       return false;
     const int32_t* pi = ids.data_ptr<int32_t>();
     const int32_t* pl = labels.data_ptr<int32_t>();
     const int64_t* po = offsets.data_ptr<int64_t>();
+    const int64_t* pn = lines.data_ptr<int64_t>();
     int64_t n = offsets.size(0) - 1;
     if (po[0] != 0 || po[n] != ids.size(0)) return false;
-    out.clear();
-    out.reserve(n);
+    out.samples.clear();
+    out.lines.clear();
+    out.samples.reserve(n);
     for (int64_t i = 0; i < n; ++i) {
-      if (po[i + 1] <= po[i]) return false;
-      out.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}});
+      if (po[i + 1] <= po[i] || pn[i] < 0) return false;
+      out.samples.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}});
+      out.lines.push_back(static_cast<std::size_t>(pn[i]));
     }
     skipped = std::stoull(meta["skipped"]);
     return true;
@@ -83,62 +104,130 @@ bool load_cache(const std::string& path, std::vector<Sample>& out, std::size_t& 
   }
 }
 
-void save_cache(const std::string& path, const std::vector<Sample>& samples, std::size_t skipped, const std::string& key) {
+void save_cache(const std::string& path, const FileSamples& data, std::size_t skipped, const std::string& key) {
   std::vector<int32_t> ids, labels;
-  std::vector<int64_t> offsets{0};
-  for (const auto& s : samples) {
+  std::vector<int64_t> offsets{0}, lines;
+  for (const auto& s : data.samples) {
     ids.insert(ids.end(), s.input_ids.begin(), s.input_ids.end());
     labels.insert(labels.end(), s.labels.begin(), s.labels.end());
     offsets.push_back(static_cast<int64_t>(ids.size()));
   }
+  for (std::size_t l : data.lines) lines.push_back(static_cast<int64_t>(l));
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   try {
     safetensors::save(path,
                       {{"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)},
-                       {"offsets", at::tensor(offsets, at::kLong)}},
+                       {"offsets", at::tensor(offsets, at::kLong)}, {"lines", at::tensor(lines, at::kLong)}},
                       {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}}, "data_cache");
   } catch (const std::exception& e) {
     log::warn(ax::str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
   }
 }
 
-// Opens one dataset file (the entry as given) and tokenises every row in parallel.
-std::vector<Sample> tokenise(const DatasetType& type, const toml::table& entry, const DatasetContext& ctx,
-                             const std::string& name, std::size_t& skipped) {
+// Opens one dataset file (the entry as given) and tokenises every row in parallel. An error while tokenising a
+// row (a tokenizer regex over its limits, a normalizer blowing the text up) names the file and line of the
+// first such row; the structural guarantees are checked here so plugin types get the same ones as ours.
+FileSamples tokenise(const DatasetType& type, const toml::table& entry, const DatasetContext& ctx, std::size_t& skipped) {
   auto ds = type.open(entry, ctx);
-  std::vector<Sample> samples(ds->size());
-  tbb::parallel_for(std::size_t(0), samples.size(), [&](std::size_t i) { samples[i] = ds->get(i); });
-  skipped = ds->skipped_rows();
-  const int64_t vocab = ctx.tokenizer->vocab_size();
-  for (std::size_t i = 0; i < samples.size(); ++i) {  // plugin types get the same guarantees as ours
-    const auto& s = samples[i];
-    if (s.input_ids.empty()) throw UsageError(ax::str("dataset ", name, ": sample ", i, " has no tokens"));
-    if (s.labels.size() != s.input_ids.size())
-      throw UsageError(ax::str("dataset ", name, ": sample ", i, " has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
-    for (std::size_t k = 0; k < s.input_ids.size(); ++k) {
-      if (s.input_ids[k] < 0 || s.input_ids[k] >= vocab)
-        throw UsageError(ax::str("dataset ", name, ": sample ", i, " token ", k, " = ", s.input_ids[k], " is outside the vocabulary (", vocab, ")"));
-      if (s.labels[k] != -100 && (s.labels[k] < 0 || s.labels[k] >= vocab))
-        throw UsageError(ax::str("dataset ", name, ": sample ", i, " label ", k, " = ", s.labels[k], " is outside the vocabulary (", vocab, ")"));
+  FileSamples out;
+  out.file = resolve_against(ctx.base_dir, entry["path"].value_or(std::string()));
+  out.samples.resize(ds->size());
+  out.lines.resize(ds->size());
+  std::mutex failed_mutex;
+  std::size_t failed = std::numeric_limits<std::size_t>::max();
+  std::string failure;
+  tbb::parallel_for(std::size_t(0), out.samples.size(), [&](std::size_t i) {
+    try {
+      out.samples[i] = ds->get(i);
+    } catch (const std::exception& e) {  // keep the first row in file order, whichever thread saw it first
+      std::lock_guard<std::mutex> lock(failed_mutex);
+      if (i < failed) {
+        failed = i;
+        failure = e.what();
+      }
     }
+  });
+  if (const auto* lines = dynamic_cast<const RowLines*>(ds.get()))
+    for (std::size_t i = 0; i < out.samples.size(); ++i) out.lines[i] = lines->row_line(i);
+  if (failed != std::numeric_limits<std::size_t>::max()) throw UsageError(ax::str(out.where(failed), ": ", failure));
+  skipped = ds->skipped_rows();
+  for (std::size_t i = 0; i < out.samples.size(); ++i) {
+    const auto& s = out.samples[i];
+    if (s.input_ids.empty()) throw UsageError(ax::str(out.where(i), ": the sample has no tokens"));
+    if (s.labels.size() != s.input_ids.size())
+      throw UsageError(ax::str(out.where(i), ": the sample has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
   }
-  return samples;
+  return out;
 }
 
-std::vector<Sample> load_file(const DatasetType& type, const std::string& type_name, const toml::table& entry,
-                              const DatasetContext& ctx, const DataConfig& data, const std::string& name,
-                              SourceReport& report, std::size_t& skipped) {
+// Every id and label within the tokenizer's vocabulary and the model's (config.json vocab_size, when known):
+// an id the embedding does not have would otherwise surface only in the forward pass, naming no row.
+void check_ids(const FileSamples& data, const Tokenizer& tokenizer, int64_t model_vocab) {
+  const int64_t tok_vocab = tokenizer.vocab_size();
+  const int64_t limit = model_vocab > 0 ? std::min(tok_vocab, model_vocab) : tok_vocab;
+  for (std::size_t i = 0; i < data.samples.size(); ++i) {
+    const auto& s = data.samples[i];
+    for (std::size_t k = 0; k < s.input_ids.size(); ++k) {
+      const int64_t id = s.input_ids[k], label = s.labels[k];
+      const bool bad_id = id < 0 || id >= limit, bad_label = label != -100 && (label < 0 || label >= limit);
+      if (!bad_id && !bad_label) continue;
+      const int64_t v = bad_id ? id : label;
+      std::string what = ax::str(bad_id ? "token " : "label ", k, " = ", v);
+      if (v >= 0 && v < tok_vocab)
+        throw UsageError(ax::str(data.where(i), ": ", what, " is beyond the model's vocabulary (config.json vocab_size ", model_vocab,
+                                 "; the tokenizer has ", tok_vocab, "): the tokenizer and the model do not match"));
+      throw UsageError(ax::str(data.where(i), ": ", what, " is outside the tokenizer's vocabulary (", tok_vocab, ")"));
+    }
+  }
+}
+
+// True when the sample has a position the loss counts once packed into rows of `sequence_len`: a label other
+// than -100 at 1 <= k < min(length, sequence_len) (the first token of a packed sample is never predicted, and
+// a longer sample is cut).
+bool has_loss_token(const Sample& s, int64_t sequence_len) {
+  const std::size_t n = std::min(s.labels.size(), static_cast<std::size_t>(std::max<int64_t>(sequence_len, 0)));
+  for (std::size_t k = 1; k < n; ++k)
+    if (s.labels[k] != -100) return true;
+  return false;
+}
+
+// Samples with nothing to learn would make a micro-batch of them a mean over no tokens. on_bad_row decides:
+// "error" names the first such row, "skip" drops them all; returns how many were dropped.
+std::size_t drop_samples_without_loss(FileSamples& data, int64_t sequence_len, BadRowPolicy policy) {
+  std::vector<Sample> kept;
+  std::vector<std::size_t> kept_lines;
+  for (std::size_t i = 0; i < data.samples.size(); ++i) {
+    if (has_loss_token(data.samples[i], sequence_len)) {
+      kept.push_back(std::move(data.samples[i]));
+      kept_lines.push_back(data.lines[i]);
+      continue;
+    }
+    if (policy == BadRowPolicy::error)
+      throw UsageError(ax::str(data.where(i), ": no token to train on within data.sequence_len = ", sequence_len,
+                               " (every label is -100, or the prompt fills the first ", sequence_len,
+                               " tokens); raise sequence_len, fix the row, or set on_bad_row = \"skip\" to drop such rows"));
+  }
+  const std::size_t dropped = data.samples.size() - kept.size();
+  data.samples = std::move(kept);
+  data.lines = std::move(kept_lines);
+  return dropped;
+}
+
+FileSamples load_file(const DatasetType& type, const std::string& type_name, const toml::table& entry,
+                      const DatasetContext& ctx, const DataConfig& data, const std::string& name,
+                      SourceReport& report, std::size_t& skipped) {
   std::string key = dataset_cache_key(type_name, entry, ctx.base_dir, *ctx.tokenizer);
   std::string file = (fs::path(data.cache_dir) / (hash128(key) + ".safetensors")).string();
-  std::vector<Sample> samples;
+  FileSamples samples;
   if (data.cache && load_cache(file, samples, skipped)) {
+    samples.file = resolve_against(ctx.base_dir, entry["path"].value_or(std::string()));
     report.from_cache = true;
     report.cache_file = file;
     return samples;
   }
-  samples = tokenise(type, entry, ctx, name, skipped);
-  if (samples.empty()) throw UsageError(ax::str("dataset ", name, ": no usable rows"));
+  samples = tokenise(type, entry, ctx, skipped);
+  if (samples.samples.empty()) throw UsageError(ax::str("dataset ", name, ": no usable rows"));
   if (data.cache) {
     save_cache(file, samples, skipped, key);
     report.cache_file = file;
@@ -158,7 +247,7 @@ std::string dataset_cache_key(const std::string& type, const toml::table& entry,
 }
 
 PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
-                              const Tokenizer& tokenizer) {
+                              const Tokenizer& tokenizer, int64_t model_vocab) {
   auto entries = dataset_entries(config);
   if (entries.empty()) throw UsageError(ax::str(config.file, ": no [[datasets]] entry: nothing to train on"));
   PreparedData out;
@@ -186,15 +275,24 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     toml::table train_entry = entry;
     train_entry.erase("eval_path");
     train_entry.erase("eval_fraction");
+    const BadRowPolicy policy = parse_bad_row_policy(common.on_bad_row);
+    // After the cache: the model and sequence_len are not part of its key.
+    auto usable = [&](FileSamples f) {
+      check_ids(f, tokenizer, model_vocab);
+      report.no_loss += drop_samples_without_loss(f, data.sequence_len, policy);
+      if (f.samples.empty())
+        throw UsageError(ax::str(f.file, ": no row has a token to train on within data.sequence_len = ", data.sequence_len));
+      return std::move(f.samples);
+    };
     std::size_t skipped = 0;
-    std::vector<Sample> train = load_file(*type, common.type, train_entry, ctx, data, name, report, skipped);
+    std::vector<Sample> train = usable(load_file(*type, common.type, train_entry, ctx, data, name, report, skipped));
     report.skipped = skipped;
     std::vector<Sample> eval;
     if (!common.eval_path.empty()) {
       toml::table eval_entry = train_entry;
       eval_entry.insert_or_assign("path", common.eval_path);
       SourceReport eval_report;
-      eval = load_file(*type, common.type, eval_entry, ctx, data, name + " (eval)", eval_report, skipped);
+      eval = usable(load_file(*type, common.type, eval_entry, ctx, data, name + " (eval)", eval_report, skipped));
       report.skipped += skipped;
     } else {
       double fraction = common.eval_fraction >= 0 ? common.eval_fraction : data.eval_fraction;
@@ -226,6 +324,7 @@ std::string describe(const PreparedData& data) {
   for (const auto& s : data.sources)
     lines.push_back(ax::str("dataset ", s.name, ": ", s.train, " train / ", s.eval, " eval samples",
                         s.skipped ? ax::str(", ", s.skipped, " bad rows skipped") : std::string(),
+                        s.no_loss ? ax::str(", ", s.no_loss, " rows without a token to train on within sequence_len dropped") : std::string(),
                         s.from_cache ? " (prepared cache)" : " (tokenised)"));
   return join(lines, "\n");
 }

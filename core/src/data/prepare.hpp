@@ -17,6 +17,7 @@ namespace ax::data {
 struct SourceReport {
   std::string name;
   std::size_t train = 0, eval = 0, skipped = 0;
+  std::size_t no_loss = 0;  // samples dropped (on_bad_row = "skip") for having no token to train on
   bool from_cache = false;
   std::string cache_file;
 };
@@ -26,8 +27,11 @@ struct PreparedData {
   std::vector<SourceReport> sources;
 };
 
+// `model_vocab` (config.json vocab_size; 0 = unknown) bounds the token ids together with the tokenizer's.
+// Samples without a token to train on within data.sequence_len are an error naming file:line, or dropped and
+// counted (SourceReport::no_loss) under on_bad_row = "skip".
 PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
-                              const Tokenizer& tokenizer);
+                              const Tokenizer& tokenizer, int64_t model_vocab = 0);
 
 // The cache key of one dataset file as an entry describes it (exposed for tests).
 std::string dataset_cache_key(const std::string& type, const toml::table& entry, const std::string& base_dir,

@@ -15,13 +15,15 @@
 namespace ax::data {
 namespace {
 
-class PretokenizedDataset final : public Dataset {
+class PretokenizedDataset final : public Dataset, public RowLines {
  public:
   std::size_t size() const override { return samples_.size(); }
   std::size_t skipped_rows() const override { return skipped_; }
+  std::size_t row_line(std::size_t i) const override { return lines_[i]; }
   Sample get(std::size_t i) const override { return samples_[i]; }
 
   std::vector<Sample> samples_;
+  std::vector<std::size_t> lines_;
   std::size_t skipped_ = 0;
 };
 
@@ -86,6 +88,7 @@ class PretokenizedType final : public DatasetType {
         continue;
       }
       ds->samples_.push_back(std::move(s));
+      ds->lines_.push_back(row.line);
     }
     return ds;
   }

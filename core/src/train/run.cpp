@@ -1,8 +1,12 @@
 // train_from_config / prepare_from_config: an Engine (config, device, registry, kernels) in, a trained
 // adapter, checkpoints, metrics.jsonl and report.html out.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
@@ -12,6 +16,7 @@
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
 #include "data/prepare.hpp"
+#include "models/hf_config.hpp"
 #include "train/lora_config.hpp"
 #include "train/progress.hpp"
 #include "train/trainer.hpp"
@@ -22,6 +27,19 @@ namespace {
 std::unique_ptr<Tokenizer> tokenizer_for(const RunConfig& cfg) {
   if (cfg.model.path.empty()) throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
   return load_hf_tokenizer(cfg.model.path);
+}
+
+// config.json's vocab_size (the embedding's rows), so that data preparation refuses a token id the model does
+// not have and names its row, instead of the forward pass failing later without one. 0 when the file or the
+// key is missing or odd: loading the model reports that.
+int64_t model_vocab_size(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  const nlohmann::json j = models::read_json_file(path);
+  if (!j.is_object()) return 0;
+  auto it = j.find("vocab_size");
+  return it != j.end() && it->is_number_integer() && it->get<int64_t>() > 0 ? it->get<int64_t>() : 0;
 }
 
 std::string fmt(double v, int prec = 4) {
@@ -36,7 +54,7 @@ std::string fmt(double v, int prec = 4) {
 void prepare_from_config(Engine& engine) {
   auto tok = tokenizer_for(engine.config);
   auto dc = data::read_data_config(engine.config);
-  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok);
+  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, model_vocab_size(engine.config.model.path));
   log::info(data::describe(prepared));
   for (const auto& s : prepared.sources)
     if (!s.cache_file.empty()) log::info(ax::str("  cache: ", s.cache_file));
@@ -57,7 +75,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.eval = train::read_eval_config(cfg);
   s.profile = train::read_profile_config(cfg);
   if (options.resume && s.checkpoint.resume_from.empty()) s.checkpoint.resume_from = "latest";
-  s.data = data::prepare_datasets(cfg, s.data_config, engine.registry, *tok);
+  s.data = data::prepare_datasets(cfg, s.data_config, engine.registry, *tok, model_vocab_size(cfg.model.path));
   log::info(data::describe(s.data));
 
   auto lora = train::read_lora_config(cfg);
