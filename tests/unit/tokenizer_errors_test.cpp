@@ -6,7 +6,12 @@
 #include <chrono>
 #include <thread>
 
+#include "axengine/config.hpp"
 #include "axengine/error.hpp"
+#include "axengine/registry.hpp"
+#include "data/data_config.hpp"
+#include "data/prepare.hpp"
+#include "data/register.hpp"
 #include "unit/tokenizer_test_util.hpp"
 
 namespace {
@@ -210,4 +215,50 @@ TEST_CASE("tokenizer: concurrent encodes from many threads agree with a serial r
     });
   for (auto& th : threads) th.join();
   CHECK(mismatches.load() == 0);
+}
+
+TEST_CASE("tokenizer errors: a regex over PCRE2's limits names the file and the pattern and the dataset row") {
+  // (a+)+$ backtracks exponentially on "aaa...!" (PCRE2's match limit); (a|b)* recurses once per character
+  // (the 8 MiB JIT stack runs out after a few hundred thousand). Both were "tokenizer regex match failed",
+  // naming no file, pattern or row.
+  auto j = minimal_tokenizer();
+  j["pre_tokenizer"] = json::parse(R"({"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated", "invert": false})");
+  const auto backtracking = ax::parse_hf_tokenizer(j.dump(), "m/tokenizer.json");
+  CHECK(backtracking->encode("ab ab") == backtracking->encode("ab ab"));  // ordinary text is fine
+  CHECK_THROWS_WITH_AS(backtracking->encode(std::string(40, 'a') + "!"),
+                       doctest::Contains("m/tokenizer.json: pre_tokenizer.pattern: regex /(a+)+$/ hit PCRE2's match limit"),
+                       ax::UsageError);
+  j["pre_tokenizer"]["pattern"]["Regex"] = "(a|b)*";
+  const auto recursive = ax::parse_hf_tokenizer(j.dump(), "m/tokenizer.json");
+  CHECK_THROWS_WITH_AS(recursive->encode(std::string(1000000, 'a')),
+                       doctest::Contains("m/tokenizer.json: pre_tokenizer.pattern: regex /(a|b)*/ "), ax::UsageError);
+
+  // Through a dataset: the error also names the file and line of the row being encoded.
+  ax::test::ScratchDir dir("tok_regex_row");
+  ax::test::write_text(dir.path / "rows.jsonl", "{\"text\": \"ab ab\"}\n{\"text\": \"" + std::string(40, 'a') + "!\"}\n");
+  ax::test::write_text(dir.path / "run.toml", "[data]\ncache = false\n[[datasets]]\ntype = \"completion\"\npath = \"rows.jsonl\"\n");
+  auto cfg = ax::load_config((dir.path / "run.toml").string());
+  ax::Registry reg;
+  ax::data::register_builtin_datasets(reg);
+  CHECK_THROWS_WITH_AS(ax::data::prepare_datasets(cfg, ax::data::read_data_config(cfg), reg, *backtracking),
+                       doctest::Contains("rows.jsonl:2: m/tokenizer.json: pre_tokenizer.pattern: regex /(a+)+$/"), ax::UsageError);
+}
+
+TEST_CASE("tokenizer errors: a normalizer that multiplies the text names the file instead of exhausting memory") {
+  // 40 Replace steps that each double every "a": 2^40 times the input. Stopped at the size limit (64 times
+  // the input plus 1 MiB), naming the file, whether it runs on a row or on an added token at load.
+  auto j = minimal_tokenizer();
+  json steps = json::array();
+  for (int i = 0; i < 40; ++i) steps.push_back(json::parse(R"({"type": "Replace", "pattern": {"String": "a"}, "content": "aa"})"));
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", steps}};
+  const auto tok = ax::parse_hf_tokenizer(j.dump(), "m/tokenizer.json");
+  CHECK(tok->encode("b b").size() > 0);  // no "a": nothing grows
+  CHECK_THROWS_WITH_AS(tok->encode(std::string(1000, 'a')),
+                       doctest::Contains("m/tokenizer.json: normalizer: Replace would make the text longer than"), ax::UsageError);
+  j["added_tokens"].push_back(json::parse(R"({"id": 8, "content": "aaaa", "special": false, "normalized": true})"));
+  CHECK(error_of(j).find("m/tokenizer.json: normalizer: ") == 0);
+  // A real normalizer chain stays far below the limit: NFKD of a ligature, spaces replaced.
+  auto k = minimal_tokenizer();
+  k["normalizer"]["normalizers"].push_back(json::parse(R"({"type": "NFKD"})"));
+  CHECK(ax::parse_hf_tokenizer(k.dump(), "m/tokenizer.json")->encode("\uFDFA \uFDFA").size() > 0);
 }

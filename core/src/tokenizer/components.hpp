@@ -4,6 +4,7 @@
 // which Metaspace's prepend_scheme "first" depends on.
 // Implementations: normalizers.cpp, pre_tokenizers.cpp, decoders.cpp, post_processors.cpp (helpers: split.hpp).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,8 +23,15 @@ struct Piece {
 };
 
 struct Normalizer {
+  // Output may grow to kGrowth times the input plus kSlack bytes: enough for any real normalizer (NFKD
+  // expands a character at most 18-fold), while a chain of Replace steps that doubles the text at each one
+  // is stopped before it allocates gigabytes. Throws std::length_error past the limit.
+  static constexpr std::size_t kGrowth = 64, kSlack = std::size_t{1} << 20;
+
   virtual ~Normalizer() = default;
-  virtual void normalize(std::string& text) const = 0;
+  void normalize(std::string& text) const { apply(text, kGrowth * text.size() + kSlack); }
+  // Normalizes `text` in place; the result (and every intermediate of a Sequence) stays within `max_size`.
+  virtual void apply(std::string& text, std::size_t max_size) const = 0;
 };
 
 struct PreTokenizer {

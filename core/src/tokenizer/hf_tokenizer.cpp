@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "axengine/error.hpp"
@@ -110,6 +112,7 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   void split_added(std::vector<Piece>& pieces, const TokenTrie& trie) const;
+  void normalize(std::string& text) const;
   int32_t resolve_config_token(const JsonReader& r, const json& config, const char* key) const;
 
   std::string source_;
@@ -187,7 +190,7 @@ HfTokenizer::HfTokenizer(const std::string& tokenizer_json, const std::string& s
       // HF matches normalized added tokens against normalized text, so it normalizes their content too (and
       // then decodes them from that normalized form).
       added_[k].text = added_[k].content;
-      if (normalizer_) normalizer_->normalize(added_[k].text);
+      if (normalizer_) normalize(added_[k].text);
       normalized_trie_.insert(added_[k].text, k);
     } else {
       added_[k].text = added_[k].content;
@@ -228,6 +231,20 @@ int32_t HfTokenizer::resolve_config_token(const JsonReader& r, const json& confi
   if (auto a = added_by_content_.find(name); a != added_by_content_.end()) return a->second;
   if (auto id = model_->token_to_id(name)) return *id;
   r.fail(key, "'" + name + "' is neither an added token nor in the vocabulary of " + source_);
+}
+
+// The normalizer comes from the file: one that blows the text up (Replace steps that each double it) is
+// stopped at its size limit, or by the allocator, and either way the error names the file.
+void HfTokenizer::normalize(std::string& text) const {
+  const std::size_t input = text.size();
+  try {
+    normalizer_->normalize(text);
+  } catch (const std::length_error& e) {
+    throw UsageError(source_ + ": normalizer: " + e.what() + " from an input of " + std::to_string(input) +
+                     " bytes; a normalizer that multiplies the text is not supported");
+  } catch (const std::bad_alloc&) {
+    throw UsageError(source_ + ": normalizer ran out of memory on an input of " + std::to_string(input) + " bytes");
+  }
 }
 
 void HfTokenizer::split_added(std::vector<Piece>& pieces, const TokenTrie& trie) const {
@@ -271,7 +288,7 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_speci
   split_added(pieces, raw_trie_);
   if (normalizer_)
     for (auto& p : pieces)
-      if (p.id < 0) normalizer_->normalize(p.text);
+      if (p.id < 0) normalize(p.text);
   split_added(pieces, normalized_trie_);
   std::erase_if(pieces, [](const Piece& p) { return p.id < 0 && p.text.empty(); });
   if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
@@ -318,9 +335,25 @@ std::string read_file(const std::string& path) { return read_regular_file(path);
 }  // namespace
 }  // namespace tok
 
+namespace {
+
+// Building a tokenizer from a hostile file can exhaust memory (a huge vocabulary or normalizer): say which file.
+template <class F>
+std::unique_ptr<Tokenizer> naming_file_on_oom(const std::string& source, F&& build) {
+  try {
+    return build();
+  } catch (const std::bad_alloc&) {
+    throw UsageError(source + ": ran out of memory while loading the tokenizer (is the file what it claims to be?)");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json, const std::string& source,
                                               const std::string& config_json) {
-  return std::make_unique<tok::HfTokenizer>(tokenizer_json, source, config_json, "tokenizer_config.json");
+  return naming_file_on_oom(source, [&] {
+    return std::make_unique<tok::HfTokenizer>(tokenizer_json, source, config_json, "tokenizer_config.json");
+  });
 }
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir_or_file) {
@@ -338,7 +371,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir_or_file) {
   const std::string config = (slash == std::string::npos ? std::string() : file.substr(0, slash + 1)) +
                              "tokenizer_config.json";
   const std::string config_text = ::stat(config.c_str(), &st) == 0 ? tok::read_file(config) : "";
-  return std::make_unique<tok::HfTokenizer>(tok::read_file(file), file, config_text, config);
+  return naming_file_on_oom(file, [&] { return std::make_unique<tok::HfTokenizer>(tok::read_file(file), file, config_text, config); });
 }
 
 }  // namespace ax

@@ -1,33 +1,47 @@
 // Normalizers: text -> text, applied to each piece between raw added tokens.
 #include <optional>
+#include <stdexcept>
 
 #include "tokenizer/split.hpp"
 
 namespace ax::tok {
 namespace {
 
+void check_size(std::size_t size, std::size_t max_size, const char* step) {
+  if (size > max_size)
+    throw std::length_error(std::string("normalizer step ") + step + " would make the text longer than " +
+                            std::to_string(max_size) + " bytes");
+}
+
 struct UnicodeNormalizer : Normalizer {
   NormalForm form;
   explicit UnicodeNormalizer(NormalForm f) : form(f) {}
-  void normalize(std::string& text) const override { text = tok::normalize(text, form); }
+  void apply(std::string& text, std::size_t max_size) const override {
+    text = tok::normalize(text, form);
+    check_size(text.size(), max_size, "NFC/NFD/NFKC/NFKD");
+  }
 };
 
 struct PrependNormalizer : Normalizer {
   std::string prefix;
-  void normalize(std::string& text) const override {
-    if (!text.empty()) text.insert(0, prefix);
+  void apply(std::string& text, std::size_t max_size) const override {
+    if (text.empty()) return;
+    check_size(text.size() + prefix.size(), max_size, "Prepend");
+    text.insert(0, prefix);
   }
 };
 
 struct ReplaceNormalizer : Normalizer {
   std::unique_ptr<Regex> pattern;
   std::string content;
-  void normalize(std::string& text) const override { text = replace_all(text, *pattern, content); }
+  void apply(std::string& text, std::size_t max_size) const override {
+    text = replace_all(text, *pattern, content, max_size);
+  }
 };
 
 struct StripNormalizer : Normalizer {
   bool left = false, right = false;
-  void normalize(std::string& text) const override {
+  void apply(std::string& text, std::size_t) const override {
     std::size_t begin = 0, end = text.size();
     if (left) {
       while (begin < text.size()) {
@@ -48,8 +62,8 @@ struct StripNormalizer : Normalizer {
 
 struct SequenceNormalizer : Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps;
-  void normalize(std::string& text) const override {
-    for (const auto& s : steps) s->normalize(text);
+  void apply(std::string& text, std::size_t max_size) const override {
+    for (const auto& s : steps) s->apply(text, max_size);  // one budget for the whole chain, from its input
   }
 };
 

@@ -104,7 +104,7 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const JsonReader& r, const jso
   if (type == "ByteLevel") {
     auto p = std::make_unique<ByteLevelPreTokenizer>();
     p->add_prefix_space = r.boolean(j, "add_prefix_space", path, true);
-    if (r.boolean(j, "use_regex", path, true)) p->regex = std::make_unique<Regex>(kGpt2Pattern);
+    if (r.boolean(j, "use_regex", path, true)) p->regex = std::make_unique<Regex>(kGpt2Pattern, r.file + ": " + path + " (ByteLevel's GPT-2 pattern)");
     return p;
   }
   if (type == "Split") {

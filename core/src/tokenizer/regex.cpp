@@ -11,9 +11,11 @@
 namespace ax::tok {
 namespace {
 
+constexpr std::size_t kJitStackMax = 8 * 1024 * 1024;
+
 // JIT matching runs on a per-thread stack; the 32 KiB default overflows on long whitespace runs.
 struct JitStack {
-  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, kJitStackMax, nullptr);
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
   JitStack() {
     if (stack && context) pcre2_jit_stack_assign(context, nullptr, stack);
@@ -29,14 +31,33 @@ pcre2_match_context* thread_match_context() {
   return jit.context;
 }
 
+// What a failed match means for the person whose tokenizer or row it is.
+std::string match_failure(int rc) {
+  switch (rc) {
+    case PCRE2_ERROR_JIT_STACKLIMIT:
+      return "ran out of PCRE2's JIT stack (" + std::to_string(kJitStackMax >> 20) + " MiB)";
+    case PCRE2_ERROR_MATCHLIMIT: return "hit PCRE2's match limit (too much backtracking)";
+    case PCRE2_ERROR_DEPTHLIMIT: return "hit PCRE2's depth limit (too much backtracking)";
+    case PCRE2_ERROR_HEAPLIMIT: return "hit PCRE2's heap limit";
+    default: {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof message);
+      return std::string("failed: ") + reinterpret_cast<const char*>(message);
+    }
+  }
+}
+
 }  // namespace
 
 struct Regex::Impl {
   pcre2_code* code = nullptr;
+  std::string pattern, origin;
   ~Impl() { pcre2_code_free(code); }
 };
 
-Regex::Regex(const std::string& pattern) : impl_(std::make_unique<Impl>()) {
+Regex::Regex(const std::string& pattern, std::string origin) : impl_(std::make_unique<Impl>()) {
+  impl_->pattern = pattern;
+  impl_->origin = std::move(origin);
   int error = 0;
   PCRE2_SIZE offset = 0;
   impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
@@ -63,9 +84,12 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_vie
                                thread_match_context());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(rc, message, sizeof message);
-      throw RuntimeError(std::string("tokenizer regex match failed: ") + reinterpret_cast<const char*>(message));
+      // A pattern that backtracks exponentially, or a very long run for a recursive one: the tokenizer's
+      // fault or the row's, so it is a usage error that names both (the caller adds the row).
+      const std::string pattern = impl_->pattern.size() > 200 ? impl_->pattern.substr(0, 200) + "..." : impl_->pattern;
+      throw UsageError((impl_->origin.empty() ? std::string("tokenizer") : impl_->origin) + ": regex /" + pattern + "/ " +
+                       match_failure(rc) + " on a piece of " + std::to_string(text.size()) +
+                       " bytes; simplify the pattern (nested quantifiers backtrack exponentially) or shorten the row");
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const std::size_t begin = ovector[0], end = ovector[1];

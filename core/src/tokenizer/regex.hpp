@@ -14,13 +14,15 @@ namespace ax::tok {
 class Regex {
  public:
   // Throws std::invalid_argument with PCRE2's message and offset when the pattern does not compile.
-  explicit Regex(const std::string& pattern);
+  // `origin` says where the pattern comes from ("tokenizer.json: pre_tokenizer.pattern") for match errors.
+  explicit Regex(const std::string& pattern, std::string origin = "");
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
   // Non-overlapping matches, left to right, as [begin, end) byte ranges; `text` must be valid UTF-8.
-  // An empty match moves the search on by one character (as Oniguruma's find_iter does).
+  // An empty match moves the search on by one character (as Oniguruma's find_iter does). A match that runs
+  // into PCRE2's limits (JIT stack, backtracking) throws UsageError naming the origin and the pattern.
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
   // The pattern that matches `literal` exactly.

@@ -8,8 +8,9 @@ namespace ax::tok {
 std::unique_ptr<Regex> parse_pattern(const JsonReader& r, const json& j, const std::string& path) {
   r.object(j, path);
   try {
-    if (j.contains("String")) return std::make_unique<Regex>(Regex::escape(r.string(j, "String", path)));
-    if (j.contains("Regex")) return std::make_unique<Regex>(r.string(j, "Regex", path));
+    const std::string origin = r.file + ": " + path;
+    if (j.contains("String")) return std::make_unique<Regex>(Regex::escape(r.string(j, "String", path)), origin);
+    if (j.contains("Regex")) return std::make_unique<Regex>(r.string(j, "Regex", path), origin);
   } catch (const std::invalid_argument& e) {
     r.fail(path, e.what());
   }
@@ -126,10 +127,19 @@ void emit_ranges(const Piece& p, const std::vector<std::pair<std::size_t, std::s
     if (e > b) out.push_back({p.text.substr(b, e - b), -1, p.at_origin && b == 0});
 }
 
-std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content) {
+std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content, std::size_t max_size) {
   const auto matches = pattern.find_all(text);
   if (matches.empty()) return text;
+  // The result's size is known before anything is built: refuse it rather than run out of memory.
+  std::size_t removed = 0;
+  for (auto [b, e] : matches) removed += e - b;
+  const std::size_t size = text.size() - removed, inserted = matches.size();
+  if (!content.empty() && inserted > (max_size - std::min(size, max_size)) / content.size())
+    throw std::length_error("Replace would make the text longer than " + std::to_string(max_size) + " bytes (" +
+                            std::to_string(inserted) + " matches of a " + std::to_string(content.size()) + "-byte replacement)");
+  if (size > max_size) throw std::length_error("Replace would make the text longer than " + std::to_string(max_size) + " bytes");
   std::string out;
+  out.reserve(size + inserted * content.size());
   std::size_t prev = 0;
   for (auto [b, e] : matches) {
     out.append(text, prev, b - prev);

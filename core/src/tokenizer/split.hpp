@@ -39,7 +39,9 @@ void split_pieces(std::vector<Piece>& pieces, const std::function<void(Piece&, s
 // Appends the non-empty sub-pieces [b, e) of `p`.
 void emit_ranges(const Piece& p, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
                  std::vector<Piece>& out);
-std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content);
+// Throws std::length_error instead of building a result longer than `max_size`.
+std::string replace_all(const std::string& text, const Regex& pattern, const std::string& content,
+                        std::size_t max_size = std::string::npos);
 
 enum class PrependScheme { Always, Never, First };
 PrependScheme parse_prepend_scheme(const JsonReader& r, const json& j, const std::string& path);
