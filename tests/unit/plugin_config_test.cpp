@@ -10,6 +10,7 @@
 #include "axengine/engine.hpp"
 #include "axengine/ops/dequant.hpp"
 #include "axengine/ops/quant.hpp"
+#include "axengine/plugin_loader.hpp"
 #include "test_util.hpp"
 
 using namespace ax_test;
@@ -94,6 +95,19 @@ TEST_CASE("plugin config: a table for a backend that no loaded plugin provides i
   r = validate(dir, "[kernels.options]\ntest_options = 3\n");
   CHECK(r.exit_code == 2);
   CHECK(contains(r.output, "no loaded plugin provides backend 'test_options'"));
+}
+
+TEST_CASE("plugin config: the loader keeps only tables a plugin may own") {
+  ax::Registry registry;
+  ax::PluginLoader loader(registry);
+  const auto& r = loader.load_file(test_plugin("test_options_stray"), "command line");
+  INFO(r.reason);
+  REQUIRE(r.status == ax::PluginReport::Status::loaded);
+  CHECK(r.config_tables == std::vector<std::string>{"kernels.options.test_options_stray", "test_options_stray"});
+  CHECK(contains(r.reason, "config table [kernels.options.not_mine] is neither"));
+  CHECK(contains(r.reason, "config table [someone_else] is neither"));
+  REQUIRE(loader.config_tables().size() == 2);
+  CHECK(loader.config_tables()[0].plugin == "test_options_stray");
 }
 
 TEST_CASE("plugin config: plugins list names the tables a plugin owns") {

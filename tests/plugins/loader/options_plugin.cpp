@@ -1,6 +1,7 @@
 // A plugin that owns config tables (PluginRegistrar::backend_options and config_table): its dequant backend
 // "test_options" returns the reference result times [kernels.options.test_options] scale, plus the
-// [test_options] offset, so a test sees the bound options reach the backend.
+// [test_options] offset, so a test sees the bound options reach the backend. Built a second time as
+// "test_options_stray" (AX_STRAY_TABLES), which also declares tables it may not own: the loader ignores them.
 #include <ATen/ATen.h>
 
 #include "axengine/ops/dequant.hpp"
@@ -42,15 +43,24 @@ class ScaledDequant final : public ax::ops::Dequant {
 
 }  // namespace
 
-AXENGINE_PLUGIN_DESCRIPTOR(R"({"name": "test_options", "version": "1.0.0",
-  "providers": [{"kind": "kernel", "op": "dequant", "name": "test_options", "requires": {"devices": ["cpu"]},
+#ifndef AX_TEST_NAME
+#define AX_TEST_NAME "test_options"
+#endif
+
+AXENGINE_PLUGIN_DESCRIPTOR(R"({"name": ")" AX_TEST_NAME R"(", "version": "1.0.0",
+  "providers": [{"kind": "kernel", "op": "dequant", "name": ")" AX_TEST_NAME R"(", "requires": {"devices": ["cpu"]},
                  "summary": "reference dequant times the configured scale, plus the configured offset"}]})")
 
 AXENGINE_PLUGIN_REGISTER(reg) {
   auto settings = std::make_shared<Settings>();
-  reg.backend_options<BackendOptions>("test_options", "options of the test_options backend", bind_backend,
+  reg.backend_options<BackendOptions>(AX_TEST_NAME, "options of the " AX_TEST_NAME " backend", bind_backend,
                                       [settings](const BackendOptions& o) { settings->backend = o; });
-  reg.config_table<PluginOptions>("test_options", "options of the test_options plugin", bind_plugin,
+  reg.config_table<PluginOptions>(AX_TEST_NAME, "options of the " AX_TEST_NAME " plugin", bind_plugin,
                                   [settings](const PluginOptions& o) { settings->plugin = o; });
-  reg.kernel<ax::ops::Dequant>("test_options", std::make_shared<ScaledDequant>(settings));
+#ifdef AX_STRAY_TABLES
+  // Neither a backend this plugin registers nor its own name: the loader keeps neither.
+  reg.backend_options<BackendOptions>("not_mine", "stray", bind_backend, [](const BackendOptions&) {});
+  reg.config_table<PluginOptions>("someone_else", "stray", bind_plugin, [](const PluginOptions&) {});
+#endif
+  reg.kernel<ax::ops::Dequant>(AX_TEST_NAME, std::make_shared<ScaledDequant>(settings));
 }
