@@ -103,7 +103,8 @@ TEST_CASE("plugin config: the loader keeps only tables a plugin may own") {
   const auto& r = loader.load_file(test_plugin("test_options_stray"), "command line");
   INFO(r.reason);
   REQUIRE(r.status == ax::PluginReport::Status::loaded);
-  CHECK(r.config_tables == std::vector<std::string>{"kernels.options.test_options_stray", "test_options_stray"});
+  const std::vector<std::string> kept{"kernels.options.test_options_stray", "test_options_stray"};
+  CHECK(r.config_tables == kept);
   CHECK(contains(r.reason, "config table [kernels.options.not_mine] is neither"));
   CHECK(contains(r.reason, "config table [someone_else] is neither"));
   REQUIRE(loader.config_tables().size() == 2);

@@ -53,7 +53,7 @@ std::shared_ptr<ax::ops::MoeExperts> load_scattermoe(const std::string& options 
   REQUIRE(reg.staged().size() == 1);
   REQUIRE(reg.config_tables().size() == 1);
   REQUIRE(reg.config_tables()[0].path == "kernels.options.scattermoe");
-  const toml::table table = toml::parse(options, "AXENGINE_SCATTERMOE_TEST_OPTIONS");
+  const toml::table table = toml::parse(std::string_view(options), std::string_view("AXENGINE_SCATTERMOE_TEST_OPTIONS"));
   ax::TableBinder binder(&table, "kernels.options.scattermoe", ax::BindContext{"AXENGINE_SCATTERMOE_TEST_OPTIONS"});
   reg.config_tables()[0].bind(binder);
   binder.finish();
