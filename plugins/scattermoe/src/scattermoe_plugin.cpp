@@ -412,7 +412,7 @@ AXENGINE_PLUGIN_DESCRIPTOR(
 AXENGINE_PLUGIN_REGISTER(reg) {
   using namespace ax::scattermoe;
   auto ctx = std::make_shared<glue::Context>();
-  reg.backend_options<Options>("scattermoe", "options of the scattermoe moe.experts backend (docs/plugins/scattermoe.md)",
+  reg.backend_options<Options>("scattermoe", "options of the scattermoe moe.experts backend; docs/plugins/scattermoe.md, section Options",
                                bind_options, [ctx](const Options& o) { ctx->configure(o); });
   reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ScatterMoe>(ctx));
 }
