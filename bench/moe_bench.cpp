@@ -4,8 +4,10 @@
 //   moe_bench --plugin build/bin/plugins/axengine_scattermoe.so [--shape NAME]... [--backend NAME]...
 //             [--tokens 4096] [--rank 16] [--iters 20] [--format dense|nf4|mxfp4|nvfp4] [--out results.json]
 //             [--device-kind nvidia-h200] [--profile] [--tune] [--path auto|fused|split|split_gmm]
-// --tune and --path set AXENGINE_SCATTERMOE_TUNE=1 / AXENGINE_SCATTERMOE_PATH for this process (the
-// scattermoe plugin reads them on its first call; docs/plugins/scattermoe.md).
+//             [--config FILE] [--set KEY=VALUE]...
+// The plugins are loaded by the engine's start path, configured by the config's plugin tables and --set;
+// --tune and --path are short for --set kernels.options.scattermoe.tune=true / .path=P
+// (docs/plugins/scattermoe.md).
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -13,15 +15,15 @@
 #include <string>
 #include <vector>
 
-#include <axengine/builtins.hpp>
-#include <axengine/plugin_loader.hpp>
-#include <axengine/registry.hpp>
+#include <axengine/engine.hpp>
+#include <axengine/error.hpp>
 
 #include "../core/cli/moe_block_bench.hpp"
 
 int main(int argc, char** argv) try {
   ax::bench::MoeBenchOptions opt;
-  std::vector<std::string> plugins;
+  ax::StartOptions start;
+  start.discover = false;  // only the --plugin files
   std::string out_path, kind = "unknown";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -31,7 +33,7 @@ int main(int argc, char** argv) try {
     };
     if (a == "--shape") opt.shapes.push_back(next());
     else if (a == "--backend") opt.backends.push_back(next());
-    else if (a == "--plugin") plugins.push_back(next());
+    else if (a == "--plugin") start.plugin_files.push_back(next());
     else if (a == "--tokens") opt.tokens = std::stoll(next());
     else if (a == "--rank") opt.rank = std::stoll(next());
     else if (a == "--iters") opt.iters = std::stoi(next());
@@ -39,34 +41,34 @@ int main(int argc, char** argv) try {
     else if (a == "--out") out_path = next();
     else if (a == "--profile") opt.profile = true;
     else if (a == "--device-kind") kind = next();
-    else if (a == "--tune") ::setenv("AXENGINE_SCATTERMOE_TUNE", "1", 1);
-    else if (a == "--path") ::setenv("AXENGINE_SCATTERMOE_PATH", next().c_str(), 1);
+    else if (a == "--tune") start.overrides.push_back("kernels.options.scattermoe.tune=true");
+    else if (a == "--path") start.overrides.push_back("kernels.options.scattermoe.path=" + next());
+    else if (a == "--config") start.config_file = next();
+    else if (a == "--set") start.overrides.push_back(next());
     else {
       std::cerr << "moe_bench: unknown argument " << a << "\n";
       return 2;
     }
   }
-  // Leaked on purpose: plugins stay loaded for the process' life, and the registry's backend objects
-  // must not be destroyed after their library is gone.
-  ax::Registry& registry = *new ax::Registry;
-  ax::register_builtins(registry);
-  ax::PluginLoader& loader = *new ax::PluginLoader(registry);
-  for (const auto& p : plugins) {
-    const auto& rep = loader.load_file(p, "command line");
-    std::cerr << "plugin " << p << ": " << ax::to_string(rep.status) << " " << rep.reason << "\n";
-  }
+  // Released on purpose (never destroyed): plugins stay loaded for the process' life, and the registry's
+  // backend objects must not be destroyed after their library is gone.
+  ax::Engine& engine = *ax::Engine::start(start).release();
+  for (const auto& rep : engine.plugins->reports())
+    std::cerr << "plugin " << rep.path << ": " << ax::to_string(rep.status) << " " << rep.reason << "\n";
+  const ax::Registry& registry = engine.registry;
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   nlohmann::json rows = ax::bench::run_moe_bench(registry, opt);
   if (!out_path.empty()) {
-    nlohmann::json env = nlohmann::json::object();
-    for (const char* name : {"AXENGINE_SCATTERMOE_PATH", "AXENGINE_SCATTERMOE_TUNE", "AXENGINE_TUNING_CACHE"})
-      if (const char* v = std::getenv(name)) env[name] = v;
-    nlohmann::json doc = {{"device_kind", kind}, {"command", command}, {"floor_tflops", 790.0}, {"env", env},
+    nlohmann::json options = {{"config", start.config_file}, {"set", start.overrides}};
+    nlohmann::json doc = {{"device_kind", kind}, {"command", command}, {"floor_tflops", 790.0}, {"options", options},
                           {"rows", rows}};
     std::ofstream(out_path) << doc.dump(2) << "\n";
   }
   return 0;
+} catch (const ax::UsageError& e) {  // config errors included
+  std::cerr << "moe_bench: " << e.what() << "\n";
+  return 2;
 } catch (const std::exception& e) {
   std::cerr << "moe_bench: " << e.what() << "\n";
   return 1;

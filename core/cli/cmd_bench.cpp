@@ -1,13 +1,14 @@
 // axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--format F]
-//                    [--out FILE]
+//                    [--out FILE] [--config FILE] [--set KEY=VALUE]...
 // Runs the MoE expert-block comparison (moe_block_bench.hpp) with the plugins found the usual way
-// (AXENGINE_PLUGIN_PATH, <exe dir>/plugins), so anyone can reproduce bench/results/moe-*.json.
+// (AXENGINE_PLUGIN_PATH, <exe dir>/plugins), so anyone can reproduce bench/results/moe-*.json. The engine's
+// start path loads them, so a config's plugin tables (or --set kernels.options.scattermoe.tune=true)
+// configure the backends as in a run.
 #include <fstream>
 #include <iostream>
 
-#include "axengine/builtins.hpp"
+#include "axengine/engine.hpp"
 #include "axengine/error.hpp"
-#include "axengine/plugin_loader.hpp"
 #include "axengine/strings.hpp"
 #include "command.hpp"
 #include "moe_block_bench.hpp"
@@ -19,7 +20,7 @@ namespace po = boost::program_options;
 int run_bench(const std::vector<std::string>& args) {
   const std::string usage =
       "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--format F] "
-      "[--out FILE] [--profile]";
+      "[--out FILE] [--profile] [--config FILE] [--set KEY=VALUE]...";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     if (args.empty()) throw ax::UsageError("bench: expected a benchmark name: moe (usage: " + usage + ")");
     std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up, down with gates, LoRA), "
@@ -38,7 +39,10 @@ int run_bench(const std::vector<std::string>& args) {
       "format", po::value<std::string>()->default_value("dense"),
       "expert weights of the moe.experts backends: dense, nf4, mxfp4, nvfp4")(
       "out", po::value<std::string>(), "write the rows as JSON to FILE")(
-      "profile", "after timing each backend, profile 3 iterations and print its GPU kernels by time");
+      "profile", "after timing each backend, profile 3 iterations and print its GPU kernels by time")(
+      "config,c", po::value<std::string>(), "run config whose plugin tables configure the backends ([kernels.options.*])")(
+      "set", po::value<std::vector<std::string>>()->composing(),
+      "override a config key: --set kernels.options.scattermoe.tile=128x128 (docs/plugins/scattermoe.md)");
   po::variables_map vm;
   if (!ax::cli::parse_options(usage, {args.begin() + 1, args.end()}, opts, vm)) return 0;
   ax::bench::MoeBenchOptions o;
@@ -50,12 +54,12 @@ int run_bench(const std::vector<std::string>& args) {
   o.profile = vm.count("profile") > 0;
   o.format = vm["format"].as<std::string>();
 
-  // Leaked on purpose: backend objects must not outlive the plugin libraries that hold their code.
-  ax::Registry& registry = *new ax::Registry;
-  ax::register_builtins(registry);
-  ax::PluginLoader& loader = *new ax::PluginLoader(registry);
-  loader.discover({});
-  nlohmann::json rows = ax::bench::run_moe_bench(registry, o);
+  ax::StartOptions start;
+  if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
+  if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
+  // Released on purpose (never destroyed): backend objects must not outlive the plugin code they point into.
+  ax::Engine& engine = *ax::Engine::start(start).release();
+  nlohmann::json rows = ax::bench::run_moe_bench(engine.registry, o);
   if (vm.count("out")) {
     std::string command = "axengine bench";
     for (const auto& a : args) command += " " + a;

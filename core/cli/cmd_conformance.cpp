@@ -1,7 +1,9 @@
 // axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml]
-//                      [--quick] [--no-discover] [--verbose] [--case-timeout S]
+//                      [--quick] [--no-discover] [--verbose] [--case-timeout S] [--config FILE] [--set K=V]...
 // Certifies kernel backends against the reference (core/include/axengine/conformance.hpp). With --plugin,
-// only the backends of those plugin files are tested. Exit 0: all passed; 1: a case failed; 2: usage.
+// only the backends of those plugin files are tested. Plugins are loaded by the engine's start path, so
+// --config / --set configure them as in a run (--set kernels.options.scattermoe.path=split).
+// Exit 0: all passed; 1: a case failed; 2: usage.
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -11,9 +13,8 @@
 #include <mutex>
 #include <thread>
 
-#include "axengine/builtins.hpp"
 #include "axengine/conformance.hpp"
-#include "axengine/plugin_loader.hpp"
+#include "axengine/engine.hpp"
 #include "axengine/strings.hpp"
 #include "command.hpp"
 
@@ -65,13 +66,6 @@ class Watchdog {
   std::thread thread_;
 };
 
-// The registry holds objects whose code lives in the plugins: it must go before the loader unloads them.
-struct Session {
-  std::unique_ptr<ax::Registry> registry = std::make_unique<ax::Registry>();
-  ax::PluginLoader loader{*registry};
-  ~Session() { registry.reset(); }
-};
-
 int run_conformance(const std::vector<std::string>& args) {
   po::options_description opts("conformance options");
   opts.add_options()
@@ -82,6 +76,8 @@ int run_conformance(const std::vector<std::string>& args) {
       ("report", po::value<std::string>(), "write JUnit XML here")
       ("quick", "the CI grid: fewer random shapes, every edge case")
       ("no-discover", "load only the --plugin files (no search of AXENGINE_PLUGIN_PATH / <exe dir>/plugins)")
+      ("config,c", po::value<std::string>(), "run config whose plugin tables configure the backends ([kernels.options.*])")
+      ("set", po::value<std::vector<std::string>>()->composing(), "override a config key: --set kernels.options.scattermoe.path=split")
       ("verbose,v", "list skipped cases and print each failure as it happens")
       ("case-timeout", po::value<double>()->default_value(600), "seconds one case may take before the run is "
                                                                   "declared hung (exit 1, naming the case); 0: no limit");
@@ -90,22 +86,22 @@ int run_conformance(const std::vector<std::string>& args) {
       "axengine conformance [--plugin PATH]... [--op OP] [--backend NAME] [--device cpu|cuda] [--report FILE.xml] [--quick]";
   if (!ax::cli::parse_options(usage, args, opts, vm)) return 0;
 
-  Session session;
-  ax::Registry& registry = *session.registry;
-  ax::register_builtins(registry);
-  ax::PluginLoader& loader = session.loader;
-  ax::conformance::Options o;
+  ax::StartOptions start;
+  if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
+  if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
   // Explicit files first: they are what is being certified, and a discovered copy must not shadow them.
-  if (vm.count("plugin")) {
-    for (const auto& path : vm["plugin"].as<std::vector<std::string>>()) {
-      const ax::PluginReport& r = loader.load_file(path, "command line");
-      if (r.status != ax::PluginReport::Status::loaded)
-        throw ax::UsageError(ax::str("conformance: --plugin ", path, " was ", ax::to_string(r.status), ": ", r.reason));
-      if (!r.reason.empty()) std::cerr << "conformance: " << path << ": " << r.reason << "\n";
-      o.plugins.push_back(r.name);
-    }
+  if (vm.count("plugin")) start.plugin_files = vm["plugin"].as<std::vector<std::string>>();
+  start.discover = !vm.count("no-discover");
+  auto engine = ax::Engine::start(start);
+  ax::Registry& registry = engine->registry;
+  ax::conformance::Options o;
+  for (const auto& r : engine->plugins->reports()) {
+    if (r.origin != "command line") continue;
+    if (r.status != ax::PluginReport::Status::loaded)
+      throw ax::UsageError(ax::str("conformance: --plugin ", r.path, " was ", ax::to_string(r.status), ": ", r.reason));
+    if (!r.reason.empty()) std::cerr << "conformance: " << r.path << ": " << r.reason << "\n";
+    o.plugins.push_back(r.name);
   }
-  if (!vm.count("no-discover")) loader.discover({});
   if (vm.count("op")) o.op = vm["op"].as<std::string>();
   if (vm.count("backend")) o.backend = vm["backend"].as<std::string>();
   if (vm.count("device")) o.device = vm["device"].as<std::string>();

@@ -1,7 +1,9 @@
-// axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16]
+// axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16] [--config FILE] [--set K=V]...
+// The model families come from the engine's start path: the built-ins and the plugins found (configured by
+// --config / --set as in a run), so a model a plugin adds merges too.
 #include <iostream>
 
-#include "axengine/builtins.hpp"
+#include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
 #include "command.hpp"
@@ -14,15 +16,19 @@ int run_merge_lora(const std::vector<std::string>& args) {
   opts.add_options()("model", po::value<std::string>(), "base HF model directory")(
       "adapter", po::value<std::string>(), "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")(
       "out", po::value<std::string>(), "output HF model directory (must not exist or be empty)")(
-      "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)");
+      "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)")(
+      "config,c", po::value<std::string>(), "run config for the plugins (plugins.paths, their tables)")(
+      "set", po::value<std::vector<std::string>>()->composing(), "override a config key");
   po::variables_map vm;
   if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D]", args, opts, vm))
     return 0;
   for (const char* k : {"model", "adapter", "out"})
     if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
-  ax::Registry registry;
-  ax::register_builtins(registry);
-  ax::merge_lora_dir(registry, vm["model"].as<std::string>(), vm["adapter"].as<std::string>(),
+  ax::StartOptions start;
+  if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
+  if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
+  auto engine = ax::Engine::start(start);
+  ax::merge_lora_dir(engine->registry, vm["model"].as<std::string>(), vm["adapter"].as<std::string>(),
                      vm["out"].as<std::string>(), vm["dtype"].as<std::string>());
   std::cout << "wrote merged model to " << vm["out"].as<std::string>() << "\n";
   return 0;

@@ -1,7 +1,6 @@
 // axengine plugins list [--config FILE] | plugins explain --config FILE
 #include <iostream>
 
-#include "axengine/builtins.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/strings.hpp"
 #include "command.hpp"
@@ -19,6 +18,7 @@ void print_reports(const ax::PluginLoader& loader, const ax::Registry& registry)
               << (r.version.empty() ? "" : " " + r.version) << "  " << r.path << "  (via " << r.origin << ")\n";
     if (!r.reason.empty()) std::cout << "      " << r.reason << "\n";
     for (const auto& key : r.providers) std::cout << "      provides " << key << "\n";
+    for (const auto& table : r.config_tables) std::cout << "      config table [" << table << "]\n";
   }
   std::cout << "providers:\n";
   for (const auto& p : registry.all())
@@ -49,16 +49,11 @@ int run_plugins(const std::vector<std::string>& args) {
     std::cout << ax::format_resolution_table(engine->resolve_all(), engine->device);
     return 0;
   }
-  if (vm.count("config")) {
-    auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
-    print_reports(*engine->plugins, engine->registry);
-    return 0;
-  }
-  ax::Registry registry;
-  ax::register_builtins(registry);
-  ax::PluginLoader loader(registry);
-  loader.discover({});
-  print_reports(loader, registry);
+  ax::StartOptions start;  // without --config: every default (and the --set overrides)
+  if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
+  start.overrides = sets;
+  auto engine = ax::Engine::start(start);
+  print_reports(*engine->plugins, engine->registry);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "axengine/config.hpp"
+#include "axengine/engine.hpp"
 #include "command.hpp"
 
 namespace {
@@ -11,16 +12,18 @@ int run_validate(const std::vector<std::string>& args) {
   po::options_description opts("validate options");
   opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set train.lr=1e-4")(
-      "schema", "print the reference of every config key (markdown) instead");
+      "schema", "print the reference of every config key (markdown), the found plugins' tables included, instead");
   po::variables_map vm;
   if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... | --schema", args, opts, vm)) return 0;
   if (vm.count("schema")) {
-    std::cout << ax::config_reference_markdown();
+    auto engine = ax::Engine::start(ax::StartOptions{});  // no config: the plugins found the usual way
+    std::cout << ax::config_reference_markdown(engine->plugins->config_tables());
     return 0;
   }
   if (!vm.count("config")) throw ax::UsageError("validate: --config FILE is required");
   auto sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  ax::load_config(vm["config"].as<std::string>(), sets);
+  // The start path of `run`: plugins are loaded, so their tables are checked like core keys.
+  ax::Engine::start(vm["config"].as<std::string>(), sets);
   std::cout << vm["config"].as<std::string>() << ": ok\n";
   return 0;
 }

@@ -3,24 +3,38 @@
 #include <sstream>
 
 #include "axengine/builtins.hpp"
+#include "axengine/error.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax {
 
-std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std::vector<std::string>& overrides,
-                                      const std::string& exe_dir) {
+std::unique_ptr<Engine> Engine::start(const StartOptions& o) {
   std::unique_ptr<Engine> e(new Engine());
-  e->config = load_config(config_file, overrides);
+  // Phase 1: what loading plugins needs.
+  e->config = read_config(o.config_file, o.overrides);
   log::Level level;
   if (!std::getenv("AXENGINE_LOG") && log::parse_level(e->config.run.log_level, level)) log::set_level(level);
-  e->device = detect_device(e->config.device.type, e->config.device.arch);
-  e->dtype = resolve_dtype(e->config.model.dtype, e->device.is_cuda());
   register_builtins(e->registry);
   e->plugins = std::make_unique<PluginLoader>(e->registry);
-  e->plugins->discover(e->config.plugins.paths, exe_dir);
+  for (const auto& f : o.plugin_files) e->plugins->load_file(f, "command line");
+  if (o.discover) e->plugins->discover(e->config.plugins.paths, o.exe_dir);
+  // Phase 2: the whole config, plugin tables included; plugins receive their options here.
+  bind_config(e->config, e->plugins->config_tables());
+  e->device = detect_device(e->config.device.type, e->config.device.arch);
+  e->dtype = resolve_dtype(e->config.model.dtype, e->device.is_cuda());
   return e;
+}
+
+std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std::vector<std::string>& overrides,
+                                      const std::string& exe_dir) {
+  if (config_file.empty()) throw UsageError("no config file given");
+  StartOptions o;
+  o.config_file = config_file;
+  o.overrides = overrides;
+  o.exe_dir = exe_dir;
+  return start(o);
 }
 
 std::vector<Resolution> Engine::resolve_all() const {

@@ -151,7 +151,12 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
   using namespace ax;
   using namespace ax::ops;
   using Staged = PluginRegistrar::Staged;
-  CHECK(AX_LAYOUT(PluginRegistrar, ) == "24/8:");
+  CHECK(AX_LAYOUT(PluginRegistrar, ) == "48/8:");
+  CHECK(AX_LAYOUT(PluginConfigTable, AX_FIELD(path) AX_FIELD(doc) AX_FIELD(bind) AX_FIELD(plugin)) ==
+        "128/8: path@0 doc@32 bind@64 plugin@96");
+  // Plugins bind their tables through TableBinder, whose accessors are inline.
+  CHECK(AX_LAYOUT(TableBinder, ) == "104/8:");
+  CHECK(AX_LAYOUT(BindContext, AX_FIELD(file) AX_FIELD(docs)) == "40/8: file@0 docs@32");
   CHECK(AX_LAYOUT(Staged, AX_FIELD(kind) AX_FIELD(op) AX_FIELD(name) AX_FIELD(object)) ==
         "88/8: kind@0 op@8 name@40 object@72");
   CHECK(AX_LAYOUT(WeightTensor, AX_FIELD(format) AX_FIELD(shape) AX_FIELD(values) AX_FIELD(codes) AX_FIELD(scales)

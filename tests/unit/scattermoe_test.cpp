@@ -5,10 +5,14 @@
 // the packed path must give bitwise the same results as the dense path fed the dequantised weight (same
 // tiles, same accumulation order: any decoding error shows), agree with the reference backend, and never
 // read an expert without tokens (its scales are poisoned with NaN).
-// Needs a CUDA device and the built plugin; skips (with a message) otherwise.
+// The backend runs with the options AXENGINE_SCATTERMOE_TEST_OPTIONS gives (the body of a
+// [kernels.options.scattermoe] table, bound through the plugin's own table: 'path = "split"',
+// 'tile = "64x128,gram128x32"'), so one build checks every path and tile; unset: the defaults. This test reads
+// the variable, never the plugin. Needs a CUDA device and the built plugin; skips (with a message) otherwise.
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <axengine/ops/moe_experts.hpp>
@@ -16,15 +20,27 @@
 #include <axengine/plugin.hpp>
 #include <axengine/registry.hpp>
 
-#include <limits>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <string>
+
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 
 #include "ops/reference/register.hpp"
 
 namespace {
 
-std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
+std::string test_options() {
+  const char* v = std::getenv("AXENGINE_SCATTERMOE_TEST_OPTIONS");
+  return v ? v : "";
+}
+
+// A fresh scattermoe backend, its table [kernels.options.scattermoe] bound from `options` (TOML) as the
+// engine binds it from a run config.
+std::shared_ptr<ax::ops::MoeExperts> load_scattermoe(const std::string& options = test_options()) {
   if (!at::hasCUDA() || at::detail::getCUDAHooks().deviceCount() == 0) return nullptr;
   std::string path = AXENGINE_PLUGIN_DIR;  // (operator+ here trips a GCC 12 -Wstringop-overflow false positive)
   path += "/axengine_scattermoe.so";
@@ -35,6 +51,12 @@ std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
   ax::PluginRegistrar reg;
   fn(reg);
   REQUIRE(reg.staged().size() == 1);
+  REQUIRE(reg.config_tables().size() == 1);
+  REQUIRE(reg.config_tables()[0].path == "kernels.options.scattermoe");
+  const toml::table table = toml::parse(std::string_view(options), std::string_view("AXENGINE_SCATTERMOE_TEST_OPTIONS"));
+  ax::TableBinder binder(&table, "kernels.options.scattermoe", ax::BindContext{"AXENGINE_SCATTERMOE_TEST_OPTIONS"});
+  reg.config_tables()[0].bind(binder);
+  binder.finish();
   return std::static_pointer_cast<ax::ops::MoeExperts>(reg.staged()[0].object);
 }
 
@@ -274,9 +296,9 @@ void run_quant_case(ax::ops::MoeExperts& be, ax::ops::MoeExperts& ref, const Qua
   ad.weight = wd;
 
   // The bitwise comparison holds between two runs of the fused kernels; with the split path forced
-  // (AXENGINE_SCATTERMOE_PATH=split or split_gmm) the dense side's base product comes from another kernel.
-  const char* path = std::getenv("AXENGINE_SCATTERMOE_PATH");
-  const bool same_kernels = path == nullptr || std::string(path).rfind("split", 0) != 0;
+  // (option path = "split" or "split_gmm") the dense side's base product comes from another kernel.
+  const std::string path = toml::parse(test_options())["path"].value_or(std::string("auto"));
+  const bool same_kernels = path.rfind("split", 0) != 0;
   MoeExpertsResult yq = be.forward(a), yd = be.forward(ad), yr = ref.forward(a);
   CHECK(yq.y.isfinite().all().item<bool>());
   if (same_kernels) CHECK(at::equal(yq.y, yd.y));
@@ -345,4 +367,22 @@ TEST_CASE("scattermoe decodes nf4 / mxfp4 / nvfp4 expert weights in the k loop (
       run_quant_case(*be, *ref, c);
     }
   }
+}
+
+TEST_CASE("scattermoe tunes into the tuning_cache file its options name (CUDA)") {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("axengine-scattermoe-tuning-" + std::to_string(::getpid()) + ".json");
+  fs::remove(file);
+  auto be = load_scattermoe("tune = true\ntuning_cache = \"" + file.string() + "\"\n");
+  if (!be) {
+    MESSAGE("skipped: needs a CUDA device and the built scattermoe plugin");
+    return;
+  }
+  using L = ax::ops::ExpertLayout;
+  run_case(*be, Case{256, 128, 192, 8, 2, 16, L::ENK, true, false, false, false, false});
+  // Options tune and tuning_cache reached the backend: the tiles it timed are in that file.
+  REQUIRE(fs::exists(file));
+  const nlohmann::json doc = nlohmann::json::parse(std::ifstream(file));
+  CHECK(doc["entries"].size() > 0);
+  fs::remove(file);
 }

@@ -45,8 +45,18 @@ struct RunConfig {
   toml::table document;  // the whole document after --set overrides, for sections bound elsewhere
 };
 
-// Parses `file`, applies `overrides` ("a.b=value"; the value is TOML, or a bare string), binds every
-// section and rejects unknown keys. Throws ConfigError with file:line:column.
+// A config is read in two phases, so that plugins can own tables of it (Engine::start does both):
+// 1. read_config parses `file` ("" = no file: every default), applies `overrides` ("a.b=value"; the value
+//    is TOML, or a bare string) and binds only what plugin discovery needs: [plugins] (and [run], for the
+//    log level while plugins load).
+// 2. bind_config binds the whole document once: every core section and every table the loaded plugins
+//    declared ([kernels.options.<backend>], [<plugin>]); unknown keys are refused everywhere alike, a
+//    [kernels.options.X] that no loaded plugin owns is an error naming X; then each plugin receives its
+//    bound options.
+// Both throw ConfigError with file:line:column.
+RunConfig read_config(const std::string& file, const std::vector<std::string>& overrides = {});
+void bind_config(RunConfig& config, const std::vector<PluginConfigTable>& plugin_tables = {});
+// Both phases with no plugin tables (tools and tests that load no plugin).
 RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides = {});
 
 // Sections bound outside core/src/config (datasets, training, LoRA...) register here so that
@@ -61,8 +71,9 @@ struct ConfigSection {
 };
 void register_config_section(ConfigSection section);
 
-// Markdown reference of every key (the generated part of docs/config.md).
-std::string config_reference_markdown();
+// Markdown reference of every key (the generated part of docs/config.md): core sections, then the tables
+// of the given plugins.
+std::string config_reference_markdown(const std::vector<PluginConfigTable>& plugin_tables = {});
 
 // "auto" resolved for a device: bf16 on CUDA, fp32 on CPU.
 std::string resolve_dtype(const std::string& dtype, bool cuda);

@@ -8,6 +8,7 @@
 //   t.finish();                        // unknown keys -> error
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,5 +69,16 @@ class TableBinder {
 
 // The location of `node` as a ConfigError, for checks done outside a binder.
 [[noreturn]] void config_fail(const std::string& file, const toml::node* at, const std::string& message);
+
+// A config table a plugin owns (PluginRegistrar::backend_options / config_table in plugin.hpp): bound with
+// the rest of the config, its keys held to the same rules (types, locations, unknown keys refused with the
+// closest known one). `bind` binds every key the plugin accepts and, unless the binder is documenting the
+// schema (context().docs set, null table), hands the bound options to the plugin.
+struct PluginConfigTable {
+  std::string path;    // "kernels.options.<backend>" (a backend's options) or "<plugin name>" (top level)
+  std::string doc;
+  std::function<void(TableBinder& table)> bind;
+  std::string plugin;  // the plugin that declared it (set by the loader)
+};
 
 }  // namespace ax

@@ -1,5 +1,6 @@
-// What every command that works from a run config starts with: the config, the device, a registry
-// holding the built-ins and the discovered plugins, and the kernel resolution for this device.
+// What every command that loads plugins starts with (run, validate, prepare, plugins, conformance, bench,
+// merge-lora): the config, the device, a registry holding the built-ins and the discovered plugins, and
+// the kernel resolution for this device.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,10 +14,21 @@
 
 namespace ax {
 
+struct StartOptions {
+  std::string config_file;                // "" = no file: every default, then the overrides
+  std::vector<std::string> overrides;     // --set KEY=VALUE
+  std::vector<std::string> plugin_files;  // loaded first, origin "command line" (conformance --plugin)
+  bool discover = true;                   // search plugins.paths, AXENGINE_PLUGIN_PATH, <exe dir>/plugins
+  std::string exe_dir;                    // "" = the running executable's directory
+};
+
 class Engine {
  public:
-  // Loads and validates the config, applies its log level, detects the device, registers built-ins
-  // and discovers plugins (config plugins.paths, AXENGINE_PLUGIN_PATH, <exe dir>/plugins).
+  // Starts in two phases (config.hpp): reads the config and what discovery needs ([plugins], log level),
+  // registers the built-ins and loads the plugins (the given files, then plugins.paths,
+  // AXENGINE_PLUGIN_PATH, <exe dir>/plugins), then binds the whole config once — core sections and the
+  // tables those plugins declared, whose options reach the plugins there — and detects the device.
+  static std::unique_ptr<Engine> start(const StartOptions& options);
   static std::unique_ptr<Engine> start(const std::string& config_file, const std::vector<std::string>& overrides,
                                        const std::string& exe_dir = "");
 

@@ -16,12 +16,14 @@
 // (their requirements come from it); if registration throws, nothing it registered is kept.
 // docs/plugins.md has the full guide.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/headeronly/version.h>
 
+#include "axengine/config_binder.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/version.hpp"
 
@@ -93,18 +95,51 @@ class PluginRegistrar {
     stage(ProviderKind::optimizer, "", name, std::static_pointer_cast<void>(std::move(provider)));
   }
 
+  // The options of one of this plugin's kernel backends: the table [kernels.options.<backend>] of the run
+  // config. `bind` binds every key the table accepts into an Options (TableBinder: typed values, errors with
+  // file:line:column; keys it does not bind are refused with the closest known one). Once the whole config
+  // is bound, `configure` receives the options, before any kernel runs. A backend used without a run
+  // config (a test that calls the registration directly) keeps Options' defaults.
+  //
+  //   auto opts = std::make_shared<MyOptions>();
+  //   reg.backend_options<MyOptions>("mymoe", "options of mymoe", bind_my_options,
+  //                                  [opts](const MyOptions& o) { *opts = o; });
+  //   reg.kernel<ax::ops::MoeExperts>("mymoe", std::make_shared<MyMoe>(opts));
+  template <class Options>
+  void backend_options(const std::string& backend, const std::string& doc, void (*bind)(TableBinder&, Options&),
+                       std::function<void(const Options&)> configure) {
+    table<Options>("kernels.options." + backend, doc, bind, std::move(configure));
+  }
+  // A top-level table [<name>] for options of the plugin as a whole; `name` must be the plugin's own.
+  template <class Options>
+  void config_table(const std::string& name, const std::string& doc, void (*bind)(TableBinder&, Options&),
+                    std::function<void(const Options&)> configure) {
+    table<Options>(name, doc, bind, std::move(configure));
+  }
+
   struct Staged {
     ProviderKind kind;
     std::string op, name;
     std::shared_ptr<void> object;
   };
   const std::vector<Staged>& staged() const { return staged_; }
+  const std::vector<PluginConfigTable>& config_tables() const { return tables_; }
 
  private:
   void stage(ProviderKind kind, std::string op, std::string name, std::shared_ptr<void> object) {
     staged_.push_back({kind, std::move(op), std::move(name), std::move(object)});
   }
+  template <class Options>
+  void table(std::string path, const std::string& doc, void (*bind)(TableBinder&, Options&),
+             std::function<void(const Options&)> configure) {
+    tables_.push_back({std::move(path), doc, [bind, configure = std::move(configure)](TableBinder& t) {
+                         Options options;
+                         bind(t, options);
+                         if (!t.context().docs && configure) configure(options);
+                       }, ""});
+  }
   std::vector<Staged> staged_;
+  std::vector<PluginConfigTable> tables_;
 };
 
 using PluginRegisterFn = void(PluginRegistrar&);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "axengine/config_binder.hpp"
 #include "axengine/registry.hpp"
 
 namespace ax {
@@ -28,6 +29,7 @@ struct PluginReport {
   std::string name, version;  // from the descriptor, when it could be read
   std::string reason;         // why refused or skipped; for loaded plugins, notes (e.g. a provider refused)
   std::vector<std::string> providers;  // keys of the providers it added
+  std::vector<std::string> config_tables;  // the config tables it owns: "kernels.options.scattermoe"
 };
 const char* to_string(PluginReport::Status status);
 
@@ -44,11 +46,16 @@ class PluginLoader {
   void discover(const std::vector<std::string>& config_paths, const std::string& exe_dir = "");
 
   const std::vector<PluginReport>& reports() const { return reports_; }
+  // The config tables the loaded plugins declared (PluginRegistrar::backend_options / config_table), for
+  // bind_config. A table is kept only when it is the options of a backend its plugin registered, or the
+  // top-level table named after the plugin, and no earlier plugin owns its path.
+  const std::vector<PluginConfigTable>& config_tables() const { return tables_; }
 
  private:
   struct Loaded;
   Registry& registry_;
   std::vector<PluginReport> reports_;
+  std::vector<PluginConfigTable> tables_;
   std::vector<std::unique_ptr<Loaded>> libraries_;  // kept loaded for the process' life
 };
 

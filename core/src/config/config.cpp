@@ -1,5 +1,6 @@
 #include "axengine/config.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -35,7 +36,36 @@ void bind_kernel_lists(TableBinder& t, std::map<std::string, std::vector<std::st
   }
 }
 
-void bind_kernels(TableBinder& t, KernelPreferences& k) {
+const std::string kOptionsPrefix = "kernels.options.";
+
+// [kernels.options.<backend>]: each table belongs to the loaded plugin that declared it and is bound by its
+// code; one that no loaded plugin owns is an error naming the backend. (When documenting, the plugin tables
+// are listed after the core sections instead: bind_all.)
+void bind_backend_options(TableBinder& t, const std::vector<PluginConfigTable>& tables) {
+  TableBinder opts = t.sub("options", "per-backend options: one table [kernels.options.<backend>] per backend, declared and "
+                                      "documented by the plugin that provides it (plugin tables, below)");
+  if (!opts.table()) return;
+  std::vector<std::string> owned;
+  for (const auto& pt : tables)
+    if (pt.path.rfind(kOptionsPrefix, 0) == 0) owned.push_back(pt.path.substr(kOptionsPrefix.size()));
+  for (const auto& [key, node] : *opts.table()) {
+    const std::string name(key.str());
+    auto it = std::find_if(tables.begin(), tables.end(), [&](const PluginConfigTable& pt) { return pt.path == kOptionsPrefix + name; });
+    if (it == tables.end()) {
+      const std::string hint = closest(name, owned);
+      opts.fail(&node, str("'", kOptionsPrefix, name, "': no loaded plugin provides backend '", name, "'",
+                           hint.empty() ? "" : str(" (did you mean '", kOptionsPrefix, hint, "'?)"),
+                           "; `axengine plugins list` shows the plugins found and why any was refused"));
+    }
+    opts.accept(name);
+    TableBinder per = opts.sub(name.c_str(), it->doc.c_str());
+    it->bind(per);
+    per.finish();
+  }
+  opts.finish();
+}
+
+void bind_kernels(TableBinder& t, KernelPreferences& k, const std::vector<PluginConfigTable>& tables) {
   t.field("strict", k.strict, "error out when no listed backend fits, instead of falling back to `reference`");
   bind_kernel_lists(t, k.prefer);
   TableBinder arch = t.sub("arch", "per-GPU overrides: [kernels.arch.sm_120] moe = [...] replaces the lists on that arch");
@@ -55,15 +85,32 @@ void bind_kernels(TableBinder& t, KernelPreferences& k) {
     bind_kernel_lists(per, unused);
   }
   arch.finish();
+  bind_backend_options(t, tables);
 }
 
-void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx) {
+void bind_run(TableBinder& t, RunSection& r) {
+  t.field("output_dir", r.output_dir, "output directory (checkpoints, metrics, report), relative to the config file");
+  t.field("seed", r.seed, "seed for initialisation, shuffling and dropout");
+  t.choice("log_level", r.log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log verbosity (env AXENGINE_LOG overrides)");
+}
+
+void bind_plugins(TableBinder& t, PluginsSection& p) {
+  t.field("paths", p.paths, "directories or .so files searched before AXENGINE_PLUGIN_PATH and <exe dir>/plugins");
+}
+
+// A plugin's top-level table must not take a name core binds.
+void check_not_core(const PluginConfigTable& pt) {
+  static const std::vector<std::string> core{"run", "model", "device", "plugins", "kernels"};
+  bool taken = std::find(core.begin(), core.end(), pt.path) != core.end();
+  for (const auto& s : extra_sections()) taken = taken || s.name == pt.path;
+  if (taken) throw UsageError(str("plugin '", pt.plugin, "' declares the config table [", pt.path, "], which core owns"));
+}
+
+void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, const std::vector<PluginConfigTable>& tables) {
   TableBinder root(doc, "", ctx);
   {
     TableBinder t = root.sub("run", "where results go and how the run is seeded");
-    t.field("output_dir", c.run.output_dir, "output directory (checkpoints, metrics, report), relative to the config file");
-    t.field("seed", c.run.seed, "seed for initialisation, shuffling and dropout");
-    t.choice("log_level", c.run.log_level, {"trace", "debug", "info", "warn", "error", "off"}, "log verbosity (env AXENGINE_LOG overrides)");
+    bind_run(t, c.run);
     t.finish();
   }
   {
@@ -83,12 +130,12 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx) {
   }
   {
     TableBinder t = root.sub("plugins", "plugin discovery");
-    t.field("paths", c.plugins.paths, "directories or .so files searched before AXENGINE_PLUGIN_PATH and <exe dir>/plugins");
+    bind_plugins(t, c.plugins);
     t.finish();
   }
   {
     TableBinder t = root.sub("kernels", "kernel backend preference per op: the first whose requirements fit the device wins");
-    bind_kernels(t, c.kernels);
+    bind_kernels(t, c.kernels, ctx.docs ? std::vector<PluginConfigTable>{} : tables);
     t.finish();
   }
   for (const auto& s : extra_sections()) {
@@ -111,6 +158,26 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx) {
     }
     TableBinder t = root.sub(s.name.c_str(), s.doc.c_str());
     s.bind(t, c);
+    t.finish();
+  }
+  // Plugin tables: the top-level ones are bound here ([kernels.options.*] inside [kernels]); the schema lists
+  // them all after the core sections, by path.
+  std::vector<const PluginConfigTable*> sorted;
+  for (const auto& pt : tables) sorted.push_back(&pt);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->path < b->path; });
+  for (const PluginConfigTable* pt : sorted) {
+    const bool top = pt->path.find('.') == std::string::npos;
+    if (top) check_not_core(*pt);
+    if (ctx.docs) {
+      ctx.docs->push_back({pt->path, "table", "", str(pt->doc, " (plugin `", pt->plugin, "`)")});
+      TableBinder t(nullptr, pt->path, ctx);
+      pt->bind(t);
+      if (top) root.accept(pt->path);
+      continue;
+    }
+    if (!top) continue;
+    TableBinder t = root.sub(pt->path.c_str(), pt->doc.c_str());
+    pt->bind(t);
     t.finish();
   }
   root.finish();
@@ -148,42 +215,66 @@ void apply_override(toml::table& doc, const std::string& text) {
 
 void register_config_section(ConfigSection section) { extra_sections().push_back(std::move(section)); }
 
-RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides) {
+RunConfig read_config(const std::string& file, const std::vector<std::string>& overrides) {
   RunConfig c;
   c.file = file;
   std::error_code ec;
-  if (!fs::exists(file, ec)) throw UsageError(str(file, ": no such config file"));
-  // Read through InputFile, not toml::parse_file: a FIFO or device named as the config is refused with
-  // "not a regular file" rather than opened (which would block on a FIFO).
-  const std::string text = read_regular_file(file, "run config");
-  c.dir = fs::absolute(file, ec).parent_path().string();
-  try {
-    c.document = toml::parse(text, file);
-  } catch (const toml::parse_error& e) {
-    const auto& src = e.source();
-    throw ConfigError(file, static_cast<int>(src.begin.line), static_cast<int>(src.begin.column), std::string(e.description()));
+  if (!file.empty()) {
+    if (!fs::exists(file, ec)) throw UsageError(str(file, ": no such config file"));
+    // Read through InputFile, not toml::parse_file: a FIFO or device named as the config is refused with
+    // "not a regular file" rather than opened (which would block on a FIFO).
+    const std::string text = read_regular_file(file, "run config");
+    c.dir = fs::absolute(file, ec).parent_path().string();
+    try {
+      c.document = toml::parse(text, file);
+    } catch (const toml::parse_error& e) {
+      const auto& src = e.source();
+      throw ConfigError(file, static_cast<int>(src.begin.line), static_cast<int>(src.begin.column), std::string(e.description()));
+    }
   }
   for (const auto& o : overrides) apply_override(c.document, o);
-  bind_all(&c.document, c, BindContext{file, nullptr});
-  c.run.output_dir = resolve_path(c.dir, c.run.output_dir);
-  c.model.path = resolve_path(c.dir, c.model.path);
+  // What discovery needs; bind_config binds these again with everything else.
+  TableBinder root(&c.document, "", BindContext{file, nullptr});
+  TableBinder run = root.sub("run", "");
+  bind_run(run, c.run);
+  run.finish();
+  TableBinder plugins = root.sub("plugins", "");
+  bind_plugins(plugins, c.plugins);
+  plugins.finish();
   for (auto& p : c.plugins.paths) p = resolve_path(c.dir, p);
   return c;
 }
 
-std::string config_reference_markdown() {
+void bind_config(RunConfig& c, const std::vector<PluginConfigTable>& plugin_tables) {
+  bind_all(&c.document, c, BindContext{c.file, nullptr}, plugin_tables);
+  c.run.output_dir = resolve_path(c.dir, c.run.output_dir);
+  c.model.path = resolve_path(c.dir, c.model.path);
+  for (auto& p : c.plugins.paths) p = resolve_path(c.dir, p);
+}
+
+RunConfig load_config(const std::string& file, const std::vector<std::string>& overrides) {
+  if (file.empty()) throw UsageError("no config file given");
+  RunConfig c = read_config(file, overrides);
+  bind_config(c);
+  return c;
+}
+
+std::string config_reference_markdown(const std::vector<PluginConfigTable>& plugin_tables) {
   std::vector<ConfigKeyDoc> docs;
   RunConfig defaults;
-  bind_all(nullptr, defaults, BindContext{"", &docs});
+  bind_all(nullptr, defaults, BindContext{"", &docs}, plugin_tables);
   std::ostringstream os;
   std::string section;
+  bool header = false;  // a section's key table starts with its first key (a section may have none)
   for (const auto& d : docs) {
     if (d.type == "table") {
-      os << (section.empty() ? "" : "\n") << "### [" << d.key << "]\n\n" << d.doc << "\n\n"
-         << "| key | type | default | meaning |\n|---|---|---|---|\n";
+      os << (section.empty() ? "" : "\n") << "### [" << d.key << "]\n\n" << d.doc << "\n";
       section = d.key;
+      header = false;
       continue;
     }
+    if (!header) os << "\n| key | type | default | meaning |\n|---|---|---|---|\n";
+    header = true;
     std::string def = d.deflt.empty() ? "—" : "`" + d.deflt + "`";
     os << "| `" << d.key << "` | " << d.type << " | " << def << " | " << d.doc << " |\n";
   }

@@ -82,6 +82,40 @@ std::vector<std::string> commit(Registry& registry, const PluginDescriptor& d, c
   return notes;
 }
 
+// Keeps the config tables the plugin declared that it may own: [kernels.options.<backend>] of a backend it
+// registered (`added` holds the keys committed above), or [<plugin name>]. Returns notes on the others.
+std::vector<std::string> commit_tables(const PluginDescriptor& d, const PluginRegistrar& reg,
+                                       const std::vector<std::string>& added, std::vector<PluginConfigTable>& tables,
+                                       std::vector<std::string>& owned) {
+  std::vector<std::string> notes;
+  const std::string prefix = "kernels.options.";
+  for (const auto& t : reg.config_tables()) {
+    bool allowed = t.path == d.name;
+    if (t.path.rfind(prefix, 0) == 0) {
+      const std::string backend = t.path.substr(prefix.size());
+      allowed = std::any_of(added.begin(), added.end(), [&](const std::string& key) {
+        return key.rfind("kernel ", 0) == 0 && key.size() > backend.size() + 1 &&
+               key.compare(key.size() - backend.size() - 1, std::string::npos, "/" + backend) == 0;
+      });
+    }
+    if (!allowed) {
+      notes.push_back(str("config table [", t.path, "] is neither [kernels.options.<a backend it registers>] nor [",
+                          d.name, "]; ignored"));
+      continue;
+    }
+    auto prev = std::find_if(tables.begin(), tables.end(), [&](const PluginConfigTable& o) { return o.path == t.path; });
+    if (prev != tables.end()) {
+      notes.push_back(str("config table [", t.path, "] is already owned by plugin '", prev->plugin, "'; ignored"));
+      continue;
+    }
+    PluginConfigTable kept = t;
+    kept.plugin = d.name;
+    tables.push_back(std::move(kept));
+    owned.push_back(t.path);
+  }
+  return notes;
+}
+
 }  // namespace
 
 const PluginReport& PluginLoader::load_file(const std::string& path_in, const std::string& origin) {
@@ -152,6 +186,7 @@ const PluginReport& PluginLoader::load_file(const std::string& path_in, const st
   }
   libraries_.push_back(std::move(loaded));
   auto notes = commit(registry_, d, path, registrar, r.providers);
+  for (auto& n : commit_tables(d, registrar, r.providers, tables_, r.config_tables)) notes.push_back(std::move(n));
   for (const auto& n : notes) log::warn(str("plugin '", d.name, "' (", path, "): ", n));
   return finish(PluginReport::Status::loaded, join(notes, "; "));
 }

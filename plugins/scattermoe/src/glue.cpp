@@ -97,7 +97,7 @@ at::Tensor scattered_rows(const at::Tensor& rows, const at::Tensor& inv) {
   return rows.index_select(0, inv.clamp_min(0)).masked_fill_((inv < 0).unsqueeze(1), 0);
 }
 
-at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
+at::Tensor lora_xa(Tuner& tuner, const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
                    const at::Tensor& opts_like, cudaStream_t stream, const char* what) {
   const at::Tensor la = rows(args.lora_a);
   at::Tensor xa = at::empty({d.M, d.r}, opts_like.options());
@@ -111,18 +111,18 @@ at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, co
   t.alpha = static_cast<float>(args.scaling);
   t.c = xa.data_ptr();
   t.ldc = d.r;
-  run_thin(t, d.r, opts_like, stream, what);
+  run_thin(tuner, t, d.r, opts_like, stream, what);
   return xa;
 }
 
-void run_thin(GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what) {
+void run_thin(Tuner& tuner, GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what) {
   t.splits = thin_split_k(t, at::cuda::getDeviceProperties(like.device().index())->multiProcessorCount);
   at::Tensor ws;
   if (t.splits > 1) {
     ws = at::empty({t.splits, t.M, t.N}, like.options().dtype(at::kFloat));
     t.partial = ws.data_ptr<float>();
   }
-  run_grouped_tuned(GemmOp::thin, rank, t, stream);
+  tuner.grouped(GemmOp::thin, rank, t, stream);
   check_launch(what);
 }
 

@@ -10,8 +10,21 @@
 #include <axengine/strings.hpp>
 
 #include "../kernels/moe_gemm.hpp"
+#include "options.hpp"
+#include "tuner.hpp"
 
 namespace ax::scattermoe::glue {
+
+// What one scattermoe backend object runs with: the path mode and tile selection its options set
+// ([kernels.options.scattermoe]; defaults until the engine hands them over).
+struct Context {
+  PathMode path = PathMode::automatic;
+  Tuner tuner;
+  void configure(const Options& options) {
+    path = path_mode(options.path);
+    tuner.configure(options);
+  }
+};
 
 inline DType kernel_dtype(at::ScalarType t) {
   if (t == at::kBFloat16) return DType::bf16;
@@ -67,19 +80,19 @@ GroupedGemmArgs routed(DType dtype, const ops::MoeDims& d, const Routing& rt);
 
 // A thin product (N = r: XA, YB) through the tuner, split along K when it has few row tiles for the GPU
 // (thin_split_k; the fp32 workspace is allocated here).
-void run_thin(GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what);
+void run_thin(Tuner& tuner, GroupedGemmArgs t, int64_t rank, const at::Tensor& like, cudaStream_t stream, const char* what);
 
 // XA = s · A · A_eᵀ, [M, r], by the thin kernel, where A is the first operand `g` already names (rows,
 // gather): A_e(k, j) = lora_a[(e r + j), k]. Saved for backward by both paths.
-at::Tensor lora_xa(const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
+at::Tensor lora_xa(Tuner& tuner, const GroupedGemmArgs& g, const ops::MoeExpertsArgs& args, const ops::MoeDims& d,
                    const at::Tensor& opts_like, cudaStream_t stream, const char* what);
 
 // Fused path: one kernel per product, LoRA fused into the base GEMM. Split path (few large experts):
 // base GEMM by at::_grouped_mm (CUTLASS, sm_90/sm_100, bf16), LoRA and scatter by our kernels.
 enum class Path { fused, split };
-// AXENGINE_SCATTERMOE_PATH=fused|split overrides the shape rule (split where it cannot run: fused,
+// Option path = fused | split | split_gmm overrides the shape rule (split where it cannot run: fused,
 // with one warning).
-Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
+Path choose_path(PathMode mode, const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
 
 // Split forward of one projection: the expert outputs (bias and LoRA included) and XA (undefined without
 // LoRA), the same tensors the fused path produces. The outputs go to `target` (grouped rows, or scattered
@@ -89,7 +102,7 @@ Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d);
 struct SplitForward {
   at::Tensor y_rows, xa;
 };
-SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+SplitForward split_forward(Context& ctx, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                            const at::Tensor& x, const at::Tensor& target, bool scattered_out, cudaStream_t stream);
 
 // Split backward pieces: dys = g · dY in sorted row order ([M, N]); then the dX rows = dys · W_eᵀ + YB · A_e
@@ -101,7 +114,7 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
 // above 32, unaligned rows): the caller then uses the thin and Gram kernels.
 bool split_lora_grads(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
                       const at::Tensor& xa, const at::Tensor& yb, const at::Tensor& db, cudaStream_t stream);
-at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
-                    const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream);
+at::Tensor split_dx(Context& ctx, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                    const at::Tensor& dys, const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream);
 
 }  // namespace ax::scattermoe::glue

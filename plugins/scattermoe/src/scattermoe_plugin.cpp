@@ -15,6 +15,8 @@
 // All routing stays on the device: no host synchronisation on the hot path (check_values off).
 // Tile choice: every launch goes through tuner.hpp (tuning cache / heuristic / timing). Few large
 // experts take the split path (split_path.cpp): base GEMMs by at::_grouped_mm, LoRA by our kernels.
+// Both are set by the backend's options, [kernels.options.scattermoe] (options.hpp), which the engine
+// binds with the run config and hands over before the first call.
 // Quantised weights (nf4 / mxfp4 / nvfp4) are passed packed; the GEMMs decode them tile by tile inside
 // their k loop (kernels/weight_formats.cuh): no dequantised copy, only routed experts' bytes are read.
 #include <ATen/ATen.h>
@@ -63,6 +65,9 @@ at::Tensor combine_rows(const ops::MoeDims& d, int64_t N, const at::Tensor& rows
 }
 
 class ScatterMoe final : public ops::MoeExperts {
+ public:
+  explicit ScatterMoe(std::shared_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
+
  protected:
   ops::MoeExpertsResult run_forward(const ops::MoeExpertsArgs& args) override {
     check_supported(args);
@@ -77,18 +82,18 @@ class ScatterMoe final : public ops::MoeExperts {
     // caller asked for that (zeroed first: rows of inactive entries are never written).
     const bool scattered_out = !gated && !args.grouped_out;
     const bool direct = !gated && args.out.defined() && args.out.stride(1) == 1;
-    const bool split = choose_path(args, d) == Path::split;
+    const bool split = choose_path(ctx_->path, args, d) == Path::split;
     at::Tensor y_rows, xa;
     if (!split || scattered_out || direct) {
       y_rows = direct ? args.out : at::empty({d.M, d.N}, opts);
       if (scattered_out) y_rows.zero_();
     }
     if (split) {
-      SplitForward sf = split_forward(args, d, rt, x, y_rows, scattered_out, stream);
+      SplitForward sf = split_forward(*ctx_, args, d, rt, x, y_rows, scattered_out, stream);
       y_rows = sf.y_rows;
       xa = sf.xa;
     } else {
-      xa = fused_forward(args, d, rt, x, y_rows, scattered_out, stream);
+      xa = fused_forward(ctx_->tuner, args, d, rt, x, y_rows, scattered_out, stream);
     }
     // A grouped output the caller sees: rows past the last expert are zero (seg[E] is on the device).
     if (!gated && !scattered_out) zero_tail(y_rows, d, rt, stream);
@@ -96,7 +101,7 @@ class ScatterMoe final : public ops::MoeExperts {
   }
 
   // Fused forward: XA by the thin kernel, then Y = X W + XA Bᵀ + bias in one grouped GEMM.
-  static at::Tensor fused_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+  static at::Tensor fused_forward(Tuner& tuner, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                                   const at::Tensor& x, at::Tensor& y_rows, bool scattered_out, cudaStream_t stream) {
     const DType dt = kernel_dtype(x.scalar_type());
     const WeightView w = weight_view(args);
@@ -110,7 +115,7 @@ class ScatterMoe final : public ops::MoeExperts {
     at::Tensor xa, lb;
     if (lora) {
       lb = rows(args.lora_b);
-      xa = lora_xa(g, args, d, x, stream, "forward XA");
+      xa = lora_xa(tuner, g, args, d, x, stream, "forward XA");
     }
 
     g.N = static_cast<int>(d.N);
@@ -138,7 +143,7 @@ class ScatterMoe final : public ops::MoeExperts {
     g.c = y_rows.data_ptr();
     g.ldc = y_rows.stride(0);
     g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
-    run_grouped_tuned(GemmOp::forward, d.r, g, stream);
+    tuner.grouped(GemmOp::forward, d.r, g, stream);
     check_launch("forward GEMM");
     return xa;
   }
@@ -176,7 +181,7 @@ class ScatterMoe final : public ops::MoeExperts {
     const bool lora = d.r > 0;
     const bool gated = args.gates.defined();
     const auto opts = x.options();
-    const bool split = choose_path(args, d) == Path::split;
+    const bool split = choose_path(ctx_->path, args, d) == Path::split;
     const at::Tensor gy = rows(bwd.grad_y);
     at::Tensor xa = bwd.saved.size() > 0 ? bwd.saved[0] : at::Tensor();
     at::Tensor y_rows = bwd.saved.size() > 1 ? bwd.saved[1] : at::Tensor();
@@ -237,7 +242,7 @@ class ScatterMoe final : public ops::MoeExperts {
       t.alpha = static_cast<float>(args.scaling);
       t.c = yb.data_ptr();
       t.ldc = d.r;
-      run_thin(t, d.r, yb, stream, "backward YB");
+      run_thin(ctx_->tuner, t, d.r, yb, stream, "backward YB");
     }
 
     // dX rows in sorted order: the caller's grouped dx (rows past the last expert zeroed), or summed over
@@ -247,7 +252,7 @@ class ScatterMoe final : public ops::MoeExperts {
     if (bwd.need_dx) {
       at::Tensor dx_rows;
       if (split) {
-        dx_rows = split_dx(args, d, rt, dys, yb, la, stream);
+        dx_rows = split_dx(*ctx_, args, d, rt, dys, yb, la, stream);
       } else {
         dx_rows = at::empty({d.M, d.K}, opts);
         GroupedGemmArgs t = base;  // dX = g · dY · W_eᵀ + YB · A_e
@@ -269,7 +274,7 @@ class ScatterMoe final : public ops::MoeExperts {
         }
         t.c = dx_rows.data_ptr();
         t.ldc = d.K;
-        run_grouped_tuned(GemmOp::dx, d.r, t, stream);
+        ctx_->tuner.grouped(GemmOp::dx, d.r, t, stream);
         check_launch("backward dX");
       }
       if (args.grouped_in) {
@@ -302,7 +307,7 @@ class ScatterMoe final : public ops::MoeExperts {
       ga.c_estride = d.r * d.K;
       ga.ldc_i = 1;
       ga.ldc_j = d.K;
-      run_gram_tuned(ga, stream);
+      ctx_->tuner.gram(ga, stream);
       check_launch("backward dA");
 
       if (!yb_db_done) {
@@ -319,7 +324,7 @@ class ScatterMoe final : public ops::MoeExperts {
         gb.c_estride = d.r;
         gb.ldc_i = d.r * d.E;
         gb.ldc_j = 1;
-        run_gram_tuned(gb, stream);
+        ctx_->tuner.gram(gb, stream);
         check_launch("backward dB");
       }
       grads.dlora_a = assign(bwd.out.dlora_a, da);
@@ -389,6 +394,8 @@ class ScatterMoe final : public ops::MoeExperts {
       if (d > std::numeric_limits<int>::max())
         throw UsageError(str("moe.experts[scattermoe]: weight: ", w.describe(), " has a dimension past 2^31"));
   }
+
+  std::shared_ptr<Context> ctx_;
 };
 
 }  // namespace
@@ -403,5 +410,9 @@ AXENGINE_PLUGIN_DESCRIPTOR(
     " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
 
 AXENGINE_PLUGIN_REGISTER(reg) {
-  reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ax::scattermoe::ScatterMoe>());
+  using namespace ax::scattermoe;
+  auto ctx = std::make_shared<glue::Context>();
+  reg.backend_options<Options>("scattermoe", "options of the scattermoe moe.experts backend; docs/plugins/scattermoe.md, section Options",
+                               bind_options, [ctx](const Options& o) { ctx->configure(o); });
+  reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ScatterMoe>(ctx));
 }

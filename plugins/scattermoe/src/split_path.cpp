@@ -12,7 +12,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <mutex>
 
 #include <axengine/log.hpp>
@@ -22,23 +21,6 @@
 
 namespace ax::scattermoe::glue {
 namespace {
-
-// split_gmm: the split path without our wgmma kernel (always _grouped_mm + LoRA-add pass), for comparison.
-enum class PathEnv { automatic, fused, split, split_gmm };
-
-PathEnv path_env() {
-  static const PathEnv v = [] {
-    const char* e = std::getenv("AXENGINE_SCATTERMOE_PATH");
-    if (e == nullptr || *e == 0 || std::string(e) == "auto") return PathEnv::automatic;
-    if (std::string(e) == "fused") return PathEnv::fused;
-    if (std::string(e) == "split") return PathEnv::split;
-    if (std::string(e) == "split_gmm") return PathEnv::split_gmm;
-    ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=", e,
-                      " is not one of auto, fused, split, split_gmm; using auto"));
-    return PathEnv::automatic;
-  }();
-  return v;
-}
 
 bool aligned16(const at::Tensor& t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15u) == 0; }
 
@@ -89,10 +71,10 @@ at::Tensor gmm_offsets(const Routing& rt) { return rt.offsets.to(at::kInt); }
 // [E, R, C] with C contiguous and experts R·C apart; rank a multiple of 8 up to 64): the rows in sorted
 // order, written to `target` or (undefined) a new [M, cols] tensor. `transposed` reads the weight as the
 // backward does (no bias then). Returns an undefined tensor, launching nothing, where it does not run.
-at::Tensor wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+at::Tensor wgmma_projection(PathMode mode, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                             const at::Tensor& a, bool transposed, const at::Tensor& a2, const at::Tensor& w2,
                             const at::Tensor& target, cudaStream_t stream) {
-  if (path_env() == PathEnv::split_gmm || !wgmma_gemm_available(a.device().index())) return {};
+  if (mode == PathMode::split_gmm || !wgmma_gemm_available(a.device().index())) return {};
   const at::Tensor& v = args.weight.values;
   if (v.dim() != 3 || v.stride(2) != 1 || v.stride(0) != v.size(1) * v.stride(1)) return {};
   if (a.stride(1) != 1 || (a2.defined() && !a2.is_contiguous()) || (target.defined() && target.stride(1) != 1))
@@ -132,16 +114,15 @@ at::Tensor wgmma_projection(const ops::MoeExpertsArgs& args, const ops::MoeDims&
 
 }  // namespace
 
-Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
-  const PathEnv env = path_env();
-  if (env == PathEnv::fused) return Path::fused;
+Path choose_path(PathMode mode, const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
+  if (mode == PathMode::fused) return Path::fused;
   std::string why;
   const bool ok = split_available(args, d, why);
-  if (env == PathEnv::split || env == PathEnv::split_gmm) {
+  if (mode == PathMode::split || mode == PathMode::split_gmm) {
     if (!ok) {
       static std::once_flag once;
       std::call_once(once, [&] {
-        ax::log::warn(str("scattermoe: AXENGINE_SCATTERMOE_PATH=split: not available here (", why,
+        ax::log::warn(str("scattermoe: option path = \"split\": not available here (", why,
                           "); using the fused path"));
       });
     }
@@ -157,7 +138,7 @@ Path choose_path(const ops::MoeExpertsArgs& args, const ops::MoeDims& d) {
   return ok && rows_per_expert >= 128 && d.N * d.K >= (int64_t{1} << 20) ? Path::split : Path::fused;
 }
 
-SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+SplitForward split_forward(Context& ctx, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
                            const at::Tensor& x, const at::Tensor& target, bool scattered_out, cudaStream_t stream) {
   const bool lora = d.r > 0;
   at::Tensor base, xa, lb;
@@ -168,10 +149,10 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
       GroupedGemmArgs t = routed(DType::bf16, d, rt);  // XA = s · Xs · A_eᵀ
       t.a = xs.data_ptr();
       t.lda = xs.stride(0);
-      xa = lora_xa(t, args, d, x, stream, "split forward XA");
+      xa = lora_xa(ctx.tuner, t, args, d, x, stream, "split forward XA");
     }
     if (!scattered_out) {  // the whole projection in one kernel where it runs
-      at::Tensor y = wgmma_projection(args, d, rt, xs, false, xa, lora ? rows(args.lora_b) : at::Tensor(), target, stream);
+      at::Tensor y = wgmma_projection(ctx.path, args, d, rt, xs, false, xa, lora ? rows(args.lora_b) : at::Tensor(), target, stream);
       if (y.defined()) return {y, xa};
     }
     base = at::_grouped_mm(xs, gmm_weight(args), gmm_offsets(rt));
@@ -209,7 +190,7 @@ SplitForward split_forward(const ops::MoeExpertsArgs& args, const ops::MoeDims& 
   g.ldc = y_rows.stride(0);
   g.c_idx = scattered_out ? rt.scattered.data_ptr<int64_t>() : nullptr;
   if (!target.defined() && scattered_out) throw RuntimeError("scattermoe: split forward: scattered output needs a target");
-  run_grouped_tuned(GemmOp::lora_add, d.r, g, stream);
+  ctx.tuner.grouped(GemmOp::lora_add, d.r, g, stream);
   check_launch("split forward LoRA + base");
   return {y_rows, xa};
 }
@@ -241,9 +222,9 @@ at::Tensor split_sorted_grad(const ops::MoeExpertsArgs& args, const ops::MoeDims
   return gy.index_select(0, safe_rows(rt, d.k)).mul_(g);
 }
 
-at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt, const at::Tensor& dys,
-                    const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
-  if (at::Tensor dx = wgmma_projection(args, d, rt, dys, true, d.r > 0 ? yb : at::Tensor(), la, {}, stream); dx.defined())
+at::Tensor split_dx(Context& ctx, const ops::MoeExpertsArgs& args, const ops::MoeDims& d, const Routing& rt,
+                    const at::Tensor& dys, const at::Tensor& yb, const at::Tensor& la, cudaStream_t stream) {
+  if (at::Tensor dx = wgmma_projection(ctx.path, args, d, rt, dys, true, d.r > 0 ? yb : at::Tensor(), la, {}, stream); dx.defined())
     return dx;
   const at::Tensor dxb = at::_grouped_mm(dys, gmm_weight(args).transpose(1, 2), gmm_offsets(rt));  // [M, K]
   GroupedGemmArgs t = routed(DType::bf16, d, rt);  // dX = YB · A_e + dXb: A_e(j, k) = lora_a[e r + j, k]
@@ -267,7 +248,7 @@ at::Tensor split_dx(const ops::MoeExpertsArgs& args, const ops::MoeDims& d, cons
   t.ldd = dxb.stride(0);
   t.c = dxb.data_ptr();
   t.ldc = dxb.stride(0);
-  run_grouped_tuned(GemmOp::lora_add, d.r, t, stream);
+  ctx.tuner.grouped(GemmOp::lora_add, d.r, t, stream);
   check_launch("split backward dX");
   return dxb;
 }

@@ -51,7 +51,7 @@ const DeviceInfo& device_info(int dev) {
 // The directory the plugin was loaded from: the shipped tuning files lie in <dir>/scattermoe_tuning/.
 fs::path plugin_dir() {
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&run_gram_tuned), &info) == 0 || info.dli_fname == nullptr) return {};
+  if (dladdr(reinterpret_cast<void*>(&default_user_cache_path), &info) == 0 || info.dli_fname == nullptr) return {};
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::path(info.dli_fname), ec);
   return ec ? fs::path(info.dli_fname).parent_path() : p.parent_path();
@@ -65,34 +65,6 @@ bool capturing(cudaStream_t s) {
   }
   return st != cudaStreamCaptureStatusNone;
 }
-
-// AXENGINE_SCATTERMOE_TILE=<name>[,<name>]: force a configuration per family wherever it is compiled
-// (testing each configuration's correctness, benchmarking one against another). -1: none.
-int forced_tile(TileFamily family) {
-  static const std::vector<int> forced = [] {
-    std::vector<int> ids;
-    const char* v = std::getenv("AXENGINE_SCATTERMOE_TILE");
-    if (v == nullptr) return ids;
-    std::string s(v);
-    size_t start = 0;
-    while (start <= s.size()) {
-      const size_t comma = std::min(s.find(',', start), s.size());
-      const std::string name = s.substr(start, comma - start);
-      const int id = tile_id(name);
-      if (id >= 0) ids.push_back(id);
-      else if (!name.empty()) ax::log::warn(ax::str("scattermoe: AXENGINE_SCATTERMOE_TILE: unknown configuration '", name, "'"));
-      start = comma + 1;
-    }
-    return ids;
-  }();
-  for (int id : forced)
-    if (kTileConfigs[id].family == family) return id;
-  return -1;
-}
-
-// Resolved tiles of this process (cache hits, heuristic choices and tuning results alike).
-std::mutex g_memo_mu;
-std::map<std::string, int> g_memo;
 
 // Times `launch(tile)` for every candidate; returns the fastest (or -1 when none ran cleanly).
 template <class Launch>
@@ -142,10 +114,35 @@ int time_candidates(const std::vector<int>& cands, cudaStream_t s, Launch launch
   return best;
 }
 
+}  // namespace
+
+void Tuner::configure(const Options& options) {
+  std::string error;
+  forced_ = parse_tiles(options.tile, error);  // checked when the options were bound
+  tune_ = options.tune;
+  user_file_ = options.tuning_cache.empty() ? default_user_cache_path() : fs::path(options.tuning_cache);
+}
+
+int Tuner::forced(TileFamily family) const {
+  for (int id : forced_)
+    if (kTileConfigs[id].family == family) return id;
+  return -1;
+}
+
+TuningCache& Tuner::cache() {
+  std::call_once(cache_once_, [this] {
+    cache_ = std::make_unique<TuningCache>();
+    const fs::path dir = plugin_dir();
+    if (!dir.empty()) cache_->load_shipped_dir(dir / "scattermoe_tuning");
+    cache_->load_user(user_file_.empty() ? default_user_cache_path() : user_file_);
+  });
+  return *cache_;
+}
+
 // The shared selection logic. `query` has everything but the occupancies; `occupancy(tile)` and
 // `launch(tile)` talk to the kernels; `may_tune` is false when rerunning the call would be unsafe.
 template <class Occ, class Launch>
-int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Occ occupancy, Launch launch) {
+int Tuner::select(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Occ occupancy, Launch launch) {
   int dev = 0;
   cudaGetDevice(&dev);
   const DeviceInfo& di = device_info(dev);
@@ -155,19 +152,19 @@ int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Oc
   // is not compiled for a call is skipped below. The in-process memo keeps variants apart.
   const std::string memo_key = ax::str(key, "|", query.variant.bf16, query.variant.idx64, query.variant.mixed);
   {
-    std::lock_guard<std::mutex> lock(g_memo_mu);
-    if (auto it = g_memo.find(memo_key); it != g_memo.end()) return it->second;
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    if (auto it = memo_.find(memo_key); it != memo_.end()) return it->second;
   }
-  TuningCache& cache = tuning_cache();
-  const bool tune = tuning_enabled() && may_tune && !capturing(s);
+  TuningCache& cache = this->cache();
+  const bool tune = tune_ && may_tune && !capturing(s);
   query.sms = di.sms;
   for (int t = 0; t < kTileCount; ++t) query.occupancy[t] = occupancy(t);
 
   int tile = -1;
   std::string how;
-  if (const int f = forced_tile(query.variant.family); f >= 0 && tile_compiled(f, query.variant) && query.occupancy[f] > 0) {
+  if (const int f = forced(query.variant.family); f >= 0 && tile_compiled(f, query.variant) && query.occupancy[f] > 0) {
     tile = f;
-    how = "AXENGINE_SCATTERMOE_TILE";
+    how = "option tile";
   }
   // While tuning, only entries measured into the user file count: a fill run re-measures shipped ones.
   if (auto name = tile < 0 ? cache.lookup(key, /*shipped=*/!tune) : std::nullopt) {
@@ -201,35 +198,12 @@ int select_tile(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, Oc
   const std::string line = ax::str("scattermoe: ", key, " -> ", kTileConfigs[tile].name, " (", how, ")");
   if (how.rfind("tuned", 0) == 0) ax::log::info(line);  // tuning runs are rare and worth seeing
   else ax::log::debug(line);
-  std::lock_guard<std::mutex> lock(g_memo_mu);
-  g_memo.emplace(memo_key, tile);
+  std::lock_guard<std::mutex> lock(memo_mu_);
+  memo_.emplace(memo_key, tile);
   return tile;
 }
 
-}  // namespace
-
-bool tuning_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("AXENGINE_SCATTERMOE_TUNE");
-    if (v == nullptr) return false;
-    const std::string s(v);
-    return s == "1" || s == "true" || s == "on" || s == "yes";
-  }();
-  return on;
-}
-
-TuningCache& tuning_cache() {
-  static TuningCache* cache = [] {
-    auto* c = new TuningCache;  // leaked on purpose: used until the process ends, plugin unload included
-    const fs::path dir = plugin_dir();
-    if (!dir.empty()) c->load_shipped_dir(dir / "scattermoe_tuning");
-    c->load_user(default_user_cache_path());
-    return c;
-  }();
-  return *cache;
-}
-
-void run_grouped_tuned(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream_t stream) {
+void Tuner::grouped(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream_t stream) {
   // Packed weights take their fixed tile (kernels/moe_gemm_packed.cuh): the tuning keys do not carry the
   // format, so timing them would store noise under a dense key.
   if (args.wq.format != WeightFormat::dense) return grouped_gemm(args, stream);
@@ -243,7 +217,7 @@ void run_grouped_tuned(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream
   q.N = args.N;
   q.K = args.K;
   const bool may_tune = args.d == nullptr || args.d != args.c;
-  args.tile = select_tile(
+  args.tile = select(
       q, rank, may_tune, stream, [&](int t) { return grouped_occupancy(args, t); },
       [&](int t) {
         GroupedGemmArgs a = args;
@@ -253,7 +227,7 @@ void run_grouped_tuned(GemmOp op, int64_t rank, GroupedGemmArgs args, cudaStream
   grouped_gemm(args, stream);
 }
 
-void run_gram_tuned(GramArgs args, cudaStream_t stream) {
+void Tuner::gram(GramArgs args, cudaStream_t stream) {
   TileQuery q;
   q.op = GemmOp::gram;
   q.variant = gram_variant(args);
@@ -261,7 +235,7 @@ void run_gram_tuned(GramArgs args, cudaStream_t stream) {
   q.M = args.M;
   q.N = args.I;
   q.K = args.J;
-  args.tile = select_tile(
+  args.tile = select(
       q, args.J, true, stream, [&](int t) { return gram_occupancy(args, t); },
       [&](int t) {
         GramArgs a = args;

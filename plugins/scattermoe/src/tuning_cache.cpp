@@ -96,7 +96,6 @@ std::optional<TuningKey> parse_key(std::string_view text) {
 }
 
 fs::path default_user_cache_path() {
-  if (const char* p = std::getenv("AXENGINE_TUNING_CACHE"); p && *p) return fs::path(p);
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "axengine" / "scattermoe-tuning.json";
   if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "axengine" / "scattermoe-tuning.json";
   return {};

@@ -7,8 +7,9 @@
 // are model constants and kept exact.
 //
 // Files: JSON {"version": 1, "entries": {"<key>": "<tile name>", ...}}. Shipped, pre-filled files are read
-// from a directory next to the plugin (read-only); the user file ($AXENGINE_TUNING_CACHE or
-// ~/.cache/axengine/scattermoe-tuning.json) holds what this machine tuned and takes precedence. Writes
+// from a directory next to the plugin (read-only); the user file (option tuning_cache of
+// [kernels.options.scattermoe], else ~/.cache/axengine/scattermoe-tuning.json) holds what this machine
+// tuned and takes precedence. Writes
 // merge with the file on disk and replace it atomically (temporary file + rename). A corrupt file or
 // unknown entries produce one warning per file and are ignored, never an error.
 #pragma once
@@ -45,8 +46,8 @@ struct TuningKey {
 // Parses a key string; nullopt when it is not one str() could have written.
 std::optional<TuningKey> parse_key(std::string_view text);
 
-// The default location of the user file: $AXENGINE_TUNING_CACHE, else $XDG_CACHE_HOME/axengine/...,
-// else $HOME/.cache/axengine/scattermoe-tuning.json (empty when none of them is set).
+// The default location of the user file (option tuning_cache unset): $XDG_CACHE_HOME/axengine/...,
+// else $HOME/.cache/axengine/scattermoe-tuning.json (empty when neither is set).
 std::filesystem::path default_user_cache_path();
 
 class TuningCache {
