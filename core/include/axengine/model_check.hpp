@@ -23,7 +23,9 @@ struct ModelCheck {
 
 // The optional interface: everything load() would refuse, found from config.json, the checkpoint's headers
 // and the adapter files without reading a base weight. Throws UsageError naming the file and key (the same
-// messages load gives), e.g. a LoRA target that matches no module of the model.
+// messages load gives), e.g. a LoRA target that matches no module of the model. A family implements it as a
+// second base (class MyFamily : public ModelFamily, public ModelFamilyCheck) and registers itself as the
+// ModelFamily; check_model finds the interface with dynamic_cast.
 class ModelFamilyCheck {
  public:
   virtual ~ModelFamilyCheck() = default;
