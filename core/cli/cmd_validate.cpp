@@ -1,8 +1,9 @@
-// axengine validate --config FILE [--set k=v]... | --schema
+// axengine validate --config FILE [--set k=v]... [--resume] | --schema
 #include <iostream>
 
 #include "axengine/config.hpp"
 #include "axengine/engine.hpp"
+#include "axengine/training.hpp"
 #include "command.hpp"
 
 namespace {
@@ -12,9 +13,11 @@ int run_validate(const std::vector<std::string>& args) {
   po::options_description opts("validate options");
   opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set train.lr=1e-4")(
+      "resume", po::bool_switch(), "check as `run --resume` would (the newest checkpoint in output_dir)")(
       "schema", "print the reference of every config key (markdown), the found plugins' tables included, instead");
   po::variables_map vm;
-  if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... | --schema", args, opts, vm)) return 0;
+  if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... [--resume] | --schema", args, opts, vm))
+    return 0;
   if (vm.count("schema")) {
     auto engine = ax::Engine::start(ax::StartOptions{});  // no config: the plugins found the usual way
     std::cout << ax::config_reference_markdown(engine->plugins->config_tables());
@@ -22,12 +25,16 @@ int run_validate(const std::vector<std::string>& args) {
   }
   if (!vm.count("config")) throw ax::UsageError("validate: --config FILE is required");
   auto sets = vm.count("set") ? vm["set"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  // The start path of `run`: plugins are loaded, so their tables are checked like core keys.
-  ax::Engine::start(vm["config"].as<std::string>(), sets);
+  // The same start (plugins loaded, so their tables are checked like core keys) and the same check as `run`,
+  // minus loading the model and training.
+  auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
+  auto lines = ax::check_run(*engine, ax::TrainOptions{vm["resume"].as<bool>()});
   std::cout << vm["config"].as<std::string>() << ": ok\n";
+  for (const auto& l : lines) std::cout << "  " << l << "\n";
   return 0;
 }
 
-ax::cli::CommandRegistrar reg({"validate", "check a run config (types, unknown keys, values)", run_validate});
+ax::cli::CommandRegistrar reg({"validate", "check a run config as `run` would before its first step, without loading weights",
+                               run_validate});
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <exception>
 #include <iostream>
 
+#include <c10/util/Exception.h>
+
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/version.hpp"
@@ -80,6 +82,13 @@ int main(int argc, char** argv) {
   } catch (const ax::UsageError& e) {
     ax::log::error(e.what());
     return ax::kExitUsage;
+  } catch (const c10::Error& e) {
+    // LibTorch's what() carries a C++ backtrace: the user gets its first line and what was being done; the
+    // whole text goes to the debug log.
+    std::string msg = e.what_without_backtrace();
+    ax::log::debug(e.what());
+    ax::log::error("axengine " + name + ": LibTorch: " + msg.substr(0, msg.find('\n')) + " (AXENGINE_LOG=debug shows the trace)");
+    return ax::kExitRuntime;
   } catch (const std::exception& e) {
     ax::log::error(e.what());
     return ax::kExitRuntime;

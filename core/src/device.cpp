@@ -7,6 +7,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
+#include "device_probe.hpp"
 
 namespace ax {
 namespace {
@@ -39,6 +40,28 @@ CudaProps query_cuda(int index) {
 }
 
 }  // namespace
+
+std::optional<PhysicalGpu> physical_gpu(int index) {
+  if (!at::hasCUDA()) return std::nullopt;
+  CudaProps p = query_cuda(index);
+  return PhysicalGpu{p.major * 10 + p.minor, p.name};
+}
+
+std::optional<std::string> run_device_problem(const DeviceInfo& device, const std::string& type) {
+  if (!device.is_cuda() || device.arch_source == "detected") return std::nullopt;
+  const std::string asked = device.arch_source == "AXENGINE_ARCH" ? str("AXENGINE_ARCH=", ax::arch_name(device.arch))
+                                                                  : str("device.arch = \"", ax::arch_name(device.arch), "\"");
+  const std::string what = str(asked, " selects kernels as on an ", ax::arch_name(device.arch), " GPU, but ");
+  const std::string planning = "; validate and plugins explain accept it for planning";
+  if (type == "cpu")
+    return str(what, "device.type = \"cpu\" asks to train on the CPU: unset the arch override to train here", planning);
+  auto gpu = physical_gpu(device.index);
+  if (!gpu) return str(what, "this machine has no CUDA device: run it where that GPU is, or unset the override", planning);
+  if (gpu->arch != device.arch)
+    return str(what, "this machine's GPU is ", ax::arch_name(gpu->arch), " (", gpu->name,
+               "): kernels chosen for another GPU may not run here; unset the override", planning);
+  return std::nullopt;
+}
 
 std::string arch_name(int arch) { return arch > 0 ? str("sm_", arch) : std::string("cpu"); }
 

@@ -106,10 +106,12 @@ TEST_CASE("config: docs/config.md lists every key exactly as the binding code do
 
 TEST_CASE("cli: validate exit codes, and messages carry the location") {
   TempDir dir;
-  write_file(dir / "good.toml", "[run]\nseed = 3\n");
+  write_file(dir / "incomplete.toml", "[run]\nseed = 3\n");
   write_file(dir / "bad.toml", "[run]\nsed = 3\n");
-  auto r = run(axengine() + " validate --config " + (dir / "good.toml"));
-  CHECK(r.exit_code == 0);
+  // Well-formed but nothing to run: validate refuses what run would (validate_cli_test.cpp has the good ones).
+  auto r = run(axengine() + " validate --config " + (dir / "incomplete.toml"));
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("incomplete.toml: [model] path is required") != std::string::npos);
   r = run(axengine() + " validate --config " + (dir / "bad.toml"));
   CHECK(r.exit_code == 2);
   CHECK(r.output.find("bad.toml:2:1: unknown key 'run.sed' (did you mean 'run.seed'?)") != std::string::npos);

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ax {
 
@@ -12,8 +13,15 @@ struct TrainOptions {
   bool resume = false;  // --resume: same as [checkpoint] resume_from = "latest"
 };
 
-// Prints the kernel resolution table, prepares data, loads the model (+ LoRA), trains, prints the summary.
+// Prints the kernel resolution table, runs check_run's checks, loads the model (+ LoRA), trains, prints the summary.
 void train_from_config(Engine& engine, const TrainOptions& options);
+
+// `axengine validate`: everything `run` checks before its first step — it is the same function run calls first —
+// without loading weights or touching a GPU: model and data paths, dataset types, LoRA targets against the
+// model's modules, batch against the packed data, backends for the model's ops (kernels.strict), the [kernels]
+// names, the checkpoint to resume. Throws UsageError / ConfigError naming the file and key (exit 2). Returns the
+// lines validate prints: what would run, and a note when run would stop on this machine (an arch override).
+std::vector<std::string> check_run(const Engine& engine, const TrainOptions& options);
 
 // Tokenises every [[datasets]] entry into the prepared-data cache (what `run` would reuse) and reports it.
 void prepare_from_config(Engine& engine);

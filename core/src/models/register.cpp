@@ -6,6 +6,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
+#include "axengine/model_check.hpp"
 #include "axengine/models.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/strings.hpp"
@@ -16,15 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class DecoderFamily : public ModelFamily {
+class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
  public:
   explicit DecoderFamily(std::string type) : type_(std::move(type)) {}
   std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    HfConfig cfg = parse_hf_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    if (cfg.model_type != type_)
-      throw UsageError(str(cfg.source, ": model_type '", cfg.model_type, "' given to the ", type_, " family"));
-    auto dtype = ops::parse_dtype(o.dtype);
-    if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
+    HfConfig cfg = parse_config(hf_config, o);
+    auto dtype = parse_model_dtype(o);
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
     auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels);
@@ -38,7 +36,40 @@ class DecoderFamily : public ModelFamily {
     return model;
   }
 
+  // What load refuses, in load's order and with its messages, minus reading weights: the checkpoint is
+  // opened (headers only: safetensors are memory-mapped), the LoRA plan is made from the config's sites, and an
+  // adapter to continue is read on the CPU (adapters are small).
+  ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
+    HfConfig cfg = parse_config(hf_config, o);
+    auto dtype = parse_model_dtype(o);
+    safetensors::Checkpoint::open_dir(o.dir);
+    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
+    ModelCheck out;
+    out.family = cfg.model_type;
+    out.summary = str(cfg.model_type, ": ", cfg.num_layers, " layers, hidden ", cfg.hidden_size,
+                      cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "");
+    // The ops DecoderModel's forward asks its KernelSet for.
+    out.ops = {"linear.lora", "norm_rope", "attention"};
+    if (cfg.num_experts > 0) out.ops.push_back("moe.experts");
+    if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, cfg.model_type, lora_sites(cfg)).size());
+    if (!o.adapter_dir.empty())
+      out.lora_modules = static_cast<int64_t>(load_peft(o.adapter_dir, cfg.model_type, lora_sites(cfg), *dtype, at::kCPU).modules.size());
+    return out;
+  }
+
  private:
+  HfConfig parse_config(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
+    HfConfig cfg = parse_hf_config(hf_config, (fs::path(o.dir) / "config.json").string());
+    if (cfg.model_type != type_)
+      throw UsageError(str(cfg.source, ": model_type '", cfg.model_type, "' given to the ", type_, " family"));
+    return cfg;
+  }
+  static std::optional<at::ScalarType> parse_model_dtype(const ModelLoadOptions& o) {
+    auto dtype = ops::parse_dtype(o.dtype);
+    if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
+    return dtype;
+  }
+
   std::string type_;
 };
 
@@ -56,7 +87,7 @@ void register_builtin_models(Registry& registry) {
     p.info.kind = ProviderKind::model;
     p.info.name = name;
     p.info.summary = summary;
-    p.object = std::make_shared<DecoderFamily>(name);
+    p.object = std::shared_ptr<ModelFamily>(std::make_shared<DecoderFamily>(name));  // the ModelFamily pointer, as get<> reads it
     registry.add(std::move(p));
   }
 }
@@ -66,7 +97,15 @@ void register_builtin_models(Registry& registry) {
 namespace ax {
 namespace fs = std::filesystem;
 
-std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options) {
+namespace {
+
+struct FamilyOf {
+  nlohmann::json hf_config;  // config.json, token ids completed from generation_config.json
+  std::shared_ptr<ModelFamily> family;
+};
+
+// config.json, generation_config.json and the family registered for model_type: what load and check share.
+FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) {
   const std::string cfg_path = (fs::path(options.dir) / "config.json").string();
   if (!fs::is_directory(options.dir)) throw UsageError(str(options.dir, ": not a model directory"));
   nlohmann::json j = models::read_json_file(cfg_path);
@@ -89,7 +128,24 @@ std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptio
     throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
                          hint.empty() ? "" : str("; did you mean '", hint, "'?")));
   }
-  return family->load(j, options);
+  return {std::move(j), std::move(family)};
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options) {
+  FamilyOf f = find_family(registry, options);
+  return f.family->load(f.hf_config, options);
+}
+
+ModelCheck check_model(const Registry& registry, const ModelLoadOptions& options) {
+  FamilyOf f = find_family(registry, options);
+  // A plugin family opts in by implementing ModelFamilyCheck too (model_check.hpp).
+  if (const auto* c = dynamic_cast<const ModelFamilyCheck*>(f.family.get())) return c->check(f.hf_config, options);
+  ModelCheck out;
+  out.family = f.hf_config["model_type"].get<std::string>();
+  out.summary = out.family + " (its family checks at load)";
+  return out;
 }
 
 }  // namespace ax

@@ -1,12 +1,8 @@
 // train_from_config / prepare_from_config: an Engine (config, device, registry, kernels) in, a trained
 // adapter, checkpoints, metrics.jsonl and report.html out.
-#include <sys/stat.h>
-
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-
-#include <nlohmann/json.hpp>
 
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
@@ -16,9 +12,8 @@
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
 #include "data/prepare.hpp"
-#include "models/hf_config.hpp"
-#include "train/lora_config.hpp"
 #include "train/progress.hpp"
+#include "train/run_check.hpp"
 #include "train/trainer.hpp"
 
 namespace ax {
@@ -27,19 +22,6 @@ namespace {
 std::unique_ptr<Tokenizer> tokenizer_for(const RunConfig& cfg) {
   if (cfg.model.path.empty()) throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
   return load_hf_tokenizer(cfg.model.path);
-}
-
-// config.json's vocab_size (the embedding's rows), so that data preparation refuses a token id the model does
-// not have and names its row, instead of the forward pass failing later without one. 0 when the file or the
-// key is missing or odd: loading the model reports that.
-int64_t model_vocab_size(const std::string& model_dir) {
-  const std::string path = model_dir + "/config.json";
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-  const nlohmann::json j = models::read_json_file(path);
-  if (!j.is_object()) return 0;
-  auto it = j.find("vocab_size");
-  return it != j.end() && it->is_number_integer() && it->get<int64_t>() > 0 ? it->get<int64_t>() : 0;
 }
 
 std::string fmt(double v, int prec = 4) {
@@ -54,40 +36,39 @@ std::string fmt(double v, int prec = 4) {
 void prepare_from_config(Engine& engine) {
   auto tok = tokenizer_for(engine.config);
   auto dc = data::read_data_config(engine.config);
-  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, model_vocab_size(engine.config.model.path));
+  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, train::model_vocab_size(engine.config.model.path));
   log::info(data::describe(prepared));
   for (const auto& s : prepared.sources)
     if (!s.cache_file.empty()) log::info(ax::str("  cache: ", s.cache_file));
+}
+
+std::vector<std::string> check_run(const Engine& engine, const TrainOptions& options) {
+  return train::describe_plan(engine, train::plan_run(engine, options));
 }
 
 void train_from_config(Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
   std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
 
-  auto tok = tokenizer_for(cfg);
+  // Everything validate checks, before any weight is loaded; then nothing it found is read again.
+  train::RunPlan plan = train::plan_run(engine, options);
+  log::info(data::describe(plan.data));
+  if (plan.device_problem) throw UsageError(*plan.device_problem);
+
   train::TrainerSetup s;
   s.config = &cfg;
   s.registry = &engine.registry;
   s.device = engine.device;
-  s.data_config = data::read_data_config(cfg);
-  s.train = train::read_train_config(cfg);
-  s.checkpoint = train::read_checkpoint_config(cfg);
-  s.eval = train::read_eval_config(cfg);
-  s.profile = train::read_profile_config(cfg);
-  if (options.resume && s.checkpoint.resume_from.empty()) s.checkpoint.resume_from = "latest";
-  s.data = data::prepare_datasets(cfg, s.data_config, engine.registry, *tok, model_vocab_size(cfg.model.path));
-  log::info(data::describe(s.data));
+  s.data_config = plan.data_config;
+  s.train = plan.train;
+  s.checkpoint = plan.checkpoint;
+  s.eval = plan.eval;
+  s.profile = plan.profile;
+  s.data = std::move(plan.data);
+  s.resume_checkpoint = [&plan] { return std::move(plan.resume); };
 
-  auto lora = train::read_lora_config(cfg);
-  ModelLoadOptions mo;
-  mo.dir = cfg.model.path;
-  mo.dtype = engine.dtype;
-  mo.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
-  mo.kernels = engine.kernel_set();
-  mo.activation_checkpointing = s.train.activation_checkpointing;
-  if (lora.init_from.empty()) mo.lora = lora.spec;
-  else mo.adapter_dir = lora.init_from;
-  auto model = load_model(engine.registry, mo);
+  auto model = load_model(engine.registry, plan.model);
+  auto& tok = plan.tokenizer;
   s.model = model.get();
   s.eos_id = tok->eos_id();
   s.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : (tok->eos_id() >= 0 ? tok->eos_id() : 0);

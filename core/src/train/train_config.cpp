@@ -34,7 +34,7 @@ void bind_train(TableBinder& t, TrainConfig& c) {
 void bind_checkpoint(TableBinder& t, CheckpointConfig& c) {
   t.bounded("every_steps", c.every_steps, 0, INT64_MAX, "save a checkpoint every N steps (0 = only at the end)");
   t.bounded("keep_last", c.keep_last, 1, 1 << 20, "checkpoints kept; older ones are deleted after a newer one is complete");
-  t.field("resume_from", c.resume_from, "\"latest\" (the newest checkpoint in output_dir that verifies; a fresh start when there is none) or a checkpoint directory; `run --resume` = \"latest\"");
+  t.field("resume_from", c.resume_from, "\"latest\" (the newest checkpoint in output_dir that verifies; a fresh start when there is none) or a checkpoint directory (relative to the config file); `run --resume` = \"latest\"");
 }
 
 void bind_eval(TableBinder& t, EvalConfig& c) {

@@ -29,6 +29,7 @@
 #include "train/progress.hpp"
 #include "train/report.hpp"
 #include "train/schedule.hpp"
+#include "train/step_plan.hpp"
 
 namespace fs = std::filesystem;
 
@@ -165,24 +166,17 @@ void Loop::build_optimizer() {
 
 void Loop::plan() {
   const int64_t S = s_.data_config.sequence_len;
-  const uint64_t seed = static_cast<uint64_t>(s_.config->run.seed);
-  // Rows are packed once, from a seeded sample order; every epoch then visits them in its own seeded order.
-  train_rows_ = data::pack_samples(s_.data.train, data::permutation(s_.data.train.size(), data::mix_seed(seed, 1)), S);
-  std::vector<uint32_t> eval_order(s_.data.eval.size());
-  for (std::size_t i = 0; i < eval_order.size(); ++i) eval_order[i] = static_cast<uint32_t>(i);
-  eval_rows_ = data::pack_samples(s_.data.eval, eval_order, S);
+  StepPlan plan = plan_steps(s_.data, S, s_.train, static_cast<uint64_t>(s_.config->run.seed));
+  train_rows_ = std::move(plan.train_rows);
+  eval_rows_ = std::move(plan.eval_rows);
+  steps_per_epoch_ = plan.steps_per_epoch;
+  total_steps_ = plan.total_steps;
   if (train_rows_.truncated) log::warn(ax::str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
   for (const auto& row : train_rows_.rows) {
     int64_t n = 0;
     for (auto i : row) n += std::min<int64_t>(S, static_cast<int64_t>(s_.data.train[i].input_ids.size()));
     row_tokens_.push_back(n);
   }
-  const int64_t rows_per_step = s_.train.micro_batch_size * s_.train.grad_accum;
-  steps_per_epoch_ = static_cast<int64_t>(train_rows_.rows.size()) / rows_per_step;
-  if (steps_per_epoch_ == 0)
-    throw UsageError(ax::str("the training data packs into ", train_rows_.rows.size(), " rows of ", S, " tokens, fewer than one step needs (micro_batch_size ",
-                         s_.train.micro_batch_size, " x grad_accum ", s_.train.grad_accum, ")"));
-  total_steps_ = s_.train.max_steps > 0 ? s_.train.max_steps : s_.train.num_epochs * steps_per_epoch_;
   schedule_ = Schedule{s_.train.schedule, s_.train.lr, s_.train.warmup_steps, total_steps_, s_.train.min_lr_ratio};
   log::info(ax::str("training: ", s_.data.train.size(), " samples packed into ", train_rows_.rows.size(), " rows of ", S,
                 " tokens (", train_rows_.tokens, " tokens, ",
@@ -192,42 +186,18 @@ void Loop::plan() {
 }
 
 void Loop::maybe_resume() {
-  const std::string& from = s_.checkpoint.resume_from;
-  auto start_afresh = [&] {
+  std::optional<LoadedCheckpoint> loaded =
+      s_.resume_checkpoint ? s_.resume_checkpoint() : find_resume_checkpoint(s_.checkpoint, out_dir_);
+  if (!loaded) {  // start afresh
     metrics_.records.clear();
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
-  };
-  if (from.empty()) return start_afresh();
-  std::optional<LoadedCheckpoint> loaded;
-  if (from == "latest") {
-    auto latest = load_latest_checkpoint(out_dir_);
-    for (const auto& [dir, why] : latest.skipped) log::warn(ax::str("resume: skipping checkpoint ", dir, ": ", why));
-    if (!latest.loaded && !latest.skipped.empty())
-      // Starting afresh would prune them and overwrite metrics.jsonl: the person decides, not the engine.
-      throw UsageError(ax::str("resume: none of the ", latest.skipped.size(), " checkpoints in ", checkpoints_dir(out_dir_),
-                               " verifies (reasons above); move them away to start from step 0"));
-    if (!latest.loaded) {
-      log::info(ax::str("resume: no checkpoint in ", checkpoints_dir(out_dir_), " yet; starting from step 0"));
-      return start_afresh();
-    }
-    loaded = std::move(latest.loaded);
-  } else {
-    loaded = load_checkpoint(from);
+    return;
   }
   LoadedCheckpoint& ck = *loaded;
   const std::string& dir = ck.dir;
   const TrainerState& st = ck.state;
-  auto expect = [&](const char* key, int64_t got, int64_t want) {
-    if (got != want)
-      throw UsageError(ax::str(dir, ": checkpoint has ", key, " = ", got, ", this run has ", want,
-                               " (the data, batch size or seed changed; resume needs the same ones)"));
-  };
-  expect("steps_per_epoch", st.steps_per_epoch, steps_per_epoch_);
-  expect("seed", st.seed, s_.config->run.seed);
-  if (st.step > total_steps_)
-    throw UsageError(ax::str(dir, ": checkpoint is at step ", st.step, ", past the ", total_steps_,
-                             " steps of this run (raise train.max_steps or num_epochs to continue it)"));
+  check_resume_fits(ck, steps_per_epoch_, total_steps_, s_.config->run.seed);
   if (st.total_steps != total_steps_)
     log::warn(ax::str("resume: the checkpoint's run had ", st.total_steps, " steps, this one ", total_steps_,
                       ": the learning-rate schedule changes"));

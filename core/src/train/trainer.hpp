@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "axengine/registry.hpp"
 #include "data/data_config.hpp"
 #include "data/prepare.hpp"
+#include "train/checkpoint.hpp"
 #include "train/train_config.hpp"
 
 namespace ax::train {
@@ -30,6 +32,9 @@ struct TrainerSetup {
   ProfileConfig profile;
   std::function<void(const std::string& dir)> write_adapter;  // PEFT adapter files into `dir`
   std::function<std::string(const std::vector<int32_t>&)> decode;  // for eval examples; may be empty
+  // The checkpoint to resume from. Empty: the loop calls find_resume_checkpoint (step_plan.hpp) itself; run
+  // hands over the one its check already verified, so a large optimizer state is not read twice.
+  std::function<std::optional<LoadedCheckpoint>()> resume_checkpoint;
   std::string title = "axengine run";
 };
 

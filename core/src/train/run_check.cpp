@@ -1,0 +1,197 @@
+#include "train/run_check.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "axengine/dataset.hpp"
+#include "axengine/error.hpp"
+#include "axengine/hf_tokenizer.hpp"
+#include "axengine/kernel_op.hpp"
+#include "axengine/optimizer.hpp"
+#include "axengine/plugin_loader.hpp"
+#include "axengine/strings.hpp"
+#include "data/entry.hpp"
+#include "models/hf_config.hpp"
+#include "device_probe.hpp"
+
+namespace fs = std::filesystem;
+
+namespace ax::train {
+namespace {
+
+const toml::node* node_at(const RunConfig& cfg, const std::string& path) { return cfg.document.at_path(path).node(); }
+
+// [model] path: the directory must exist before anything is read from it.
+void check_model_path(const RunConfig& cfg) {
+  if (cfg.model.path.empty())
+    throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
+  std::error_code ec;
+  if (!fs::is_directory(cfg.model.path, ec))
+    config_fail(cfg.file, node_at(cfg, "model.path"),
+                ax::str("model.path: ", cfg.model.path, fs::exists(cfg.model.path, ec) ? " is not a directory" : " does not exist",
+                        " (a Hugging Face model directory: config.json, *.safetensors, tokenizer.json)"));
+}
+
+// Every backend a [kernels] list names must be one that a built-in or a loaded plugin registers for that op:
+// selection would otherwise skip the name without a word ("not registered"), and a typo would go unnoticed.
+void check_kernel_lists(const Engine& engine) {
+  const RunConfig& cfg = engine.config;
+  auto check_list = [&](const std::string& table, const std::string& op_id, const std::vector<std::string>& names) {
+    const OpInfo* op = find_op(op_id);
+    const std::string key = op ? op->config_key : op_id;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (engine.registry.find(ProviderKind::kernel, op_id, names[i])) continue;
+      std::vector<std::string> known;
+      for (const Provider* p : engine.registry.list(ProviderKind::kernel, op_id)) known.push_back(p->info.name);
+      std::sort(known.begin(), known.end());
+      std::string why;
+      for (const auto& r : engine.plugins->reports())
+        if (r.status != PluginReport::Status::loaded && r.name == names[i])
+          why = ax::str("; the plugin ", r.name, " at ", r.path, " was ", to_string(r.status), ": ", r.reason);
+      std::string hint = closest(names[i], known);
+      config_fail(cfg.file, node_at(cfg, ax::str(table, ".", key, "[", i, "]")),
+                  ax::str(table, ".", key, " names backend \"", names[i], "\", which neither a built-in nor a loaded plugin provides for ",
+                          op_id, " (provided: ", join(known, ", "), ")", why,
+                          hint.empty() || !why.empty() ? std::string() : ax::str("; did you mean \"", hint, "\"?")));
+    }
+  };
+  for (const auto& [op, names] : cfg.kernels.prefer) check_list("kernels", op, names);
+  for (const auto& [arch, lists] : cfg.kernels.by_arch)
+    for (const auto& [op, names] : lists) check_list(ax::str("kernels.arch.", arch_name(arch)), op, names);
+}
+
+// The [[datasets]] entries before anything is tokenised: each names a registered type and files that exist.
+void check_dataset_entries(const Engine& engine) {
+  const RunConfig& cfg = engine.config;
+  auto entries = data::dataset_entries(cfg);
+  if (entries.empty()) throw UsageError(ax::str(cfg.file, ": no [[datasets]] entry: nothing to train on"));
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const toml::table& entry = *entries[i];
+    TableBinder t(&entry, "datasets", BindContext{cfg.file, nullptr});
+    data::CommonEntry common;
+    data::bind_common_entry(t, common);
+    if (!engine.registry.get<DatasetType>(ProviderKind::dataset, common.type)) {
+      std::vector<std::string> names;
+      for (const auto* p : engine.registry.list(ProviderKind::dataset)) names.push_back(p->info.name);
+      std::string hint = closest(common.type, names);
+      config_fail(cfg.file, entry.get("type"),
+                  ax::str("unknown dataset type \"", common.type, "\" (known: ", join(names, ", "), ")",
+                          hint.empty() ? "" : ax::str("; did you mean \"", hint, "\"?")));
+    }
+    for (const char* key : {"path", "eval_path"}) {
+      const std::string given = key == std::string("path") ? common.path : common.eval_path;
+      if (given.empty()) continue;
+      const std::string p = data::resolve_against(cfg.dir, given);
+      std::error_code ec;
+      if (!fs::exists(p, ec))
+        config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", p, " does not exist"));
+    }
+  }
+}
+
+void check_optimizer(const Engine& engine, const TrainConfig& train) {
+  if (engine.registry.get<OptimizerProvider>(ProviderKind::optimizer, train.optimizer)) return;
+  std::vector<std::string> names;
+  for (const auto* p : engine.registry.list(ProviderKind::optimizer)) names.push_back(p->info.name);
+  throw UsageError(ax::str(engine.config.file, ": train.optimizer \"", train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
+}
+
+// The backend of every op the model calls, as selection will pick it for this device, dtype and weight format.
+// Nothing fitting is an error at start, strict or not (without strict, `reference` was tried and cannot serve
+// the query either, e.g. a weight format it lacks).
+std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& model) {
+  std::vector<Resolution> out;
+  for (auto& r : engine.resolve_all()) {
+    if (!model.ops.empty() && std::find(model.ops.begin(), model.ops.end(), r.op) == model.ops.end()) continue;
+    if (r.chosen.empty()) {
+      std::vector<std::string> why;
+      for (const auto& c : r.candidates) why.push_back(ax::str(c.backend, ": ", c.verdict));
+      throw UsageError(ax::str(engine.config.file, ": ", engine.config.kernels.strict ? "kernels.strict: " : "", "no backend for ", r.op,
+                               " (dtype ", r.query.dtype, r.query.format.empty() ? "" : ", format " + r.query.format, ") on ",
+                               engine.device.arch_name(), " from ", r.list_source, " — ",
+                               why.empty() ? std::string("the list is empty") : join(why, "; ")));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
+  const RunConfig& cfg = engine.config;
+  RunPlan p;
+  p.data_config = data::read_data_config(cfg);
+  p.train = read_train_config(cfg);
+  p.checkpoint = read_checkpoint_config(cfg);
+  p.eval = read_eval_config(cfg);
+  p.profile = read_profile_config(cfg);
+  p.lora = read_lora_config(cfg);
+  if (options.resume && p.checkpoint.resume_from.empty()) p.checkpoint.resume_from = "latest";
+  if (p.checkpoint.resume_from != "latest") p.checkpoint.resume_from = data::resolve_against(cfg.dir, p.checkpoint.resume_from);
+
+  check_model_path(cfg);
+  check_dataset_entries(engine);
+  check_kernel_lists(engine);
+  check_optimizer(engine, p.train);
+
+  p.model.dir = cfg.model.path;
+  p.model.dtype = engine.dtype;
+  p.model.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
+  p.model.kernels = engine.kernel_set();
+  p.model.activation_checkpointing = p.train.activation_checkpointing;
+  if (p.lora.init_from.empty()) p.model.lora = p.lora.spec;
+  else p.model.adapter_dir = p.lora.init_from;
+  try {
+    p.model_check = check_model(engine.registry, p.model);
+  } catch (const UsageError& e) {
+    throw UsageError(ax::str(cfg.file, ": ", e.what()));  // which run's model it is
+  }
+  p.backends = check_backends(engine, p.model_check);
+
+  p.tokenizer = load_hf_tokenizer(cfg.model.path);
+  p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
+  p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed));
+  p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
+  if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
+
+  p.device_problem = run_device_problem(engine.device, cfg.device.type);
+  return p;
+}
+
+std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
+  std::vector<std::string> out;
+  const int64_t lora = p.model_check.lora_modules;
+  out.push_back(ax::str("model    ", p.model_check.summary, lora ? ax::str("; LoRA on ", lora, " modules") : std::string(),
+                        p.model.adapter_dir.empty() ? std::string() : ax::str(" (continuing ", p.model.adapter_dir, ")")));
+  out.push_back(ax::str("data     ", p.data.train.size(), " train / ", p.data.eval.size(), " eval samples -> ",
+                        p.steps.train_rows.rows.size(), " rows of ", p.data_config.sequence_len, " tokens"));
+  out.push_back(ax::str("steps    ", p.steps.steps_per_epoch, " per epoch (", p.train.micro_batch_size, " x ", p.train.grad_accum,
+                        " rows each), ", p.steps.total_steps, " in all"));
+  std::vector<std::string> chosen;
+  for (const auto& r : p.backends) chosen.push_back(r.op + " " + r.chosen);
+  out.push_back(ax::str("kernels  ", engine.device.arch_name(), ": ", join(chosen, ", ")));
+  if (p.resume) out.push_back(ax::str("resume   from ", p.resume->dir, " at step ", p.resume->state.step));
+  else if (!p.checkpoint.resume_from.empty()) out.push_back("resume   no checkpoint yet: from step 0");
+  if (p.device_problem) out.push_back("note     run on this machine would stop: " + *p.device_problem);
+  return out;
+}
+
+// config.json's vocab_size (the embedding's rows), so that data preparation refuses a token id the model does
+// not have and names its row, instead of the forward pass failing later without one. 0 when the file or the
+// key is missing or odd: loading the model reports that.
+int64_t model_vocab_size(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  const nlohmann::json j = models::read_json_file(path);
+  if (!j.is_object()) return 0;
+  auto it = j.find("vocab_size");
+  return it != j.end() && it->is_number_integer() && it->get<int64_t>() > 0 ? it->get<int64_t>() : 0;
+}
+
+}  // namespace ax::train

@@ -1,0 +1,53 @@
+// The one check of a run before its first step: `axengine validate` calls it and prints what it found; `run`
+// calls it first and trains from what it returns, so the two cannot disagree. It reads the config, the model's
+// config.json / safetensors headers / tokenizer, the datasets (tokenised through the prepared-data cache) and
+// a checkpoint to resume; it loads no weights and touches no GPU.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "axengine/engine.hpp"
+#include "axengine/model.hpp"
+#include "axengine/model_check.hpp"
+#include "axengine/tokenizer.hpp"
+#include "axengine/training.hpp"
+#include "data/data_config.hpp"
+#include "data/prepare.hpp"
+#include "train/checkpoint.hpp"
+#include "train/lora_config.hpp"
+#include "train/step_plan.hpp"
+#include "train/train_config.hpp"
+
+namespace ax::train {
+
+struct RunPlan {
+  std::unique_ptr<Tokenizer> tokenizer;
+  data::DataConfig data_config;
+  TrainConfig train;
+  CheckpointConfig checkpoint;  // resume_from = "latest" under --resume
+  EvalConfig eval;
+  ProfileConfig profile;
+  LoraConfig lora;
+  ModelLoadOptions model;       // what load_model gets (kernels included)
+  ModelCheck model_check;
+  data::PreparedData data;
+  StepPlan steps;
+  std::optional<LoadedCheckpoint> resume;  // verified and fitting this run; none = from step 0
+  std::vector<Resolution> backends;        // of the ops the model calls
+  // Why run cannot train on this machine (an arch override it does not match): run stops with it, validate
+  // prints it as a note, since planning for another GPU is what the override is for.
+  std::optional<std::string> device_problem;
+};
+
+// Every check, in the order run meets them. Throws UsageError / ConfigError naming the file and key (exit 2).
+RunPlan plan_run(const Engine& engine, const TrainOptions& options);
+
+// What validate prints about a plan: one line per part (model, data, steps, backends, resume, device).
+std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& plan);
+
+// config.json's vocab_size, or 0 when unknown (data preparation then skips the id check).
+int64_t model_vocab_size(const std::string& model_dir);
+
+}  // namespace ax::train

@@ -1,0 +1,209 @@
+// `axengine validate` checks what `run` checks before its first step (they call the same function): for each
+// class of bad config both exit 2 with the same one-line message; a good config passes both. An arch override
+// plans on any machine but stops `run` with one line where that GPU is absent. The shipped configs validate
+// against tiny models of their families.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.hpp"
+#include "unit/tiny_model.hpp"
+
+using namespace ax_test;
+
+namespace {
+
+// The environment every command here runs with: the prepared-data cache in the scratch dir, one thread.
+std::string env(const TempDir& dir) { return "AXENGINE_CACHE_DIR=" + (dir / "cache") + " OMP_NUM_THREADS=1 "; }
+
+// A tiny Llama, the one-digit sums task and a config training a LoRA on them for two steps.
+std::string good_config() {
+  return "[run]\noutput_dir = \"out\"\nseed = 3\n"
+         "[model]\npath = \"model\"\n"
+         "[data]\nsequence_len = 64\n"
+         "[[datasets]]\ntype = \"completion\"\npath = \"data/train.jsonl\"\neval_path = \"data/eval.jsonl\"\n"
+         "prompt_field = \"prompt\"\ntext_field = \"answer\"\n"
+         "[lora]\nr = 4\nalpha = 8\n"
+         "[train]\nmax_steps = 2\nmicro_batch_size = 2\ncpu_threads = 1\n"
+         "[eval]\nexact_match = false\n";
+}
+
+void make_run_dir(const TempDir& dir) {
+  ax::test::make_tiny_llama(dir.path / "model");
+  auto r = run(env(dir) + axengine() + " make-data --task arithmetic --digits 1 --train 80 --eval 20 --out " + (dir / "data"));
+  REQUIRE(r.exit_code == 0);
+  write_file(dir / "run.toml", good_config());
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  auto pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  return text.replace(pos, from.size(), to);
+}
+
+// The line of `output` holding `needle` ("" when none does).
+std::string line_with(const std::string& output, const std::string& needle) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(needle) != std::string::npos) return line;
+  return "";
+}
+
+bool has_backtrace(const std::string& output) {
+  return output.find("frame #") != std::string::npos || output.find("Exception raised from") != std::string::npos;
+}
+
+struct BadCase {
+  const char* what;
+  std::string config;  // run.toml's text
+  std::string args;    // extra command-line arguments (--set ...)
+  std::string expect;  // in the error line
+};
+
+}  // namespace
+
+TEST_CASE("validate cli: a good config passes validate and run and a resume that no longer fits fails both") {
+  TempDir dir;
+  make_run_dir(dir);
+  auto v = run(env(dir) + axengine() + " validate --config " + (dir / "run.toml"));
+  INFO(v.output);
+  CHECK(v.exit_code == 0);
+  CHECK(v.output.find("run.toml: ok") != std::string::npos);
+  CHECK(v.output.find("model    llama: 2 layers, hidden 64; LoRA on 14 modules") != std::string::npos);
+  CHECK(v.output.find("data     80 train / 20 eval samples") != std::string::npos);
+  CHECK(v.output.find("kernels  ") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.path / "out"));  // validate trains nothing, writes no run output
+
+  auto r = run(env(dir) + axengine() + " run --config " + (dir / "run.toml"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("done: 2 steps") != std::string::npos);
+
+  // Resuming: validate --resume finds the checkpoint run left; one from another batch size fails both the same way.
+  v = run(env(dir) + axengine() + " validate --resume --config " + (dir / "run.toml"));
+  INFO(v.output);
+  CHECK(v.exit_code == 0);
+  CHECK(v.output.find("resume   from " + (dir / "out/checkpoints/step-00000002") + " at step 2") != std::string::npos);
+  const std::string other_batch = " --set train.micro_batch_size=1";
+  v = run(env(dir) + axengine() + " validate --resume --config " + (dir / "run.toml") + other_batch);
+  r = run(env(dir) + axengine() + " run --resume --config " + (dir / "run.toml") + other_batch);
+  INFO(v.output);
+  INFO(r.output);
+  CHECK(v.exit_code == 2);
+  CHECK(r.exit_code == 2);
+  const std::string line = line_with(v.output, "checkpoint has steps_per_epoch = ");
+  CHECK(!line.empty());
+  CHECK(line == line_with(r.output, "checkpoint has steps_per_epoch = "));
+}
+
+TEST_CASE("validate cli: run and validate refuse each bad config with exit 2 and the same line") {
+  TempDir dir;
+  make_run_dir(dir);
+  // A MoE model for the backend check: strict, and the only listed backend (a test plugin's) needs a CPU while
+  // the config plans for an sm_90 GPU.
+  REQUIRE(run(env(dir) + axengine() + " init-model --preset tiny-qwen3-moe --out " + (dir / "moe")).exit_code == 0);
+  const std::string good = good_config();
+  const std::vector<BadCase> cases = {
+      {"empty config", "", "", "[model] path is required"},
+      {"model path missing", good, "--set model.path=no_such_model", "model.path: " + (dir / "no_such_model") + " does not exist"},
+      {"dataset type unknown", replaced(good, "type = \"completion\"", "type = \"completions\""), "",
+       "unknown dataset type \"completions\" (known: "},
+      {"data path missing", replaced(good, "data/train.jsonl", "data/no_such.jsonl"), "",
+       "datasets[0].path: " + (dir / "data/no_such.jsonl") + " does not exist"},
+      {"eval path missing", replaced(good, "data/eval.jsonl", "data/no_eval.jsonl"), "",
+       "datasets[0].eval_path: " + (dir / "data/no_eval.jsonl") + " does not exist"},
+      {"lora target matches no module", good, "--set 'lora.targets=[\"q_proj\", \"w1\"]'",
+       "lora: target 'w1' matches no module of this llama model"},
+      {"batch larger than the data", good, "--set train.micro_batch_size=64", "fewer than one step needs (micro_batch_size 64 x grad_accum 1)"},
+      {"backend named that nothing provides", good, "--set 'kernels.moe=[\"sonicmoe\", \"reference\"]'",
+       "kernels.moe names backend \"sonicmoe\", which neither a built-in nor a loaded plugin provides for moe.experts"},
+      {"no backend fits under strict", good,
+       "--set model.path=moe --set kernels.strict=true --set device.arch=sm_90 --set 'kernels.moe=[\"conf_correct\"]' "
+       "--set 'plugins.paths=[\"" + std::string(AXENGINE_TEST_PLUGIN_DIR) + "/conformance/axengine_conf_correct.so\"]'",
+       "kernels.strict: no backend for moe.experts (dtype bf16, format dense) on sm_90 from [kernels] — conf_correct: needs cpu"},
+      {"resume dir not a checkpoint", good, "--set checkpoint.resume_from=model", "model: not a checkpoint"},
+      {"optimizer not registered", good, "--set train.optimizer=sgd", "train.optimizer \"sgd\" is not registered"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    write_file(dir / "run.toml", c.config);
+    auto v = run(env(dir) + axengine() + " validate --config " + (dir / "run.toml") + " " + c.args);
+    auto r = run(env(dir) + axengine() + " run --config " + (dir / "run.toml") + " " + c.args);
+    INFO("validate: " << v.output);
+    INFO("run: " << r.output);
+    CHECK(v.exit_code == 2);
+    CHECK(r.exit_code == 2);
+    const std::string line = line_with(v.output, c.expect);
+    CHECK(!line.empty());
+    CHECK(line == line_with(r.output, c.expect));
+    CHECK(!has_backtrace(r.output));
+  }
+  CHECK(!std::filesystem::exists(dir.path / "out/checkpoints"));
+}
+
+TEST_CASE("validate cli: an arch override plans anywhere but stops run with one line where that GPU is absent") {
+  TempDir dir;
+  make_run_dir(dir);
+  const std::string why = "AXENGINE_ARCH=sm_120 selects kernels as on an sm_120 GPU, but ";
+  auto v = run("AXENGINE_ARCH=sm_120 " + env(dir) + axengine() + " validate --config " + (dir / "run.toml"));
+  INFO(v.output);
+  CHECK(v.exit_code == 0);
+  CHECK(v.output.find("kernels  sm_120: ") != std::string::npos);
+  CHECK(v.output.find("note     run on this machine would stop: " + why) != std::string::npos);
+
+  auto r = run("AXENGINE_ARCH=sm_120 " + env(dir) + axengine() + " run --config " + (dir / "run.toml"));
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(!line_with(r.output, why).empty());
+  CHECK(!has_backtrace(r.output));
+  CHECK(r.output.find("NVIDIA driver") == std::string::npos);
+  CHECK(!std::filesystem::exists(dir.path / "out/checkpoints"));
+
+  // device.arch in the config with device.type = "cpu": training on the CPU with kernels chosen for a GPU.
+  r = run(env(dir) + axengine() + " run --config " + (dir / "run.toml") + " --set device.type=cpu --set device.arch=sm_90");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(!line_with(r.output, "device.arch = \"sm_90\" selects kernels as on an sm_90 GPU, but device.type = \"cpu\"").empty());
+  CHECK(!has_backtrace(r.output));
+}
+
+TEST_CASE("validate cli: every shipped config validates against a tiny model of its family") {
+  TempDir dir;
+  // The layout the shipped configs assume, relative to configs/: ../data/instructions.jsonl, ../runs/quickstart-*.
+  std::ostringstream rows;
+  for (int i = 0; i < 3000; ++i)
+    rows << "{\"prompt\": \"Question " << i << ": what is the quick brown fox doing today?\", \"response\": \"It jumps over the lazy dog "
+         << i << " times, then rests.\"}\n";
+  write_file(dir / "data/instructions.jsonl", rows.str());
+  auto init = [&](const std::string& preset, const std::string& out) {
+    REQUIRE(run(env(dir) + axengine() + " init-model --preset " + preset + " --out " + (dir / out)).exit_code == 0);
+  };
+  init("tiny-llama", "runs/quickstart-model");
+  REQUIRE(run(env(dir) + axengine() + " make-data --task arithmetic --digits 1 --train 80 --eval 20 --out " +
+              (dir / "runs/quickstart-data")).exit_code == 0);
+  init("tiny-qwen3", "models/qwen3");
+  init("tiny-qwen3-moe", "models/qwen3-moe");
+  init("tiny-mixtral", "models/mixtral");
+  const std::vector<std::pair<std::string, std::string>> configs = {
+      {"quickstart.toml", ""},
+      {"qwen3-lora.toml", "models/qwen3"},
+      {"qwen3-moe-lora.toml", "models/qwen3-moe"},
+      {"mixtral-lora.toml", "models/mixtral"},
+  };
+  std::size_t shipped = 0;
+  for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";
+  CHECK(shipped == configs.size());  // a new shipped config gets a model here
+  for (const auto& [name, model] : configs) {
+    CAPTURE(name);
+    write_file(dir / ("configs/" + name), read_file(std::string(AXENGINE_SOURCE_DIR) + "/configs/" + name));
+    std::string cmd = env(dir) + axengine() + " validate --config " + (dir / ("configs/" + name));
+    if (!model.empty()) cmd += " --set model.path=" + (dir / model);
+    auto v = run(cmd);
+    INFO(v.output);
+    CHECK(v.exit_code == 0);
+    CHECK(v.output.find(name + ": ok") != std::string::npos);
+  }
+}
