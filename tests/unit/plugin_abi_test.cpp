@@ -212,8 +212,10 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
   CHECK(AX_LAYOUT(NormRopeBackwardArgs, AX_FIELD(grad_y) AX_FIELD(need_dx) AX_FIELD(need_dweight) AX_FIELD(out)) ==
         "32/8: grad_y@0 need_dx@8 need_dweight@9 out@16");
   CHECK(AX_LAYOUT(Batch, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(position_ids) AX_FIELD(cu_seqlens)
-                             AX_FIELD(max_seqlen)) ==
-        "40/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 max_seqlen@32");
+                             AX_FIELD(max_seqlen) AX_FIELD(extras) AX_FIELD(cu_seqlens_host) AX_FIELD(min_token_id)
+                                 AX_FIELD(max_token_id)) ==
+        "112/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 max_seqlen@32 extras@40 cu_seqlens_host@88 "
+        "min_token_id@96 max_token_id@104");
   CHECK(AX_LAYOUT(ModelOutput, AX_FIELD(logits) AX_FIELD(loss) AX_FIELD(aux_loss)) ==
         "24/8: logits@0 loss@8 aux_loss@16");
   CHECK(AX_LAYOUT(LoraSpec, AX_FIELD(targets) AX_FIELD(r) AX_FIELD(alpha) AX_FIELD(dropout) AX_FIELD(rslora)
@@ -224,8 +226,8 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "256/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248");
   CHECK(AX_LAYOUT(ParamGroup, AX_FIELD(params) AX_FIELD(weight_decay)) ==
         "32/8: params@0 weight_decay@24");
-  CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels)) ==
-        "48/8: input_ids@0 labels@24");
+  CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras)) ==
+        "96/8: input_ids@0 labels@24 extras@48");
   CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir)) ==
         "72/8: tokenizer@0 config_file@8 base_dir@40");
 }
@@ -261,11 +263,15 @@ TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins impl
   CHECK(slot(ZeroGrad(&Optimizer::zero_grad)) == 3);
   CHECK(slot(StateDict(&Optimizer::state_dict)) == 4);
   CHECK(slot(LoadStateDict(&Optimizer::load_state_dict)) == 5);
+  using StepUnlessInf = void (Optimizer::*)(double, const at::Tensor&);
+  CHECK(slot(StepUnlessInf(&Optimizer::step)) == 6);
 
   using KnownKeys = std::vector<std::string> (DatasetType::*)() const;
   using Open = std::shared_ptr<Dataset> (DatasetType::*)(const toml::table&, const DatasetContext&) const;
   CHECK(slot(KnownKeys(&DatasetType::known_keys)) == 2);
   CHECK(slot(Open(&DatasetType::open)) == 3);
+  using Collate = std::map<std::string, at::Tensor> (DatasetType::*)(const BatchLayout&) const;
+  CHECK(slot(Collate(&DatasetType::collate)) == 4);
   using Size = std::size_t (Dataset::*)() const;
   using Get = Sample (Dataset::*)(std::size_t) const;
   CHECK(slot(Size(&Dataset::size)) == 2);

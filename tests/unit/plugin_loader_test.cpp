@@ -6,6 +6,7 @@
 
 #include "axengine/descriptor.hpp"
 #include "axengine/optimizer.hpp"
+#include "axengine/plugin.hpp"  // AXENGINE_DESCRIPTOR_ABI: the host's ABI as text
 #include "axengine/plugin_loader.hpp"
 #include "axengine/version.hpp"
 #include "test_util.hpp"

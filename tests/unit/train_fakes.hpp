@@ -57,8 +57,12 @@ class TinyLM final : public Model {
   // loss and the gradients stay finite (what only a check of the saved tensors catches).
   int nan_weight_after_evals = 0;
 
+  std::vector<Batch> training_batches;  // with record_batches: every training forward's batch
+  bool record_batches = false;
+
   ModelOutput forward(const Batch& b, bool want_logits) override {
     if (at::GradMode::is_enabled()) ++calls_;  // training forwards only
+    if (record_batches && at::GradMode::is_enabled()) training_batches.push_back(b);
     const int64_t B = b.input_ids.size(0), S = b.input_ids.size(1), N = B * S;
     at::Tensor x = at::embedding(w("embed.weight"), b.input_ids.reshape({N})) + at::embedding(w("pos.weight"), b.position_ids.reshape({N}));
     // Span id of every flattened token, from cu_seqlens: attention only within a span, causally.

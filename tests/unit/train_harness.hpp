@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,11 @@ struct Harness {
   RunConfig cfg;
   train::TrainerSetup setup;
 
-  Harness(const std::filesystem::path& dir, std::vector<std::string> sets = {}) {
+  // `add_types` registers more dataset types (test ones) before the data is prepared.
+  Harness(const std::filesystem::path& dir, std::vector<std::string> sets = {},
+          const std::function<void(Registry&)>& add_types = {}) {
     data::register_builtin_datasets(reg);
+    if (add_types) add_types(reg);
     train::register_builtin_optimizers(reg);
     cfg = load_config((dir / "run.toml").string(), sets);
     setup.config = &cfg;

@@ -3,10 +3,12 @@
 // (e.g. multimodal ones) without touching core.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <toml++/toml.h>
 
 namespace ax {
@@ -17,6 +19,22 @@ class Tokenizer;
 struct Sample {
   std::vector<int32_t> input_ids;
   std::vector<int32_t> labels;
+  // Named extra tensors (CPU) the dataset type attaches: pixel values, image grids, per-token position ids
+  // of several axes... Dim 0 may vary from sample to sample; the other dims and the dtype of one name must
+  // be the same in every sample of a dataset (checked when the data is prepared; the prepared-data cache
+  // stores them). The type's collate() turns them into the batch's extras.
+  std::map<std::string, at::Tensor> extras;
+};
+
+// Where the samples of a batch landed: sample `sample` fills tokens [offset, offset + length) of row `row`
+// (length < input_ids.size() when it was cut to the sequence length).
+struct SamplePlacement {
+  const Sample* sample = nullptr;
+  int64_t row = 0, offset = 0, length = 0;
+};
+struct BatchLayout {
+  int64_t rows = 0, sequence_len = 0;
+  std::vector<SamplePlacement> samples;  // in row order, then offset order
 };
 
 class Dataset {
@@ -42,6 +60,15 @@ class DatasetType {
   // ConfigError naming the key; `known_keys` feeds "did you mean".
   virtual std::vector<std::string> known_keys() const = 0;
   virtual std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const = 0;
+  // Collates the extras of a batch's samples (on the host) into Batch::extras; called whenever a batch is
+  // built from data of this type that carries extras. Samples of other types (or without extras) in the
+  // same batch are this hook's to fill. The default collates per-token extras: each extra whose dim 0 is
+  // its sample's token count becomes [B, S, ...] (zeros at padding and where a sample lacks it, cut with
+  // the sample); any other extra is a UsageError telling the type to override collate().
+  virtual std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const;
 };
+
+// The default collation above, of the extras named in `names` (all when empty), for types that extend it.
+std::map<std::string, at::Tensor> collate_per_token_extras(const BatchLayout& layout, const std::vector<std::string>& names = {});
 
 }  // namespace ax

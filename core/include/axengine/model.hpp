@@ -3,6 +3,7 @@
 // directly, so plugins swap kernels in without touching model code.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,19 @@ struct Batch {
   at::Tensor position_ids;  // [B, S] int64, restarting at 0 for every packed sample
   at::Tensor cu_seqlens;    // [n+1] int32 cumulative sample lengths over the flattened B*S tokens
   int64_t max_seqlen = 0;
+  // Named extra inputs collated by the dataset type (DatasetType::collate): images, pixel values, grids,
+  // per-token position ids of several axes... A model family reads the names it knows and ignores the
+  // rest, so a text-only model trains on a multimodal batch's tokens unchanged.
+  std::map<std::string, at::Tensor> extras;
+
+  // Host-side facts, recorded while the batch is still on the CPU, so that a forward validates a device
+  // batch without reading it back (a host sync that would stall the GPU and break CUDA-graph capture).
+  at::Tensor cu_seqlens_host;                   // cu_seqlens on the CPU (undefined: not known)
+  int64_t min_token_id = 0, max_token_id = -1;  // range of input_ids (max < min: not known)
+
+  // Records the host facts (when the tensors are on the CPU), then moves every tensor, extras included, to
+  // `device`: from pinned host memory, non_blocking, so the copies overlap the previous step's work.
+  Batch to(const at::Device& device) const;
 };
 
 struct ModelOutput {

@@ -23,6 +23,10 @@ class Optimizer {
   virtual void zero_grad() = 0;
   virtual std::map<std::string, at::Tensor> state_dict() const = 0;
   virtual void load_state_dict(const std::map<std::string, at::Tensor>& state) = 0;  // names the missing key
+  // The same step, skipped when `found_inf` (a float scalar on the parameters' device, 0 or 1) is 1: the
+  // trainer decides "the gradients are not finite" on the device and never waits for the answer. An
+  // optimizer that can skip on the device overrides this; the default reads the flag on the host (a sync).
+  virtual void step(double lr, const at::Tensor& found_inf);
 };
 
 class OptimizerProvider {

@@ -53,7 +53,7 @@ PackedRows pack_samples(const std::vector<Sample>& samples, const std::vector<ui
 }
 
 Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, const std::vector<uint32_t>& row_ids,
-                 int64_t S, int32_t pad_id) {
+                 int64_t S, int32_t pad_id, const DatasetType* collator) {
   const int64_t B = static_cast<int64_t>(row_ids.size());
   auto ids = at::empty({B, S}, at::kLong), labels = at::empty({B, S}, at::kLong), pos = at::empty({B, S}, at::kLong);
   int64_t* pi = ids.data_ptr<int64_t>();
@@ -62,12 +62,16 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
   std::vector<int32_t> cu{0};
   int64_t max_len = 0;
   const int64_t pad = pad_id >= 0 ? pad_id : 0;
+  BatchLayout layout{B, S, {}};
+  bool extras = false;
   for (int64_t b = 0; b < B; ++b) {
     if (row_ids[b] >= packed.rows.size()) throw RuntimeError(ax::str("packed row ", row_ids[b], " out of range"));
     int64_t t = b * S, end = (b + 1) * S;
     for (uint32_t idx : packed.rows[row_ids[b]]) {
       const Sample& s = samples[idx];
       int64_t len = std::min<int64_t>(static_cast<int64_t>(s.input_ids.size()), end - t);
+      layout.samples.push_back({&s, b, t - b * S, len});
+      extras |= !s.extras.empty();
       for (int64_t k = 0; k < len; ++k, ++t) {
         pi[t] = s.input_ids[k];
         pl[t] = k == 0 ? -100 : s.labels[k];
@@ -93,6 +97,15 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
   batch.position_ids = pos;
   batch.cu_seqlens = at::tensor(cu, at::kInt);
   batch.max_seqlen = max_len;
+  batch.cu_seqlens_host = batch.cu_seqlens;
+  if (B > 0) {
+    batch.min_token_id = ids.min().item<int64_t>();
+    batch.max_token_id = ids.max().item<int64_t>();
+  }
+  if (extras) {
+    if (!collator) throw UsageError("the samples of a batch carry extras but no dataset type was given to collate them");
+    batch.extras = collator->collate(layout);
+  }
   return batch;
 }
 

@@ -25,8 +25,11 @@ struct PackedRows {
 // Packs samples in `order`, first fit into the current row: a sample that does not fit starts a new row.
 PackedRows pack_samples(const std::vector<Sample>& samples, const std::vector<uint32_t>& order, int64_t sequence_len);
 
-// The batch of rows `rows[row_ids[0..]]`: [B, S] tensors on CPU. Padding uses `pad_id` (0 when < 0).
+// The batch of rows `rows[row_ids[0..]]`: [B, S] tensors on CPU, with the host facts (cu_seqlens_host, the
+// token id range) a device forward needs without a sync. Padding uses `pad_id` (0 when < 0). When a sample
+// carries extras, `collator` (the dataset type that made them) collates the batch's extras; without one
+// that is a UsageError.
 Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, const std::vector<uint32_t>& row_ids,
-                 int64_t sequence_len, int32_t pad_id);
+                 int64_t sequence_len, int32_t pad_id, const DatasetType* collator = nullptr);
 
 }  // namespace ax::data

@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 namespace ax::data {
 namespace {
 
-// v2: a "lines" tensor (each sample's line in its file, for errors found after tokenising).
+// v2: a "lines" tensor (each sample's line in its file, for errors found after tokenising) and the samples'
+// named extras ("extra.<name>", see cache_extras).
 constexpr const char* kCacheFormat = "axengine-prepared-v2";
 
 // One dataset file's samples and, per sample, its 1-based line in the file (0 = the type did not say).
@@ -70,6 +71,51 @@ void describe_files(const toml::table& entry, const std::string& base_dir, std::
   }
 }
 
+// Extras in the cache: per name, every sample's tensor concatenated along dim 0 ("extra.<name>"), the
+// samples' row spans ("extra_offsets.<name>", int64 [n+1]) and which samples have it ("extra_present.<name>").
+constexpr const char* kExtra = "extra.";
+
+void cache_extras(const std::vector<Sample>& samples, std::vector<std::pair<std::string, at::Tensor>>& out) {
+  std::map<std::string, std::vector<at::Tensor>> parts;
+  for (const auto& s : samples)
+    for (const auto& [name, t] : s.extras) parts[name];
+  for (auto& [name, list] : parts) {
+    std::vector<int64_t> offsets{0};
+    std::vector<uint8_t> present;
+    at::Tensor like;
+    for (const auto& s : samples) {
+      auto it = s.extras.find(name);
+      present.push_back(it != s.extras.end());
+      if (it != s.extras.end()) list.push_back(it->second.contiguous()), like = it->second;
+      offsets.push_back(offsets.back() + (it != s.extras.end() ? it->second.size(0) : 0));
+    }
+    out.emplace_back(kExtra + name, at::cat(list, 0));
+    out.emplace_back("extra_offsets." + name, at::tensor(offsets, at::kLong));
+    out.emplace_back("extra_present." + name, at::tensor(std::vector<int64_t>(present.begin(), present.end()), at::kLong).to(at::kByte));
+  }
+}
+
+bool load_cached_extras(const safetensors::File& f, std::vector<Sample>& samples) {
+  const int64_t n = static_cast<int64_t>(samples.size());
+  for (const auto& info : f.tensors()) {
+    if (info.name.rfind(kExtra, 0) != 0) continue;
+    const std::string name = info.name.substr(std::string(kExtra).size());
+    if (!f.find("extra_offsets." + name) || !f.find("extra_present." + name)) return false;
+    at::Tensor all = f.get(info.name), off = f.get("extra_offsets." + name), has = f.get("extra_present." + name);
+    if (off.scalar_type() != at::kLong || off.dim() != 1 || off.size(0) != n + 1 || has.scalar_type() != at::kByte ||
+        has.dim() != 1 || has.size(0) != n || all.dim() < 1)
+      return false;
+    const int64_t* po = off.data_ptr<int64_t>();
+    const uint8_t* ph = has.data_ptr<uint8_t>();
+    if (po[0] != 0 || po[n] != all.size(0)) return false;
+    for (int64_t i = 0; i < n; ++i) {
+      if (po[i + 1] < po[i]) return false;
+      if (ph[i]) samples[i].extras[name] = all.narrow(0, po[i], po[i + 1] - po[i]).clone();
+    }
+  }
+  return true;
+}
+
 bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
@@ -93,9 +139,10 @@ bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped)
     out.samples.reserve(n);
     for (int64_t i = 0; i < n; ++i) {
       if (po[i + 1] <= po[i] || pn[i] < 0) return false;
-      out.samples.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}});
+      out.samples.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}, {}});
       out.lines.push_back(static_cast<std::size_t>(pn[i]));
     }
+    if (!load_cached_extras(*f, out.samples)) return false;
     skipped = std::stoull(meta["skipped"]);
     return true;
   } catch (const std::exception& e) {
@@ -116,13 +163,32 @@ void save_cache(const std::string& path, const FileSamples& data, std::size_t sk
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   try {
-    safetensors::save(path,
-                      {{"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)},
-                       {"offsets", at::tensor(offsets, at::kLong)}, {"lines", at::tensor(lines, at::kLong)}},
-                      {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}}, "data_cache");
+    std::vector<std::pair<std::string, at::Tensor>> tensors{
+        {"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)}, {"offsets", at::tensor(offsets, at::kLong)},
+        {"lines", at::tensor(lines, at::kLong)}};
+    cache_extras(data.samples, tensors);
+    safetensors::save(path, tensors, {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}}, "data_cache");
   } catch (const std::exception& e) {
     log::warn(ax::str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
   }
+}
+
+// One extra name has one dtype and one shape but for dim 0 in every sample of a dataset, on the CPU: what
+// the cache and collation rely on.
+void check_extras(const std::vector<Sample>& samples, const std::string& name) {
+  std::map<std::string, std::pair<std::size_t, const at::Tensor*>> first;
+  for (std::size_t i = 0; i < samples.size(); ++i)
+    for (const auto& [key, t] : samples[i].extras) {
+      auto where = ax::str("dataset ", name, ": sample ", i, " extra '", key, "' ");
+      if (!t.defined() || t.dim() < 1) throw UsageError(where + "must be a tensor of at least one dimension");
+      if (!t.is_cpu()) throw UsageError(where + ax::str("is on ", t.device(), "; dataset types give CPU tensors"));
+      auto [it, fresh] = first.try_emplace(key, i, &t);
+      if (fresh) continue;
+      const at::Tensor& f = *it->second.second;
+      if (f.scalar_type() != t.scalar_type() || f.sizes().slice(1) != t.sizes().slice(1))
+        throw UsageError(where + ax::str("is ", t.scalar_type(), " ", t.sizes(), " but in sample ", it->second.first, " ",
+                                         f.scalar_type(), " ", f.sizes(), " (only dim 0 may vary)"));
+    }
 }
 
 // Opens one dataset file (the entry as given) and tokenises every row in parallel. An error while tokenising a
@@ -158,6 +224,7 @@ FileSamples tokenise(const DatasetType& type, const toml::table& entry, const Da
     if (s.labels.size() != s.input_ids.size())
       throw UsageError(ax::str(out.where(i), ": the sample has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
   }
+  check_extras(out.samples, out.file);
   return out;
 }
 
@@ -310,6 +377,13 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
         train = std::move(kept);
       }
     }
+    bool extras = false;
+    for (const auto* part : {&train, &eval})
+      for (const auto& smp : *part) extras |= !smp.extras.empty();
+    if (extras && out.collator && out.collator_type != common.type)
+      throw UsageError(ax::str(config.file, ": datasets of type \"", out.collator_type, "\" and \"", common.type,
+                               "\" both carry extras; one run mixes at most one type with extras (its collate() builds every batch)"));
+    if (extras) out.collator = type, out.collator_type = common.type;
     report.train = train.size();
     report.eval = eval.size();
     for (auto& s : train) out.train.push_back(std::move(s));

@@ -3,6 +3,7 @@
 // tokenizer fingerprint), and split into train/eval (eval_path, or a seeded eval_fraction).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ struct SourceReport {
 struct PreparedData {
   std::vector<Sample> train, eval;
   std::vector<SourceReport> sources;
+  // The dataset type whose samples carry extras: it collates every batch (make_batch). Null when no sample
+  // has extras. Two types with extras in one run are refused (whose collate would own a mixed batch?).
+  std::shared_ptr<const DatasetType> collator;
+  std::string collator_type;
 };
 
 // `model_vocab` (config.json vocab_size; 0 = unknown) bounds the token ids together with the tokenizer's.

@@ -82,6 +82,12 @@ ExpertKeys expert_keys(const HfConfig& c, const std::string& p, bool block_spars
   return {p + "mlp.gate.weight", p + "mlp.experts.{e}.gate_proj.weight", p + "mlp.experts.{e}.up_proj.weight",
           p + "mlp.experts.{e}.down_proj.weight"};
 }
+// Tokens per expert, int64 [E]. Not at::bincount: on CUDA it reads the largest index back to size its
+// output (a host sync per MoE layer); the counts are integers, so the sum is exact in any order.
+at::Tensor expert_counts(const at::Tensor& expert_idx, int64_t E) {
+  return at::zeros({E}, expert_idx.options().dtype(at::kLong)).scatter_add_(0, expert_idx, at::ones_like(expert_idx, at::kLong));
+}
+
 std::string with_expert(std::string pattern, int64_t e) {
   auto pos = pattern.find("{e}");
   return pattern.replace(pos, 3, std::to_string(e));
@@ -266,7 +272,7 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
   routing.sorted_expert_idxs = sorted;
   routing.sorted_scattered_idxs = perm;
-  routing.expert_offsets = at::bincount(flat, {}, E).cumsum(0);
+  routing.expert_offsets = expert_counts(flat, E).cumsum(0);
   routing.top_k = k;
 
   auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), "dense", "ENK");
@@ -310,7 +316,7 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) 
   for (const auto& l : router_logits) {
     at::Tensor rw = at::softmax(l, -1);
     at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
-    counts = counts + at::bincount(sel, {}, E).to(at::kFloat);
+    counts = counts + expert_counts(sel, E).to(at::kFloat);
     prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
     rows += double(l.size(0));
   }
@@ -336,13 +342,22 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   };
   same_shape(batch.labels, "labels");
   same_shape(batch.position_ids, "position_ids");
+  // Validation reads host data only: what the batch recorded while it was on the CPU (make_batch,
+  // Batch::to), or the tensors themselves when they are on the CPU. Only a device batch built without those
+  // facts is read back, a host sync that stalls the GPU and cannot be captured in a CUDA graph.
   if (batch.cu_seqlens.defined()) {
-    at::Tensor c = batch.cu_seqlens.to(at::kCPU, at::kLong);
+    at::Tensor c = (batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host : batch.cu_seqlens).to(at::kCPU, at::kLong);
     if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
-        (c.size(0) > 1 && (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>()))
+        (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
       throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
     if (batch.max_seqlen > 0 && (c.narrow(0, 1, c.size(0) - 1) - c.narrow(0, 0, c.size(0) - 1)).max().item<int64_t>() > batch.max_seqlen)
       throw UsageError("model forward: a sample is longer than max_seqlen");
+  }
+  {
+    const at::Tensor& given = batch.input_ids;
+    int64_t lo = batch.min_token_id, hi = batch.max_token_id;
+    if (given.is_cpu() || hi < lo) lo = given.min().item<int64_t>(), hi = given.max().item<int64_t>();
+    if (lo < 0 || hi >= cfg_.vocab_size) throw UsageError(str("model forward: token ids must be in [0, ", cfg_.vocab_size, ")"));
   }
   at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
   at::Tensor pos = batch.position_ids.defined() ? batch.position_ids.to(device_, at::kLong).reshape({T})
@@ -351,10 +366,6 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                       ? batch.cu_seqlens.to(device_, at::kInt)
                       : (at::arange(B + 1, at::TensorOptions().dtype(at::kInt).device(device_)) * int(S));
   int64_t max_len = batch.cu_seqlens.defined() && batch.max_seqlen > 0 ? batch.max_seqlen : S;
-  // Checked where the caller's ids live: the trainer builds batches on the host, so no device sync here.
-  const at::Tensor& given = batch.input_ids;
-  if (given.numel() > 0 && (given.min().item<int64_t>() < 0 || given.max().item<int64_t>() >= cfg_.vocab_size))
-    throw UsageError(str("model forward: token ids must be in [0, ", cfg_.vocab_size, ")"));
 
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
   std::vector<at::Tensor> router_logits;

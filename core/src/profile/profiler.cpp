@@ -21,6 +21,7 @@ namespace pi = torch::profiler::impl;
 struct Profiler::State {
   bool running = false;
   std::chrono::steady_clock::time_point t0;
+  std::map<std::string, ScopeCounts> scopes;  // of the last stop()
 };
 
 Profiler::Profiler() : state_(std::make_unique<State>()) {}
@@ -29,6 +30,8 @@ Profiler::~Profiler() {
 }
 
 bool Profiler::running() const { return state_->running; }
+
+const std::map<std::string, ScopeCounts>& Profiler::scope_counts() const { return state_->scopes; }
 
 void Profiler::start(bool cuda) {
   if (state_->running || kp::isProfilerEnabledInMainThread()) throw RuntimeError("profiler: already running");
@@ -105,6 +108,28 @@ bool host_sync(const std::string& n) {
          (n.rfind("cudaMemcpy", 0) == 0 && n.find("Async") == std::string::npos);
 }
 
+// cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex), cudaLaunchCooperativeKernel, cudaGraphLaunch.
+bool launch(const std::string& n) { return n.rfind("cu", 0) == 0 && n.find("Launch") != std::string::npos; }
+
+// The CUDA calls (by host start time) issued inside each scope instance, summed per scope name. Times are
+// compared, not threads: backward runs on autograd's own threads inside the caller's scope.
+std::map<std::string, ScopeCounts> count_in_scopes(const std::vector<Span>& scopes, std::vector<int64_t> launches,
+                                                   std::vector<int64_t> syncs) {
+  std::sort(launches.begin(), launches.end());
+  std::sort(syncs.begin(), syncs.end());
+  auto within = [](const std::vector<int64_t>& t, const Span& s) {
+    return static_cast<int64_t>(std::upper_bound(t.begin(), t.end(), s.end_ns) - std::lower_bound(t.begin(), t.end(), s.start_ns));
+  };
+  std::map<std::string, ScopeCounts> out;
+  for (const Span& s : scopes) {
+    ScopeCounts& c = out[s.name];
+    c.instances += 1;
+    c.launches += within(launches, s);
+    c.syncs += within(syncs, s);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Profiler::stop(const std::string& trace_path, int top) {
@@ -114,7 +139,8 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
   state_->running = false;
 
   std::map<std::string, Agg> gpu, cpu_ops, syncs, api;
-  std::vector<Span> spans;
+  std::vector<Span> spans, scopes;
+  std::vector<int64_t> launch_ns, sync_ns;
   double gpu_total = 0;
   for (const kp::KinetoEvent& e : res->events()) {
     const std::string name = e.name();
@@ -128,10 +154,14 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
       cpu_ops[name].total_us += us;
       cpu_ops[name].calls += 1;
     } else {
+      const auto start = static_cast<int64_t>(e.startNs());
+      if (name.rfind("axengine::", 0) == 0) scopes.push_back({start, start + static_cast<int64_t>(e.durationNs()), name});
       if (host_sync(name)) {
         syncs[name].total_us += us;
         syncs[name].calls += 1;
+        sync_ns.push_back(start);
       }
+      if (launch(name)) launch_ns.push_back(start);
       if (name.rfind("cu", 0) == 0) {  // runtime (cuda*) and driver (cu*) API calls
         api[name].total_us += us;
         api[name].calls += 1;
@@ -169,6 +199,13 @@ std::string Profiler::stop(const std::string& trace_path, int top) {
     out += "  host-synchronising CUDA calls:\n";
     for (const auto& [n, a] : syncs)
       out += ax::str("    ", n, ": ", a.calls, " calls, ", fixed(a.total_us / 1e3, 2), " ms\n");
+  }
+  state_->scopes = count_in_scopes(scopes, std::move(launch_ns), std::move(sync_ns));
+  if (on_gpu && !state_->scopes.empty()) {
+    out += "  CUDA calls issued inside each scope (all threads):\n";
+    for (const auto& [n, c] : state_->scopes)
+      out += ax::str("    ", n, ": ", c.instances, "x, ", c.launches, " launches (", fixed(static_cast<double>(c.launches) / c.instances, 1),
+                     " each), ", c.syncs, " host syncs\n");
   }
   if (!trace_path.empty()) {
     res->save(trace_path);

@@ -44,9 +44,17 @@ class AdamW final : public Optimizer {
       }
   }
 
-  void step(double lr) override {
-    ++step_;
+  void step(double lr) override { step(lr, at::Tensor()); }
+
+  // Skipped when found_inf is 1, decided where the parameters live: on the CPU by reading the flag (no
+  // device to wait for), on CUDA inside the fused kernel (it returns early on found_inf) or, for the
+  // reference path there, by keeping the old values with at::where. The step count advances on CUDA
+  // either way (the host does not know): the trainer stops at the first skipped step, so it never matters.
+  void step(double lr, const at::Tensor& found_inf) override {
     at::NoGradGuard no_grad;
+    const bool device_skip = found_inf.defined() && !found_inf.is_cpu();
+    if (found_inf.defined() && found_inf.is_cpu() && found_inf.item<double>() != 0) return;
+    ++step_;
     std::size_t k = 0;
     for (const auto& g : groups_) {
       std::vector<std::size_t> idx;
@@ -54,7 +62,8 @@ class AdamW final : public Optimizer {
         if (g.params[i].grad().defined()) idx.push_back(k);
       if (idx.empty()) continue;
       bool fused = o_.implementation == "fused" || (o_.implementation == "auto" && g.params[0].is_cuda());
-      if (fused) fused_step(g, idx, k - g.params.size(), lr);
+      if (fused) fused_step(g, idx, k - g.params.size(), lr, device_skip ? found_inf : at::Tensor());
+      else if (device_skip) masked_reference_step(g, k - g.params.size(), lr, found_inf);
       else reference_step(g, k - g.params.size(), lr);
     }
   }
@@ -112,10 +121,25 @@ class AdamW final : public Optimizer {
     }
   }
 
+  // reference_step, undone where found_inf is set: the old values are kept on the device, no sync.
+  void masked_reference_step(const ParamGroup& g, std::size_t first, double lr, const at::Tensor& found_inf) {
+    std::vector<at::Tensor> old;
+    for (std::size_t i = 0; i < g.params.size(); ++i)
+      if (g.params[i].grad().defined())
+        for (const at::Tensor& t : {g.params[i], exp_avg_[first + i], exp_avg_sq_[first + i]}) old.push_back(t.clone());
+    reference_step(g, first, lr);
+    at::Tensor skip = found_inf.ne(0);
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < g.params.size(); ++i)
+      if (g.params[i].grad().defined())
+        for (at::Tensor t : {g.params[i], exp_avg_[first + i], exp_avg_sq_[first + i]}) t.copy_(at::where(skip, old[k++], t));
+  }
+
   // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter. It only
   // reads the step (torch.optim increments it before the call): pass the count including this step, or
   // the bias corrections 1 - beta^0 are zero and the update is NaN.
-  void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, double lr) {
+  void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, double lr,
+                  const at::Tensor& found_inf) {
     std::map<std::pair<int, int>, std::vector<std::size_t>> by_kind;  // (dtype, device) -> indices
     for (std::size_t k : idx) {
       const auto& p = g.params[k - first];
@@ -131,8 +155,11 @@ class AdamW final : public Optimizer {
         vs.push_back(exp_avg_sq_[k]);
         steps.push_back(at::full({}, static_cast<double>(step_), p.options().dtype(at::kFloat)));
       }
+      // found_inf must be a float on the parameters' device; the kernel leaves everything as is when it is 1.
+      std::optional<at::Tensor> inf;
+      if (found_inf.defined()) inf = found_inf.to(ps[0].device(), at::kFloat).reshape({});
       at::_fused_adamw_(ps, gs, ms, vs, {}, steps, lr, o_.beta1, o_.beta2, g.weight_decay, o_.eps,
-                        /*amsgrad=*/false, /*maximize=*/false);
+                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
     }
   }
 

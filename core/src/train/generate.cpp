@@ -21,13 +21,13 @@ Batch packed_row(const std::vector<std::vector<int32_t>*>& seqs, at::Device devi
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(s->size()));
   }
   const int64_t S = static_cast<int64_t>(ids.size());
-  Batch b;
-  b.input_ids = at::tensor(ids, at::kLong).view({1, S}).to(device);
-  b.position_ids = at::tensor(pos, at::kLong).view({1, S}).to(device);
-  b.labels = at::full({1, S}, -100, at::TensorOptions().dtype(at::kLong).device(device));
-  b.cu_seqlens = at::tensor(cu, at::kInt).to(device);
+  Batch b;  // built on the host, so Batch::to records what the forward validates without a device sync
+  b.input_ids = at::tensor(ids, at::kLong).view({1, S});
+  b.position_ids = at::tensor(pos, at::kLong).view({1, S});
+  b.labels = at::full({1, S}, -100, at::kLong);
+  b.cu_seqlens = at::tensor(cu, at::kInt);
   b.max_seqlen = max_len;
-  return b;
+  return b.to(device);
 }
 
 }  // namespace

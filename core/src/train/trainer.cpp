@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -15,7 +16,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Event.h>
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
@@ -74,14 +77,16 @@ int64_t intra_op_threads(int64_t requested) {
   return cores;
 }
 
-Batch to_device(Batch b, const at::Device& d) {
-  if (d.is_cpu()) return b;
-  b.input_ids = b.input_ids.to(d, /*non_blocking=*/true);
-  b.labels = b.labels.to(d, true);
-  b.position_ids = b.position_ids.to(d, true);
-  b.cu_seqlens = b.cu_seqlens.to(d, true);
-  return b;
-}
+// What a step leaves for the host: its micro-batch losses, the gradient norm and the sticky "not finite"
+// flag, copied without blocking into pinned host memory behind an event, read once the GPU got there. The
+// loop reads a step while the next one runs (CUDA), so nothing in a step waits for the GPU.
+struct PendingStep {
+  int64_t step = 0, tokens = 0;
+  double lr = 0;
+  Clock::time_point started;
+  at::Tensor host;                  // double [grad_accum + 2]: losses..., grad norm, found_inf
+  std::optional<c10::Event> ready;  // CUDA: recorded after the copy
+};
 
 struct EvalResult {
   bool ran = false;  // some eval row had labelled tokens (a non-finite loss is then the model's, not "no eval")
@@ -100,7 +105,10 @@ class Loop {
   void build_optimizer();
   void plan();
   void maybe_resume();
-  double train_step(int64_t step, int64_t& tokens);
+  PendingStep train_step(int64_t step);
+  at::Tensor grad_norm() const;
+  void finish_steps(std::size_t keep);
+  void record(const PendingStep& p);
   EvalResult evaluate();
   std::string save(int64_t step);
   void eval_and_log(int64_t step);
@@ -126,6 +134,12 @@ class Loop {
   std::string last_ckpt_;
   Clock::time_point t0_;
   Profiler profiler_;
+  at::Tensor found_inf_;  // float scalar on the device: 1 from the first non-finite step on (skips every later step)
+  std::deque<PendingStep> pending_;
+  std::size_t lag_ = 0;   // steps left unread behind the running one: 1 on CUDA, 0 on the CPU (nothing to overlap)
+  Clock::time_point last_read_;
+  double train_time_ = 0;
+  int64_t tokens_timed_ = 0;
 };
 
 // [profile]: steps start_step .. start_step + steps - 1 run under the Kineto profiler.
@@ -226,45 +240,120 @@ void Loop::maybe_resume() {
   log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
 }
 
-double Loop::train_step(int64_t step, int64_t& tokens) {
+// Enqueues one optimizer step without waiting for the device: validation happened when the batches were
+// built (on the host), the loss stays on the device, clipping and the non-finite skip are decided there.
+PendingStep Loop::train_step(int64_t step) {
+  RECORD_USER_SCOPE("axengine::step");
+  PendingStep p;
+  p.step = step;
+  p.started = Clock::now();
   const uint64_t seed = static_cast<uint64_t>(s_.config->run.seed);
   const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
   // The row order of an epoch is a pure function of (seed, epoch): the data cursor is just the step.
   auto order = data::permutation(train_rows_.rows.size(), data::mix_seed(seed, 0x5eed0000ULL + static_cast<uint64_t>(epoch)));
   const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum;
-  double loss_sum = 0;
+  std::vector<at::Tensor> losses;
   for (int64_t j = 0; j < ga; ++j) {
     std::vector<uint32_t> rows;
     for (int64_t r = 0; r < mb; ++r) {
       uint32_t row = order[static_cast<std::size_t>((in_epoch * ga + j) * mb + r)];
       rows.push_back(row);
-      tokens += row_tokens_[row];
+      p.tokens += row_tokens_[row];
     }
-    Batch b = to_device(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id), device_);
+    Batch b = data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get())
+                  .to(device_);
+    RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
-    double l = out.loss.item<double>();
-    if (!std::isfinite(l)) non_finite(ax::str("loss (", l, ") in micro-batch ", j + 1, "/", ga), step + 1);
+    losses.push_back(out.loss.detach().reshape({}));
     (out.loss / static_cast<double>(ga)).backward();
-    loss_sum += l;
   }
-  // Global gradient norm (fp32), clipped in place when above max_grad_norm.
-  std::vector<at::Tensor> norms;
-  for (auto& [name, p] : params_)
-    if (p.grad().defined()) norms.push_back(p.grad().detach().to(at::kFloat).norm());
-  double norm = norms.empty() ? 0.0 : at::stack(norms).norm().item<double>();
-  if (!std::isfinite(norm)) non_finite(ax::str("gradient norm (", norm, ")"), step + 1);
-  if (s_.train.max_grad_norm > 0 && norm > s_.train.max_grad_norm) {
-    double scale = s_.train.max_grad_norm / (norm + 1e-6);
-    at::NoGradGuard no_grad;
-    for (auto& [name, p] : params_)
-      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+  at::NoGradGuard no_grad;
+  at::Tensor norm = grad_norm();  // fp32 scalar on the device
+  at::Tensor loss_vec = at::stack(losses).to(at::kDouble);
+  at::Tensor bad = at::logical_not(at::logical_and(at::isfinite(loss_vec).all(), at::isfinite(norm))).to(at::kFloat);
+  found_inf_ = at::maximum(found_inf_, bad.to(found_inf_.device()));
+  if (s_.train.max_grad_norm > 0) {
+    // Clipped to max_grad_norm when above it: the factor max / (norm + 1e-6) in double, applied in the
+    // gradients' dtype (as a host scalar would be), 1 when the norm is within bounds.
+    at::Tensor nd = norm.to(at::kDouble);
+    at::Tensor coef = at::where(nd > s_.train.max_grad_norm, s_.train.max_grad_norm / (nd + 1e-6), at::ones_like(nd)).to(at::kFloat);
+    std::vector<at::Tensor> grads;
+    for (auto& [name, prm] : params_)
+      if (prm.grad().defined()) grads.push_back(prm.mutable_grad());
+    if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
-  double lr = schedule_.at(step);
-  opt_->step(lr);
+  p.lr = schedule_.at(step);
+  opt_->step(p.lr, found_inf_);
   opt_->zero_grad();
+  at::Tensor stats = at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
+  if (stats.is_cpu()) {
+    p.host = stats;
+  } else {
+    p.host = at::empty(stats.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+    p.host.copy_(stats, /*non_blocking=*/true);
+    p.ready.emplace(device_.type());
+    p.ready->record(at::accelerator::getCurrentStream(device_.index()));
+  }
+  return p;
+}
+
+// Global gradient norm (fp32 scalar, on the gradients' device); 0 when no parameter has a gradient.
+at::Tensor Loop::grad_norm() const {
+  std::vector<at::Tensor> grads;
+  for (const auto& [name, p] : params_)
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
+  if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  std::vector<at::Tensor> norms;
+  if (device_.is_cuda()) {
+    norms = at::_foreach_norm(grads, 2, at::kFloat);  // one launch per dtype group, not one per parameter
+  } else {
+    for (const auto& g : grads) norms.push_back(g.to(at::kFloat).norm());
+  }
+  return at::stack(norms).norm();
+}
+
+// Reads (waiting where the device is not there yet) and logs the oldest enqueued steps until `keep` are left.
+void Loop::finish_steps(std::size_t keep) {
+  while (pending_.size() > keep) {
+    PendingStep p = std::move(pending_.front());
+    pending_.pop_front();
+    if (p.ready) {
+      RECORD_USER_SCOPE("axengine::read_step");
+      p.ready->synchronize();
+    }
+    record(p);
+  }
+}
+
+void Loop::record(const PendingStep& p) {
+  const int64_t ga = s_.train.grad_accum;
+  const double* h = p.host.data_ptr<double>();
+  double loss_sum = 0;
+  for (int64_t j = 0; j < ga; ++j) {
+    if (!std::isfinite(h[j])) non_finite(ax::str("loss (", h[j], ") in micro-batch ", j + 1, "/", ga), p.step + 1);
+    loss_sum += h[j];
+  }
+  const double norm = h[ga];
+  if (!std::isfinite(norm) || h[ga + 1] != 0) non_finite(ax::str("gradient norm (", norm, ")"), p.step + 1);
+  const double loss = loss_sum / static_cast<double>(ga);
   grad_norm_ = norm;
-  lr_ = lr;
-  return loss_sum / static_cast<double>(ga);
+  lr_ = p.lr;
+  // The step's time runs from when it was enqueued, or from when the previous one was read (it could not
+  // start on the device before), to now that it is read.
+  const auto now = Clock::now();
+  train_time_ += std::chrono::duration<double>(now - std::max(p.started, last_read_)).count();
+  last_read_ = now;
+  tokens_timed_ += p.tokens;
+  sum_.tokens += p.tokens;
+  sum_.losses.push_back(loss);
+  sum_.steps = p.step + 1;
+  const int64_t step = p.step;
+  double tps = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
+  double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
+  double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
+  metrics_.append(out_dir_, {{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
+                             {"tokens", p.tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)}});
+  progress_->update(step + 1, epoch, loss, lr_, tps, eta);
 }
 
 void Loop::non_finite(const std::string& what, int64_t step) {
@@ -290,10 +379,10 @@ EvalResult Loop::evaluate() {
   for (int64_t b0 = 0; b0 < rows; b0 += mb) {
     std::vector<uint32_t> ids;
     for (int64_t r = b0; r < std::min(rows, b0 + mb); ++r) ids.push_back(static_cast<uint32_t>(r));
-    Batch b = data::make_batch(s_.data.eval, eval_rows_, ids, S, s_.pad_id);
-    double n = static_cast<double>(b.labels.ne(-100).sum().item<int64_t>());
+    Batch b = data::make_batch(s_.data.eval, eval_rows_, ids, S, s_.pad_id, s_.data.collator.get());
+    double n = static_cast<double>(b.labels.ne(-100).sum().item<int64_t>());  // on the host
     if (n == 0) continue;
-    ModelOutput out = s_.model->forward(to_device(b, device_), false);
+    ModelOutput out = s_.model->forward(b.to(device_), false);
     loss_sum += out.loss.item<double>() * n;
     weight += n;
   }
@@ -427,36 +516,27 @@ TrainSummary Loop::run() {
   s_.model->set_training(true);
   if (start_step_ == 0 && s_.eval.every_steps > 0) eval_and_log(0);
 
-  double train_time = 0;
-  int64_t tokens_timed = 0;
+  found_inf_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  lag_ = device_.is_cuda() ? 1 : 0;
   for (int64_t step = start_step_; step < total_steps_; ++step) {
-    auto t = Clock::now();
-    int64_t tokens = 0;
     profile_before(step);
-    double loss = train_step(step, tokens);
+    pending_.push_back(train_step(step));
     profile_after(step);
-    double dt = seconds_since(t);
-    train_time += dt;
-    tokens_timed += tokens;
-    sum_.tokens += tokens;
-    sum_.losses.push_back(loss);
-    sum_.steps = step + 1;
-    double tps = train_time > 0 ? static_cast<double>(tokens_timed) / train_time : 0;
-    double eta = train_time / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
-    double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
-    metrics_.append(out_dir_, {{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
-                               {"tokens", tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)}});
-    progress_->update(step + 1, epoch, loss, lr_, tps, eta);
+    finish_steps(lag_);
     bool last = step + 1 == total_steps_;
-    if (s_.eval.every_steps > 0 && (step + 1) % s_.eval.every_steps == 0 && !last) eval_and_log(step + 1);
-    if (s_.checkpoint.every_steps > 0 && (step + 1) % s_.checkpoint.every_steps == 0 && !last) save(step + 1);
+    bool eval_now = s_.eval.every_steps > 0 && (step + 1) % s_.eval.every_steps == 0 && !last;
+    bool save_now = s_.checkpoint.every_steps > 0 && (step + 1) % s_.checkpoint.every_steps == 0 && !last;
+    if (eval_now || save_now || last) finish_steps(0);  // both read the parameters of this very step
+    if (eval_now) eval_and_log(step + 1);
+    if (save_now) save(step + 1);
   }
+  finish_steps(0);
   if (sum_.steps > start_step_ || last_ckpt_.empty()) eval_and_log(total_steps_);
   progress_->finish();
   sum_.last_checkpoint = save(total_steps_);
   progress_.reset();
   sum_.wall_s = seconds_since(t0_);
-  sum_.tokens_per_s = train_time > 0 ? static_cast<double>(tokens_timed) / train_time : 0;
+  sum_.tokens_per_s = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
   sum_.peak_memory_bytes = peak_memory(s_.device);
   sum_.final_loss = sum_.losses.empty() ? NAN : sum_.losses.back();
   sum_.final_eval_loss = last_eval_;
