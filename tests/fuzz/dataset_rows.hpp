@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include <tbb/global_control.h>
 #include <toml++/toml.h>
 
 #include "axengine/dataset.hpp"
@@ -32,6 +33,9 @@ inline const ax::Tokenizer& dataset_tokenizer() {
 // `completion`), the rest is the JSONL file.
 inline void open_dataset_rows(const ax::DatasetType& type, const std::uint8_t* data, std::size_t size,
                               bool completion) {
+  // One thread: rows are parsed with tbb::parallel_for, and on a small machine two fuzzers at a time already
+  // fill the cores.
+  static tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
   if (size == 0) return;
   const std::uint8_t flags = data[0];
   const std::string path = scratch() + "/rows.jsonl";

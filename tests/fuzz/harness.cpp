@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <typeinfo>
 
 #include <cxxabi.h>
@@ -32,9 +33,13 @@ std::vector<Entry>& table() {
   return all;
 }
 
+// The scratch path lives on the heap and is never freed: the exit handler that removes the directory may run
+// after static strings are destroyed.
+const std::string* scratch_path = nullptr;
+
 void remove_scratch() {
   std::error_code ec;
-  fs::remove_all(scratch(), ec);
+  if (scratch_path) fs::remove_all(*scratch_path, ec);
 }
 
 }  // namespace
@@ -64,7 +69,7 @@ void setup_failed(const char* what, const std::exception& e) {
 }
 
 const std::string& scratch() {
-  static const std::string dir = [] {
+  static const std::string& dir = [] {
     fs::path base;
     if (const char* env = std::getenv("AXENGINE_FUZZ_TMP"); env && *env) base = env;
     else if (fs::is_directory("/dev/shm")) base = "/dev/shm";
@@ -73,8 +78,9 @@ const std::string& scratch() {
     std::error_code ec;
     fs::remove_all(d, ec);
     fs::create_directories(d);
+    scratch_path = new std::string(d.string());
     std::atexit(remove_scratch);
-    return d.string();
+    return std::cref(*scratch_path);
   }();
   return dir;
 }

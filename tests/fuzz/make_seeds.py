@@ -251,6 +251,15 @@ put("checkpoint", "fallback_to_older", b"\x02" + b"00000004" + SEP + sj[:-20] + 
 best = dict(state, best_eval_loss=1.25, step=3, epoch=1, step_in_epoch=0)
 put("checkpoint", "best_eval", b"\x01" + b"3" + SEP + json.dumps(best).encode() + SEP + tensors)
 
+# --- peft_adapter: the tiny Llama's adapter (its sites are the harness's), and variants of the config
+adir = os.path.join(DATA, "models/llama/adapter")
+acfg = json.loads(read(os.path.join(adir, "adapter_config.json")))
+atensors = read(os.path.join(adir, "adapter_model.safetensors"))
+put("peft_adapter", "llama", json.dumps(acfg, indent=2).encode() + SEP + atensors)
+put("peft_adapter", "llama_patterns", json.dumps(dict(acfg, rank_pattern={"model.layers.0.self_attn.q_proj": 2},
+    alpha_pattern={".*k_proj": 3.0}, use_rslora=True)).encode() + SEP + atensors)
+put("peft_adapter", "config_only", json.dumps(dict(acfg, target_modules=["q_proj"])).encode())
+
 # every harness also replays its regression inputs (tests/fuzz/regressions/<harness>/)
 for h in os.listdir(OUT):
     reg = os.path.join(ROOT, "tests", "fuzz", "regressions", h)
