@@ -71,17 +71,26 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
     where = "rope_scaling";
   }
   rope.theta = r.number_or("rope_theta", 10000.0);
-  if (!params) return rope;
+  if (!params) {
+    if (!(rope.theta > 0) || !std::isfinite(rope.theta))
+      throw r.bad("rope_theta", str("must be a finite number > 0, got ", rope.theta));
+    return rope;
+  }
   if (!params->is_object()) throw r.bad(where, "must be an object");
   Reader p{*params, r.source};
   auto sub = [&](const std::string& k) { return where + "." + k; };
   if (p.has("rope_theta")) rope.theta = p.number_or("rope_theta", rope.theta);
+  // theta <= 0 gives infinite or NaN inverse frequencies: every forward pass would be NaN.
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta))
+    throw r.bad(p.has("rope_theta") ? sub("rope_theta") : "rope_theta", str("must be a finite number > 0, got ", rope.theta));
   rope.type = p.string_or("rope_type", p.string_or("type", "default"));
   if (rope.type == "default") return rope;
   if (rope.type != "linear" && rope.type != "llama3")
     throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3)"));
   if (!p.has("factor")) throw r.bad(sub("factor"), str("is required for rope_type ", rope.type));
   rope.factor = p.number_or("factor", 1.0);
+  if (!(rope.factor > 0) || !std::isfinite(rope.factor))
+    throw r.bad(sub("factor"), str("must be a finite number > 0, got ", rope.factor));
   if (rope.type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
       if (!p.has(k)) throw r.bad(sub(k), "is required for rope_type llama3");

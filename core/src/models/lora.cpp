@@ -228,7 +228,8 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
   json cfg = read_json_file(cfg_path);
   auto bad = [&](const std::string& key, const std::string& msg) { return UsageError(str(cfg_path, ": '", key, "' ", msg)); };
   if (!cfg.is_object()) throw UsageError(str(cfg_path, ": not a JSON object"));
-  if (cfg.value("peft_type", std::string("LORA")) != "LORA") throw bad("peft_type", "must be LORA");
+  // Fields are type-checked before they are read: json's value<T>() throws its own type_error on a mismatch.
+  if (cfg.contains("peft_type") && cfg["peft_type"] != "LORA") throw bad("peft_type", "must be LORA");
   for (const char* k : {"use_dora", "fan_in_fan_out", "lora_bias", "use_qalora"})
     if (cfg.contains(k) && cfg[k].is_boolean() && cfg[k].get<bool>()) throw bad(k, "true is not supported");
   if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") throw bad("bias", "must be \"none\"");
@@ -239,8 +240,14 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
   LoraSpec spec;
   spec.r = cfg["r"].get<int64_t>();
   spec.alpha = cfg["lora_alpha"].get<double>();
-  spec.dropout = cfg.value("lora_dropout", 0.0);
-  spec.rslora = cfg.value("use_rslora", false);
+  if (cfg.contains("lora_dropout") && !cfg["lora_dropout"].is_null()) {
+    if (!cfg["lora_dropout"].is_number()) throw bad("lora_dropout", "must be a number");
+    spec.dropout = cfg["lora_dropout"].get<double>();
+  }
+  if (cfg.contains("use_rslora") && !cfg["use_rslora"].is_null()) {
+    if (!cfg["use_rslora"].is_boolean()) throw bad("use_rslora", "must be true or false");
+    spec.rslora = cfg["use_rslora"].get<bool>();
+  }
   auto names = [&](const char* key) {
     std::vector<std::string> out;
     if (!cfg.contains(key) || cfg[key].is_null()) return out;
@@ -274,6 +281,8 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
     return out;
   };
   auto rank_pattern = patterns("rank_pattern");
+  for (const auto& [re, v] : rank_pattern)  // a rank becomes an int64 tensor size: no fractions, no overflow
+    if (!(v >= 1 && v <= (1 << 20)) || v != std::floor(v)) throw bad("rank_pattern", str("ranks must be integers in [1, 2^20], got ", v));
   auto alpha_pattern = patterns("alpha_pattern");
 
   auto file = safetensors::File::open(st_path);

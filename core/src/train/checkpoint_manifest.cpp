@@ -89,7 +89,9 @@ bool verify_manifest(const std::string& dir, const std::initializer_list<const c
   ss << in.rdbuf();
   auto m = nlohmann::json::parse(ss.str(), nullptr, false);
   if (m.is_discarded()) throw bad("not valid JSON (truncated?)");
-  if (!m.is_object() || m.value("format", std::string()) != kFormat || !m.contains("files") || !m["files"].is_object())
+  // Compared as JSON, not read with value<std::string>(): a "format" of another type must be "not a manifest"
+  // (value() would throw json's type_error, which no caller expects).
+  if (!m.is_object() || !m.contains("format") || m["format"] != kFormat || !m.contains("files") || !m["files"].is_object())
     throw bad(str("not a checkpoint manifest (expected {\"format\": \"", kFormat, "\", \"files\": {...}})"));
   const auto& files = m["files"];
   for (const char* r : required)
