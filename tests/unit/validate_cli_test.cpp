@@ -176,6 +176,16 @@ TEST_CASE("validate cli: an arch override plans anywhere but stops run with one 
   CHECK(r.exit_code == 2);
   CHECK(!line_with(r.output, "device.arch = \"sm_90\" selects kernels as on an sm_90 GPU, but device.type = \"cpu\"").empty());
   CHECK(!has_backtrace(r.output));
+
+  // device.type = "cuda" without an arch to plan for needs a GPU: validate and run both refuse it where there is none.
+  if (!at::hasCUDA()) {
+    for (const char* cmd : {" validate", " run"}) {
+      r = run(env(dir) + axengine() + cmd + " --config " + (dir / "run.toml") + " --set device.type=cuda");
+      INFO(r.output);
+      CHECK(r.exit_code == 2);
+      CHECK(!line_with(r.output, "device.type = \"cuda\", but this machine has no CUDA device").empty());
+    }
+  }
 }
 
 TEST_CASE("validate cli: every shipped config validates against a tiny model of its family") {
