@@ -92,7 +92,8 @@ DeviceInfo detect_device(const std::string& type, const std::string& arch_overri
   }
   const bool has_cuda = at::hasCUDA();
   if (type == "cuda" && !has_cuda && override_text.empty())
-    throw RuntimeError("device type 'cuda' was asked for, but no CUDA device is available");
+    throw UsageError("device.type = \"cuda\", but this machine has no CUDA device (\"auto\" trains on the CPU here; "
+                     "device.arch or AXENGINE_ARCH plans for a GPU without one)");
   if (!override_text.empty()) {
     // Pretend to be that GPU: selection behaves as it would there (used by explain and by tests).
     auto arch = parse_arch(override_text);
