@@ -128,10 +128,9 @@ ops::WeightTensor weight_to(const ops::WeightTensor& w, at::Device device);
 // Free memory on the CUDA device `index` in bytes (0 if it cannot be asked).
 std::size_t cuda_free_bytes(int index);
 
-// The per-op problem generators of core's ops (OpSpec::conformance). dequant and attention still state
-// their cases through the CaseRunner with their own checks (not yet moved onto Suite's generic ones).
-void run_dequant(CaseRunner& cases);
-void run_attention(CaseRunner& cases);
+// The per-op problem generators of core's ops (OpSpec::conformance).
+void dequant_problems(Suite& suite);
+void attention_problems(Suite& suite);
 void moe_experts_problems(Suite& suite);
 void norm_rope_problems(Suite& suite);
 void linear_lora_problems(Suite& suite);

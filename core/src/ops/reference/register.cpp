@@ -52,11 +52,6 @@ OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::s
   return s;
 }
 
-// The generators that still state cases through the runner directly (see harness.hpp).
-std::function<void(conformance::Suite&)> legacy(void (*run)(cd::CaseRunner&)) {
-  return [run](conformance::Suite& suite) { run(*suite.state().cases); };
-}
-
 }  // namespace
 
 void register_reference_kernels(Registry& registry) {
@@ -66,13 +61,13 @@ void register_reference_kernels(Registry& registry) {
                           cd::moe_experts_problems),
                      make_reference_moe_experts());
   reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4"}, {}, Rows::dequant,
-                       "plain ATen table look-ups and scales", legacy(cd::run_dequant)),
+                       "plain ATen table look-ups and scales", cd::dequant_problems),
                   make_reference_dequant());
   reg.op<NormRope>(spec(NormRope::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
                    make_reference_norm_rope());
   reg.op<Attention>(spec(Attention::kOp, {}, {}, Rows::attention,
                          "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
-                         legacy(cd::run_attention)),
+                         cd::attention_problems),
                     make_reference_attention());
   reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4"}, {}, Rows::plain, "plain ATen, fp32 math, never forms B·A",
                           cd::linear_lora_problems),
