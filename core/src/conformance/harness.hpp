@@ -1,6 +1,6 @@
-// Internals of the conformance suite shared by the per-op case files: the target under test, the case
-// runner, and the checks (norm-relative closeness, bitwise equality, "throws naming X", inputs left
-// untouched). Not installed: only conformance.hpp is public.
+// Internals of the conformance suite: the target under test, the case runner, and the pieces of the generic
+// checks (guard bands, "throws naming X", inputs left untouched) that suite.cpp runs; weight helpers for the
+// per-op problem files. Not installed: conformance.hpp and op_conformance.hpp are the public side.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -47,10 +47,6 @@ struct Target {
   bool quick = false;
   unsigned seed = 0;
 
-  template <class Op>
-  Op& impl() const { return *static_cast<Op*>(backend->object.get()); }
-  template <class Op>
-  Op& ref() const { return *static_cast<Op*>(reference->object.get()); }
   bool claims_dtype(const std::string& d) const;
   bool claims_format(const std::string& f) const;
   bool claims_layout(const std::string& l) const;
@@ -64,7 +60,6 @@ class CaseRunner {
              const std::function<void(const std::string&)>& on_start);
   void run(const std::string& name, const std::function<std::string()>& body);
   void skip_case(const std::string& name, const std::string& reason);
-  const Target& target() const { return target_; }
 
  private:
   void record(CaseResult r);
