@@ -70,7 +70,8 @@ int run_conformance(const std::vector<std::string>& args) {
   po::options_description opts("conformance options");
   opts.add_options()
       ("plugin", po::value<std::vector<std::string>>()->composing(), "plugin .so to load and certify (repeatable)")
-      ("op", po::value<std::string>(), "only this op (moe.experts, dequant, norm_rope, attention, linear.lora)")
+      ("op", po::value<std::string>(), "only this op: id or config key (core's: moe.experts, dequant, norm_rope, attention, linear.lora; "
+                                            "and those the loaded plugins define)")
       ("backend", po::value<std::string>(), "only this backend name")
       ("device", po::value<std::string>(), "only this device: cpu or cuda")
       ("report", po::value<std::string>(), "write JUnit XML here")

@@ -1,10 +1,12 @@
 #include "axengine/engine.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "axengine/builtins.hpp"
 #include "axengine/error.hpp"
 #include "axengine/kernel_op.hpp"
+#include "axengine/op_spec.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
 
@@ -39,12 +41,12 @@ std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std:
 
 std::vector<Resolution> Engine::resolve_all() const {
   std::vector<Resolution> out;
-  for (const auto& op : known_ops()) {
-    // Weight format matters to the ops that read the frozen base weights.
-    bool reads_weights = op.id == "moe.experts" || op.id == "linear.lora" || op.id == "dequant";
-    std::string format = reads_weights ? config.model.weight_format : "";
-    if (op.id == "dequant" && format == "dense") continue;  // nothing to dequantise
-    out.push_back(resolve_backend(registry, config.kernels, op.id, KernelQuery{device, dtype, format, ""}));
+  for (const OpSpec* op : registry.ops()) {
+    // Weight format matters to the ops that read the frozen base weights (those whose spec has formats).
+    std::string format = op->formats.empty() ? "" : config.model.weight_format;
+    const bool takes_dense = std::find(op->formats.begin(), op->formats.end(), "dense") != op->formats.end();
+    if (format == "dense" && !takes_dense) continue;  // dequant: nothing to dequantise
+    out.push_back(resolve_backend(registry, config.kernels, op->id, KernelQuery{device, dtype, format, ""}));
   }
   return out;
 }

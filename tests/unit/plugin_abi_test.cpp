@@ -8,6 +8,7 @@
 
 #include "axengine/dataset.hpp"
 #include "axengine/model.hpp"
+#include "axengine/op_spec.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/dequant.hpp"
 #include "axengine/ops/linear_lora.hpp"
@@ -157,6 +158,16 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
   // Plugins bind their tables through TableBinder, whose accessors are inline.
   CHECK(AX_LAYOUT(TableBinder, ) == "104/8:");
   CHECK(AX_LAYOUT(BindContext, AX_FIELD(file) AX_FIELD(docs)) == "40/8: file@0 docs@32");
+  // ABI 2.0: ops are registered data (op_spec.hpp); kernel providers say whether they are graph safe.
+  CHECK(AX_LAYOUT(OpTolerance, AX_FIELD(dtype) AX_FIELD(forward) AX_FIELD(backward)) == "48/8: dtype@0 forward@32 backward@40");
+  CHECK(AX_LAYOUT(OpSpec, AX_FIELD(id) AX_FIELD(config_key) AX_FIELD(summary) AX_FIELD(dtypes) AX_FIELD(formats)
+                              AX_FIELD(layouts) AX_FIELD(tolerances) AX_FIELD(reference) AX_FIELD(reference_summary)
+                                  AX_FIELD(conformance)) ==
+        "272/8: id@0 config_key@32 summary@64 dtypes@96 formats@120 layouts@144 tolerances@168 reference@192 "
+        "reference_summary@208 conformance@240");
+  CHECK(AX_LAYOUT(ProviderInfo, AX_FIELD(kind) AX_FIELD(op) AX_FIELD(name) AX_FIELD(needs) AX_FIELD(plugin)
+                                    AX_FIELD(origin) AX_FIELD(summary) AX_FIELD(graph_safe)) ==
+        "280/8: kind@0 op@8 name@40 needs@72 plugin@176 origin@208 summary@240 graph_safe@272");
   CHECK(AX_LAYOUT(Staged, AX_FIELD(kind) AX_FIELD(op) AX_FIELD(name) AX_FIELD(object)) ==
         "88/8: kind@0 op@8 name@40 object@72");
   CHECK(AX_LAYOUT(WeightTensor, AX_FIELD(format) AX_FIELD(shape) AX_FIELD(values) AX_FIELD(codes) AX_FIELD(scales)

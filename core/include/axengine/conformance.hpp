@@ -1,5 +1,7 @@
 // The kernel conformance suite: certifies op backends against the `reference` backend of the same op,
-// the way torch.library.opcheck certifies a PyTorch custom op.
+// the way torch.library.opcheck certifies a PyTorch custom op. The ops are the registry's OpSpecs (core's
+// and those plugins define, axengine/op_spec.hpp); each spec's generator states the problems and the
+// generic checks of axengine/op_conformance.hpp run them.
 //
 // For every selected backend and every device it can run on, the suite runs the op's cases: a shape
 // grid with the edge cases (experts with zero tokens, E=1, k=1, k=E, odd ranks, T=1, sizes that are no
@@ -9,7 +11,8 @@
 // (bitwise equal over two runs); the same call twice; bad input (an exception naming the argument);
 // inputs left untouched (the op interfaces return fresh tensors, so there are no caller-owned output
 // buffers to guard: instead every input is compared bitwise before and after the call); index products
-// beyond 2^31 on CUDA when the GPU has the memory. Devices that are not present are skipped with a reason.
+// beyond 2^31 on CUDA when the GPU has the memory; for backends declared graph-safe, capture in a CUDA
+// graph and replay with new inputs. Devices that are not present are skipped with a reason.
 //
 // Results are plain data: the CLI (`axengine conformance`) prints a summary and writes JUnit XML, tests
 // assert on case names.
@@ -41,7 +44,8 @@ struct CaseResult {
 
 // Norm-relative tolerances ||got - want||_2 / ||want||_2 (norms in fp64; when ||want|| = 0, got must be
 // exactly zero) per compute dtype: the policy of docs/ops/README.md, which each contract quotes. This
-// table is the one place the numbers live in code; change it and the docs together.
+// table is the one place the numbers of core's ops live in code (their OpSpecs' tolerance rows are made
+// from it); change it and the docs together.
 //   forward            — every op's outputs (y, out), except dequant's;
 //   backward           — gradients, except attention's;
 //   attention_backward — attention's dq, dk, dv (dP − D subtracts nearly equal terms; P is rounded);
@@ -65,7 +69,7 @@ inline constexpr double kLseTolerance = 1e-4;
 Tolerance tolerance(const std::string& dtype);
 
 struct Options {
-  std::string op;       // op id or config key; empty: every known op
+  std::string op;       // op id or config key; empty: every op in the registry
   std::string backend;  // one backend name; empty: every backend registered for the op(s)
   std::vector<std::string> plugins;  // plugin names or files: only their backends; empty: no filter
   std::string device;   // "cpu" or "cuda"; empty: every device the backend claims (absent ones skip)

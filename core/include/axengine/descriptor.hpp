@@ -27,6 +27,7 @@ struct PluginDescriptor {
     ProviderKind kind;
     std::string op, name, summary;
     Requirements needs;
+    bool graph_safe = false;  // kernels: "graph_safe": true
   };
   std::vector<Declared> providers;
 };

@@ -24,6 +24,7 @@
 #include <torch/headeronly/version.h>
 
 #include "axengine/config_binder.hpp"
+#include "axengine/op_spec.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/version.hpp"
 
@@ -93,6 +94,17 @@ class PluginRegistrar {
   }
   void optimizer(const std::string& name, std::shared_ptr<OptimizerProvider> provider) {
     stage(ProviderKind::optimizer, "", name, std::static_pointer_cast<void>(std::move(provider)));
+  }
+  // Defines a kernel op (axengine/op_spec.hpp): Op is its interface (spec.id must equal Op::kOp) and
+  // `reference` its reference backend, registered with it as (spec.id, "reference"). Declared in the
+  // descriptor as {"kind": "op", "name": "<id>"}; the plugin's kernels of that op are added after it.
+  template <class Op>
+  void op(OpSpec spec, std::shared_ptr<Op> reference) {
+    if (spec.id != Op::kOp)
+      throw UsageError("PluginRegistrar::op: spec id '" + spec.id + "' is not the interface's op '" + Op::kOp + "'");
+    spec.reference = std::static_pointer_cast<void>(std::shared_ptr<Op>(std::move(reference)));
+    std::string id = spec.id;
+    stage(ProviderKind::op, "", std::move(id), std::make_shared<OpSpec>(std::move(spec)));
   }
 
   // The options of one of this plugin's kernel backends: the table [kernels.options.<backend>] of the run

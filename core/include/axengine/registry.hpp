@@ -3,6 +3,8 @@
 //   model     — a model family, keyed by HF config.json "model_type" (ax::ModelFamily)
 //   dataset   — a dataset type, keyed by the `type` of a [[datasets]] entry (ax::DatasetType)
 //   optimizer — an optimizer, keyed by [train] optimizer name (ax::OptimizerProvider)
+//   op        — a kernel op, keyed by its id (ax::OpSpec, axengine/op_spec.hpp); adding one also registers
+//               its `reference` kernel backend
 // Each entry records where it came from, so every listing and error can say so.
 #pragma once
 #include <memory>
@@ -14,7 +16,9 @@
 
 namespace ax {
 
-enum class ProviderKind { kernel, model, dataset, optimizer };
+struct OpSpec;
+
+enum class ProviderKind { kernel, model, dataset, optimizer, op };
 const char* to_string(ProviderKind kind);
 
 struct ProviderInfo {
@@ -25,6 +29,7 @@ struct ProviderInfo {
   std::string plugin = "builtin";  // plugin name, or "builtin"
   std::string origin = "builtin";  // the plugin file, or "builtin"
   std::string summary;
+  bool graph_safe = false;  // kernel providers: declared safe to capture in a CUDA graph (descriptor "graph_safe")
   std::string key() const;  // "kernel moe.experts/scattermoe", "model qwen3_moe"
 };
 
@@ -35,9 +40,14 @@ struct Provider {
 
 class Registry {
  public:
-  // Throws UsageError naming both origins when (kind, op, name) is already taken, and when a kernel
-  // provider names an op that core does not know.
+  // Throws UsageError naming both origins when (kind, op, name) is already taken, when a kernel
+  // provider names an op that is not registered (core's ops are always known) or claims dtypes, formats
+  // or layouts outside the op's space, and when an op's spec is incomplete.
   void add(Provider provider);
+
+  // The registered ops (kind op), by id or config key; nullptr when none matches.
+  const OpSpec* op(const std::string& id_or_config_key) const;
+  std::vector<const OpSpec*> ops() const;  // in registration order
 
   const Provider* find(ProviderKind kind, const std::string& op, const std::string& name) const;
   std::vector<const Provider*> list(ProviderKind kind, const std::string& op = "") const;

@@ -1,6 +1,7 @@
-// Conformance cases for dequant (docs/ops/dequant.md): whole and selective dequantisation of nf4 (plain
-// and double-quantised absmax), mxfp4 and nvfp4 (per-tensor and per-expert global scale) to each claimed
-// dtype, within one unit roundoff of the reference; guard bands; determinism; bad input; 2^31.
+// The conformance problems of dequant (docs/ops/dequant.md): whole and selective dequantisation of nf4
+// (plain and double-quantised absmax), mxfp4 and nvfp4 (per-tensor and per-expert global scale) to each
+// claimed dtype, within one unit roundoff of the reference; preallocated outputs; determinism; repeat;
+// bad input; 2^31. The checks are the suite's generic ones (suite.cpp).
 #include <map>
 
 #include "axengine/ops/dequant.hpp"
@@ -39,20 +40,16 @@ std::vector<Layout> layouts_for(const std::string& variant, bool quick) {
   return l;
 }
 
-std::string prefix(const std::string& phase, const std::string& dtype, const std::string& variant) {
-  return ax::str("dequant/", phase, "/", dtype, "/", variant);
-}
-
 // Quantised weights by (shape, variant), shared by the cases of one target: quantising is the slow part.
 std::map<std::string, ops::WeightTensor>& weight_cache() {
   static std::map<std::string, ops::WeightTensor> cache;
   return cache;
 }
 
-ops::WeightTensor make(const Layout& l, const std::string& variant, const std::string& name, unsigned seed) {
-  const std::string key = l.name() + "/" + variant;
+// draw 1: other values of the same shapes (the CUDA-graph check's second input).
+ops::WeightTensor make(const Layout& l, const std::string& variant, unsigned seed, int draw = 0) {
+  const std::string key = l.name() + "/" + variant + (draw ? "#1" : "");
   if (auto it = weight_cache().find(key); it != weight_cache().end()) return it->second;
-  (void)name;
   at::Generator g = case_generator(seed, "dequant/weight/" + key);
   at::Tensor w = at::randn(l.shape, g, at::kFloat);
   // A few large outliers per tensor so absmax / shared exponents vary from block to block.
@@ -60,106 +57,79 @@ ops::WeightTensor make(const Layout& l, const std::string& variant, const std::s
   return weight_cache().emplace(key, make_weight(w, variant, l.axis, at::kFloat)).first->second;
 }
 
-void dequant_case(CaseRunner& cases, const std::string& dtype, const std::string& variant, const Layout& l,
-                  const std::string& mode) {
-  const Target& T = cases.target();
-  const std::string name = ax::str(prefix("fwd", dtype, variant), "/", l.name(), "/", mode);
-  if (mode != "whole" && l.shape.size() < 2) return;
-  cases.run(name, [&] {
-    const at::ScalarType dt = scalar_type(dtype);
-    ops::WeightTensor w = make(l, variant, name, T.seed);
-    DequantArgs ra, ia;
-    ra.weight = weight_to(w, T.reference_device);
-    ia.weight = weight_to(w, T.device);
-    ra.dtype = ia.dtype = dt;
+// mode: "whole", "selective" (experts out of order, with a repeat, the last included), "selective_empty",
+// "out" (a preallocated output).
+Problem problem(const Suite& suite, const std::string& dtype, const std::string& variant, const Layout& l,
+                const std::string& mode) {
+  Problem p;
+  p.phase = "fwd";
+  p.name = ax::str(dtype, "/", variant, "/", l.name(), mode.empty() ? "" : "/" + mode);
+  p.dtype = dtype;
+  const unsigned seed = suite.seed();
+  p.bind = [=](const Bind& b) {
+    auto args = std::make_shared<DequantArgs>();
+    args->weight = weight_to(make(l, variant, seed, b.draw), b.device);
+    args->dtype = scalar_type(dtype);
+    auto longs = at::TensorOptions().dtype(at::kLong).device(b.device);
     if (mode == "selective") {
-      // Out of order, with a repeat, last expert included.
       const int64_t E = l.shape[0];
-      at::Tensor ex = at::tensor(std::vector<int64_t>{E - 1, 0, E / 2, E - 1}, at::kLong);
-      ra.experts = ex.to(T.reference_device);
-      ia.experts = ex.to(T.device);
+      args->experts = at::tensor(std::vector<int64_t>{E - 1, 0, E / 2, E - 1}, at::kLong).to(b.device);
     } else if (mode == "selective_empty") {
-      ra.experts = at::empty({0}, at::TensorOptions().dtype(at::kLong).device(T.reference_device));
-      ia.experts = at::empty({0}, at::TensorOptions().dtype(at::kLong).device(T.device));
+      args->experts = at::empty({0}, longs);
     }
-    at::Tensor want = T.ref<Dequant>().dequantize(ra);
-    std::optional<GuardedOut> out;
-    if (mode == "out") {
-      out.emplace(want.sizes(), dt, T.device);
-      ia.out = out->view();
-    }
-    InputGuard guard;
-    guard.add("weight.codes", ia.weight.codes);
-    guard.add("weight.scales", ia.weight.scales);
-    guard.add("weight.nested_scales", ia.weight.nested_scales);
-    guard.add("weight.global_scale", ia.weight.global_scale);
-    guard.add("experts", ia.experts);
-    at::Tensor got = T.impl<Dequant>().dequantize(ia);
-    std::vector<std::string> msgs;
-    if (out) msgs.push_back(out->check("out", got));
-    msgs.push_back(check_close("y", got, want.to(T.device), tolerance(dtype).dequant));
-    msgs.push_back(guard.check());
-    return join(msgs, "; ");
-  });
+    if (b.for_graph) args->check_values = false;  // the value checks read `experts` on the host
+    Call c;
+    c.inputs = {{"weight.codes", args->weight.codes},
+                {"weight.scales", args->weight.scales},
+                {"weight.nested_scales", args->weight.nested_scales},
+                {"weight.global_scale", args->weight.global_scale},
+                {"experts", args->experts}};
+    c.run = [args](const Backend& be, const Tensors& out) {
+      DequantArgs a = *args;
+      a.out = output(out, "y");
+      return Tensors{{"y", be.as<Dequant>().dequantize(a)}};
+    };
+    return c;
+  };
+  p.compare = {{"y", suite.spec().tolerance(dtype).forward}};  // dequant's row: one rounding of a table value
+  if (mode == "out") p.preallocated = {"y"};
+  return p;
 }
 
-void determinism_case(CaseRunner& cases, const std::string& dtype, const std::string& variant) {
-  const Target& T = cases.target();
+std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype, const std::string& variant) {
   const Layout l = layouts_for(variant, true).front();
-  const std::string name = ax::str(prefix("determinism", dtype, variant), "/", l.name());
-  cases.run(name, [&] {
-    DequantArgs a;
-    a.weight = weight_to(make(l, variant, name, T.seed), T.device);
-    a.dtype = scalar_type(dtype);
-    at::Tensor y1 = T.impl<Dequant>().dequantize(a);
-    // Another weight in between: no state may carry over.
-    DequantArgs b = a;
-    b.weight = weight_to(make(layouts_for(variant, true)[1], variant, name + "B", T.seed), T.device);
-    T.impl<Dequant>().dequantize(b);
-    return check_bitwise("y", y1, T.impl<Dequant>().dequantize(a));
-  });
-}
-
-void bad_input_cases(CaseRunner& cases, const std::string& dtype, const std::string& variant) {
-  const Target& T = cases.target();
-  const Layout l = layouts_for(variant, true).front();
-  const std::string pre = prefix("badinput", dtype, variant);
   DequantArgs good;
-  good.weight = weight_to(make(l, variant, pre, T.seed), T.device);
+  good.weight = weight_to(make(l, variant, suite.seed()), suite.device());
   good.dtype = scalar_type(dtype);
-  auto call = [&](const DequantArgs& a) { T.impl<Dequant>().dequantize(a); };
-  auto opt = at::TensorOptions().device(T.device);
-  struct Bad {
-    std::string what, argument;
-    std::function<void()> fn;
-  };
-  std::vector<Bad> bad = {
-      {"dense_weight", "weight", [&] { auto a = good; a.weight = ops::WeightTensor::dense(at::zeros({4, 4}, opt)); call(a); }},
-      {"codes_size", "codes", [&] { auto a = good; a.weight.codes = a.weight.codes.flatten().narrow(0, 0, 10); call(a); }},
-      {"codes_dtype", "codes", [&] { auto a = good; a.weight.codes = a.weight.codes.to(at::kInt); call(a); }},
-      {"scales_size", "scales", [&] { auto a = good; a.weight.scales = a.weight.scales.flatten().narrow(0, 0, 1); call(a); }},
-      {"output_dtype", "dtype", [&] { auto a = good; a.dtype = at::kInt; call(a); }},
-      {"experts_dtype", "experts", [&] { auto a = good; a.experts = at::zeros({2}, opt.dtype(at::kFloat)); call(a); }},
+  auto call = [](const Backend& be, const DequantArgs& a) { be.as<Dequant>().dequantize(a); };
+  auto opt = at::TensorOptions().device(suite.device());
+  using B = const Backend&;
+  return {
+      {"dense_weight", "weight", [=](B be) { auto a = good; a.weight = ops::WeightTensor::dense(at::zeros({4, 4}, opt)); call(be, a); }},
+      {"codes_size", "codes", [=](B be) { auto a = good; a.weight.codes = a.weight.codes.flatten().narrow(0, 0, 10); call(be, a); }},
+      {"codes_dtype", "codes", [=](B be) { auto a = good; a.weight.codes = a.weight.codes.to(at::kInt); call(be, a); }},
+      {"scales_size", "scales", [=](B be) { auto a = good; a.weight.scales = a.weight.scales.flatten().narrow(0, 0, 1); call(be, a); }},
+      {"output_dtype", "dtype", [=](B be) { auto a = good; a.dtype = at::kInt; call(be, a); }},
+      {"experts_dtype", "experts", [=](B be) { auto a = good; a.experts = at::zeros({2}, opt.dtype(at::kFloat)); call(be, a); }},
       {"experts_out_of_range", "experts",
-       [&] { auto a = good; a.experts = at::full({2}, l.shape[0], opt.dtype(at::kLong)); call(a); }},
-      {"experts_negative", "experts", [&] { auto a = good; a.experts = at::full({1}, -1, opt.dtype(at::kLong)); call(a); }},
-      {"out_shape", "out", [&] { auto a = good; a.out = at::empty({3}, opt.dtype(a.dtype)); call(a); }},
+       [=](B be) { auto a = good; a.experts = at::full({2}, l.shape[0], opt.dtype(at::kLong)); call(be, a); }},
+      {"experts_negative", "experts", [=](B be) { auto a = good; a.experts = at::full({1}, -1, opt.dtype(at::kLong)); call(be, a); }},
+      {"out_shape", "out", [=](B be) { auto a = good; a.out = at::empty({3}, opt.dtype(a.dtype)); call(be, a); }},
   };
-  for (auto& b : bad) cases.run(ax::str(pre, "/", b.what), [&] { return check_throws_naming(b.argument, b.fn); });
 }
 
 // An output of more than 2^31 elements. CUDA only, when the GPU has room; nf4 codes drawn directly.
-void large_case(CaseRunner& cases, const std::string& dtype) {
-  const Target& T = cases.target();
+void large_case(Suite& suite, const std::string& dtype) {
+  const at::Device device = suite.device();
   const int64_t rows = 2049, cols = int64_t{1} << 20;  // 2^31 + 2^20 elements
-  const std::string name = ax::str(prefix("fwd", dtype, "nf4"), "/[", rows, ",", cols, "]/index_over_2^31");
-  if (!T.device.is_cuda()) return cases.skip_case(name, "index products past 2^31 are checked on CUDA only");
-  if (dtype == "fp32") return cases.skip_case(name, "run in bf16/fp16 only (half the memory)");
+  const std::string name = ax::str(ax::str("dequant/fwd/", dtype, "/nf4"), "/[", rows, ",", cols, "]/index_over_2^31");
+  if (!device.is_cuda()) return suite.skip(name, "index products past 2^31 are checked on CUDA only");
+  if (dtype == "fp32") return suite.skip(name, "run in bf16/fp16 only (half the memory)");
   const std::size_t need = static_cast<std::size_t>(rows) * cols * 2 * 2 + (std::size_t{3} << 30);
-  if (cuda_free_bytes(T.device.index()) < need)
-    return cases.skip_case(name, ax::str("needs ~", need >> 30, " GiB free on the GPU"));
-  cases.run(name, [&] {
-    auto dev = at::TensorOptions().device(T.device);
+  if (cuda_free_bytes(device.index()) < need)
+    return suite.skip(name, ax::str("needs ~", need >> 30, " GiB free on the GPU"));
+  suite.custom(name, [&] {
+    auto dev = at::TensorOptions().device(device);
     ops::WeightTensor w;
     w.format = ops::WeightFormat::nf4;
     w.shape = {rows, cols};
@@ -169,9 +139,9 @@ void large_case(CaseRunner& cases, const std::string& dtype) {
     DequantArgs a;
     a.weight = w;
     a.dtype = scalar_type(dtype);
-    at::Tensor got = T.impl<Dequant>().dequantize(a);
-    at::Tensor want = T.ref<Dequant>().dequantize(a);
-    const double tol = tolerance(dtype).dequant;
+    at::Tensor got = suite.backend().as<Dequant>().dequantize(a);
+    at::Tensor want = suite.reference().as<Dequant>().dequantize(a);
+    const double tol = suite.spec().tolerance(dtype).forward;
     return join({check_close("y first rows", got.narrow(0, 0, 2), want.narrow(0, 0, 2), tol),
                  check_close("y last rows", got.narrow(0, rows - 2, 2), want.narrow(0, rows - 2, 2), tol)},
                 "; ");
@@ -180,20 +150,30 @@ void large_case(CaseRunner& cases, const std::string& dtype) {
 
 }  // namespace
 
-void run_dequant(CaseRunner& cases) {
-  const Target& T = cases.target();
+void dequant_problems(Suite& suite) {
   weight_cache().clear();
   std::vector<std::string> variants;
   for (const char* v : {"nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"})
-    if (T.claims_format(base_format(v))) variants.push_back(v);
-  for (const auto& dtype : T.dtypes) {
+    if (suite.claims_format(base_format(v))) variants.push_back(v);
+  for (const auto& dtype : suite.dtypes()) {
     for (const auto& variant : variants) {
-      for (const Layout& l : layouts_for(variant, T.quick))
-        for (const char* mode : {"whole", "selective", "selective_empty", "out"}) dequant_case(cases, dtype, variant, l, mode);
-      determinism_case(cases, dtype, variant);
-      bad_input_cases(cases, dtype, variant);
+      const std::vector<Layout> layouts = layouts_for(variant, suite.quick());
+      for (std::size_t i = 0; i < layouts.size(); ++i)
+        for (const char* mode : {"whole", "selective", "selective_empty", "out"}) {
+          if (std::string(mode) != "whole" && layouts[i].shape.size() < 2) continue;
+          Problem p = problem(suite, dtype, variant, layouts[i], mode);
+          p.graph = i == 0 && (std::string(mode) == "whole" || std::string(mode) == "selective");
+          suite.accuracy(p);
+        }
+      // Two identical calls; and another weight in between: no state may carry over.
+      const std::vector<Layout> quick = layouts_for(variant, true);
+      suite.determinism(problem(suite, dtype, variant, quick[0], ""));
+      Problem a = problem(suite, dtype, variant, quick[0], ""), b = problem(suite, dtype, variant, quick[1], "");
+      b.name = quick[1].name();
+      suite.repeat(a, b);
+      suite.bad_inputs(ax::str(dtype, "/", variant), bad_inputs(suite, dtype, variant));
     }
-    if (T.claims_format("nf4")) large_case(cases, dtype);
+    if (suite.claims_format("nf4")) large_case(suite, dtype);
   }
   weight_cache().clear();
 }

@@ -27,8 +27,6 @@ std::string sci(double v) {
 
 }  // namespace
 
-void fail(const std::string& message) { throw CaseFailure(message); }
-void skip(const std::string& reason) { throw CaseSkip(reason); }
 
 bool Target::claims_dtype(const std::string& d) const { return contains(dtypes, d); }
 bool Target::claims_format(const std::string& f) const { return contains(formats, f); }
@@ -85,13 +83,6 @@ void CaseRunner::skip_case(const std::string& name, const std::string& reason) {
   record(std::move(r));
 }
 
-at::ScalarType scalar_type(const std::string& d) {
-  if (d == "fp32") return at::kFloat;
-  if (d == "bf16") return at::kBFloat16;
-  if (d == "fp16") return at::kHalf;
-  throw std::invalid_argument(ax::str("conformance: unknown dtype '", d, "'"));
-}
-
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return "fp32";
@@ -122,33 +113,6 @@ std::string check_close(const std::string& what, const at::Tensor& got, const at
     return ax::str(what, " |output| ", norm, " (reference zero by cancellation)");
   }
   return check_close(what, got, want, tol);
-}
-
-std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol) {
-  if (!got.defined()) fail(ax::str(what, ": backend returned an undefined tensor"));
-  if (got.sizes() != want.sizes())
-    fail(ax::str(what, ": shape ", got.sizes(), ", reference has ", want.sizes()));
-  if (got.scalar_type() != want.scalar_type())
-    fail(ax::str(what, ": dtype ", dtype_name(got.scalar_type()), ", reference has ", dtype_name(want.scalar_type())));
-  double err = rel_error(got, want);
-  if (std::isnan(err)) fail(ax::str(what, ": output holds NaN or Inf (reference is finite)"));
-  if (std::isinf(err)) fail(ax::str(what, ": the reference is exactly zero, the output is not"));
-  if (err > tol) fail(ax::str(what, ": norm-relative error ", sci(err), " > tolerance ", sci(tol)));
-  return ax::str(what, " err=", sci(err), " tol=", sci(tol));
-}
-
-std::string check_bitwise(const std::string& what, const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type())
-    fail(ax::str(what, ": second run has shape/dtype ", b.sizes(), "/", dtype_name(b.scalar_type()), ", first ", a.sizes(),
-             "/", dtype_name(a.scalar_type())));
-  // Compare the bytes, not the values: NaN != NaN and -0 == +0 would hide differences.
-  at::Tensor ab = a.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
-  at::Tensor bb = b.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
-  if (!at::equal(ab, bb)) {
-    long differing = (a.detach().to(at::kCPU, at::kDouble) != b.detach().to(at::kCPU, at::kDouble)).sum().item<long>();
-    fail(ax::str(what, ": two identical calls differ bitwise (", differing, " of ", a.numel(), " elements)"));
-  }
-  return ax::str(what, " bitwise equal");
 }
 
 std::string check_throws_naming(const std::string& argument, const std::function<void()>& fn) {
@@ -213,31 +177,6 @@ std::string GuardedOut::check(const std::string& what, const at::Tensor& returne
   return ax::str(what, " guard bands intact");
 }
 
-at::Tensor non_contiguous(const at::Tensor& t) {
-  if (t.dim() == 0) return t;
-  auto sizes = t.sizes().vec();
-  sizes.back() *= 2;
-  at::Tensor buf = at::empty(sizes, t.options());
-  if (at::isFloatingType(t.scalar_type())) buf.fill_(std::nan(""));
-  else buf.fill_(0x5A);
-  at::Tensor view = buf.slice(-1, 0, sizes.back(), 2);
-  view.copy_(t);
-  return view;
-}
-
-at::Generator case_generator(unsigned seed, const std::string& name) {
-  // FNV-1a over the case name: the same case draws the same data whatever else runs.
-  std::uint64_t h = 1469598103934665603ull ^ seed;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return at::make_generator<at::CPUGeneratorImpl>(h);
-}
-
-std::string kv(const std::vector<std::pair<std::string, long>>& items) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : items) parts.push_back(ax::str(k, "=", v));
-  return join(parts, ",");
-}
-
 std::string base_format(const std::string& v) { return v.substr(0, v.find('-')); }
 
 ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& v, int64_t axis, at::ScalarType dtype) {
@@ -277,3 +216,88 @@ std::size_t cuda_free_bytes(int index) {
 }
 
 }  // namespace ax::conformance::detail
+
+namespace ax::conformance {
+
+using detail::CaseFailure;
+using detail::CaseSkip;
+using detail::dtype_name;
+using detail::rel_error;
+
+namespace {
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+}  // namespace
+
+void fail(const std::string& message) { throw CaseFailure(message); }
+void skip(const std::string& reason) { throw CaseSkip(reason); }
+
+at::ScalarType scalar_type(const std::string& d) {
+  if (d == "fp32") return at::kFloat;
+  if (d == "bf16") return at::kBFloat16;
+  if (d == "fp16") return at::kHalf;
+  throw std::invalid_argument(ax::str("conformance: unknown dtype '", d, "'"));
+}
+
+std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol) {
+  if (!got.defined()) fail(ax::str(what, ": backend returned an undefined tensor"));
+  if (got.sizes() != want.sizes())
+    fail(ax::str(what, ": shape ", got.sizes(), ", reference has ", want.sizes()));
+  if (got.scalar_type() != want.scalar_type())
+    fail(ax::str(what, ": dtype ", dtype_name(got.scalar_type()), ", reference has ", dtype_name(want.scalar_type())));
+  double err = rel_error(got, want);
+  if (std::isnan(err)) fail(ax::str(what, ": output holds NaN or Inf (reference is finite)"));
+  if (std::isinf(err)) fail(ax::str(what, ": the reference is exactly zero, the output is not"));
+  if (err > tol) fail(ax::str(what, ": norm-relative error ", sci(err), " > tolerance ", sci(tol)));
+  return ax::str(what, " err=", sci(err), " tol=", sci(tol));
+}
+
+std::string check_bitwise(const std::string& what, const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type())
+    fail(ax::str(what, ": second run has shape/dtype ", b.sizes(), "/", dtype_name(b.scalar_type()), ", first ", a.sizes(),
+             "/", dtype_name(a.scalar_type())));
+  // Compare the bytes, not the values: NaN != NaN and -0 == +0 would hide differences.
+  at::Tensor ab = a.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
+  at::Tensor bb = b.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
+  if (!at::equal(ab, bb)) {
+    long differing = (a.detach().to(at::kCPU, at::kDouble) != b.detach().to(at::kCPU, at::kDouble)).sum().item<long>();
+    fail(ax::str(what, ": two identical calls differ bitwise (", differing, " of ", a.numel(), " elements)"));
+  }
+  return ax::str(what, " bitwise equal");
+}
+
+at::Tensor non_contiguous(const at::Tensor& t) {
+  if (t.dim() == 0) return t;
+  auto sizes = t.sizes().vec();
+  sizes.back() *= 2;
+  at::Tensor buf = at::empty(sizes, t.options());
+  if (at::isFloatingType(t.scalar_type())) buf.fill_(std::nan(""));
+  else buf.fill_(0x5A);
+  at::Tensor view = buf.slice(-1, 0, sizes.back(), 2);
+  view.copy_(t);
+  return view;
+}
+
+at::Generator case_generator(unsigned seed, const std::string& name) {
+  // FNV-1a over the case name: the same case draws the same data whatever else runs.
+  std::uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return at::make_generator<at::CPUGeneratorImpl>(h);
+}
+
+std::string kv(const std::vector<std::pair<std::string, long>>& items) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : items) parts.push_back(ax::str(k, "=", v));
+  return join(parts, ",");
+}
+
+at::Tensor output(const Tensors& outputs, const std::string& name) {
+  for (const auto& [n, t] : outputs)
+    if (n == name) return t;
+  return {};
+}
+
+}  // namespace ax::conformance

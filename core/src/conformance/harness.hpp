@@ -1,6 +1,6 @@
-// Internals of the conformance suite shared by the per-op case files: the target under test, the case
-// runner, and the checks (norm-relative closeness, bitwise equality, "throws naming X", inputs left
-// untouched). Not installed: only conformance.hpp is public.
+// Internals of the conformance suite: the target under test, the case runner, and the pieces of the generic
+// checks (guard bands, "throws naming X", inputs left untouched) that suite.cpp runs; weight helpers for the
+// per-op problem files. Not installed: conformance.hpp and op_conformance.hpp are the public side.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -11,10 +11,21 @@
 #include <vector>
 
 #include "axengine/conformance.hpp"
+#include "axengine/op_conformance.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/registry.hpp"
 
 namespace ax::conformance::detail {
+
+// The public helpers (op_conformance.hpp), used unqualified by the per-op files.
+using ax::conformance::case_generator;
+using ax::conformance::check_bitwise;
+using ax::conformance::check_close;
+using ax::conformance::fail;
+using ax::conformance::kv;
+using ax::conformance::non_contiguous;
+using ax::conformance::scalar_type;
+using ax::conformance::skip;
 
 // Thrown inside a case body: the case fails / is skipped with this message.
 struct CaseFailure : std::runtime_error {
@@ -23,8 +34,6 @@ struct CaseFailure : std::runtime_error {
 struct CaseSkip : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-[[noreturn]] void fail(const std::string& message);
-[[noreturn]] void skip(const std::string& reason);
 
 // One backend on one device, with what it claims (already intersected with what the op defines).
 struct Target {
@@ -38,10 +47,6 @@ struct Target {
   bool quick = false;
   unsigned seed = 0;
 
-  template <class Op>
-  Op& impl() const { return *static_cast<Op*>(backend->object.get()); }
-  template <class Op>
-  Op& ref() const { return *static_cast<Op*>(reference->object.get()); }
   bool claims_dtype(const std::string& d) const;
   bool claims_format(const std::string& f) const;
   bool claims_layout(const std::string& l) const;
@@ -55,7 +60,6 @@ class CaseRunner {
              const std::function<void(const std::string&)>& on_start);
   void run(const std::string& name, const std::function<std::string()>& body);
   void skip_case(const std::string& name, const std::string& reason);
-  const Target& target() const { return target_; }
 
  private:
   void record(CaseResult r);
@@ -66,22 +70,18 @@ class CaseRunner {
   const std::function<void(const std::string&)>& on_start_;
 };
 
-// dtype names as the contracts and Requirements spell them.
-at::ScalarType scalar_type(const std::string& dtype);
+// dtype names as the contracts and Requirements spell them (scalar_type: the other way).
 std::string dtype_name(at::ScalarType t);
 
 // ||got - want||_2 / max(||want||_2, tiny), in float64 on the CPU. NaN when got has NaN/Inf anywhere.
 double rel_error(const at::Tensor& got, const at::Tensor& want);
-// Fails unless got has want's shape, dtype and device and rel_error <= tol. Returns "what err=1.2e-03
-// tol=1.0e-02" for the pass message.
-std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol);
+// check_close (op_conformance.hpp) fails unless got has want's shape and dtype and rel_error <= tol; it
+// returns "what err=1.2e-03 tol=1.0e-02" for the pass message.
 // For outputs that can be zero by cancellation rather than by structure (attention's dq and dk over a
 // single key: softmax of one score is constant): an all-zero reference then admits ||got|| <= tol * scale,
 // where `scale` is the norm of a sibling output of the same magnitude (dv).
 std::string check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want, double tol,
                         double zero_scale);
-// Fails unless a and b are the same bits (the determinism / same-call-twice checks).
-std::string check_bitwise(const std::string& what, const at::Tensor& a, const at::Tensor& b);
 // Fails unless fn throws a std::exception whose message contains `argument` (case-sensitive).
 // A crash cannot be caught in-process: it takes the run down, which the CLI reports as a failure.
 std::string check_throws_naming(const std::string& argument, const std::function<void()>& fn);
@@ -110,15 +110,8 @@ class GuardedOut {
   at::Tensor buffer_, pristine_, mask_, view_;  // mask_: true inside the view
 };
 
-// Same values, non-contiguous storage: every other column of a twice-as-wide buffer (the buffer's
-// odd columns hold a poison value, so a kernel that ignores strides reads garbage).
-at::Tensor non_contiguous(const at::Tensor& t);
-
-// A deterministic generator per case so cases do not depend on each other's draws.
-at::Generator case_generator(unsigned seed, const std::string& case_name);
-
-// Shape text for case names: "E=8,k=2,T=17".
-std::string kv(const std::vector<std::pair<std::string, long>>& items);
+// non_contiguous (op_conformance.hpp): every other column of a twice-as-wide buffer whose odd columns
+// hold a poison value, so a kernel that ignores strides reads garbage.
 
 // A weight in one of the formats the suite tests, from an fp32 master. `variant`: "dense", "nf4",
 // "nf4-dq" (double-quantised absmax), "mxfp4", "nvfp4", "nvfp4-pe" (per-expert global scale);
@@ -130,11 +123,27 @@ ops::WeightTensor weight_to(const ops::WeightTensor& w, at::Device device);
 // Free memory on the CUDA device `index` in bytes (0 if it cannot be asked).
 std::size_t cuda_free_bytes(int index);
 
-// The per-op suites. Each runs every case of its op for one target.
-void run_moe_experts(CaseRunner& cases);
-void run_dequant(CaseRunner& cases);
-void run_norm_rope(CaseRunner& cases);
-void run_attention(CaseRunner& cases);
-void run_linear_lora(CaseRunner& cases);
+// The per-op problem generators of core's ops (OpSpec::conformance).
+void dequant_problems(Suite& suite);
+void attention_problems(Suite& suite);
+void moe_experts_problems(Suite& suite);
+void norm_rope_problems(Suite& suite);
+void linear_lora_problems(Suite& suite);
+
+// The CUDA-graph check of one problem (op_conformance.hpp); built only where ATen's CUDA graphs are
+// (core/src/conformance/cuda/): elsewhere cuda_graphs_built() is false.
+bool cuda_graphs_built();
+std::string check_cuda_graph(const Problem& problem, const Backend& backend, at::Device device);
 
 }  // namespace ax::conformance::detail
+
+namespace ax::conformance {
+
+// What the runner hands an op's generator: the op, the target and where its cases go.
+struct Suite::State {
+  const OpSpec* spec = nullptr;
+  detail::Target target;
+  detail::CaseRunner* cases = nullptr;
+};
+
+}  // namespace ax::conformance

@@ -1,5 +1,6 @@
-// Conformance cases for linear.lora (docs/ops/linear.lora.md): y and dx, dA, dB against the reference
-// with dense and nf4 weights, leading dims, T=1, odd sizes, non-contiguous inputs and guarded outputs.
+// The conformance problems of linear.lora (docs/ops/linear.lora.md): y and dx, dA, dB against the reference
+// with dense and nf4 weights, leading dims, T=1, odd sizes, non-contiguous inputs and guarded outputs;
+// determinism and bad input. The checks themselves are the suite's generic ones (suite.cpp).
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/strings.hpp"
 #include "conformance/harness.hpp"
@@ -33,16 +34,16 @@ struct Variant {
   }
 };
 
-struct Problem {
+struct Data {
   at::Tensor x, w, a, b, bias, grad;
 };
 
-Problem make_problem(const Shape& s, const std::string& name, unsigned seed) {
+Data make_data(const Shape& s, const std::string& name, unsigned seed) {
   at::Generator g = case_generator(seed, name);
   std::vector<int64_t> xs = s.lead, ys = s.lead;
   xs.push_back(s.K);
   ys.push_back(s.N);
-  Problem p;
+  Data p;
   p.x = at::randn(xs, g, at::kFloat);
   p.w = at::randn({s.N, s.K}, g, at::kFloat) / std::sqrt(static_cast<double>(s.K));
   p.a = at::randn({s.r, s.K}, g, at::kFloat) / std::sqrt(static_cast<double>(s.K));
@@ -52,7 +53,7 @@ Problem make_problem(const Shape& s, const std::string& name, unsigned seed) {
   return p;
 }
 
-LinearLoraArgs make_args(const Problem& p, const Variant& v, const ops::WeightTensor& w, at::ScalarType dt,
+LinearLoraArgs make_args(const Data& p, const Variant& v, const ops::WeightTensor& w, at::ScalarType dt,
                          at::Device dev, bool noncontig) {
   auto prep = [&](const at::Tensor& t) {
     at::Tensor o = t.to(dev, dt);
@@ -79,136 +80,112 @@ LinearLoraGrads fwd_bwd(LinearLora& op, const LinearLoraArgs& a, const at::Tenso
   return op.backward(a, b);
 }
 
-void case_pair(CaseRunner& cases, const std::string& dtype, const std::string& variant, const Shape& s, const Variant& v) {
-  const Target& T = cases.target();
-  for (const char* phase : {"fwd", "bwd"}) {
-    const std::string name = ax::str("linear.lora/", phase, "/", dtype, "/", variant, "/", s.name(), "/", v.name());
-    cases.run(name, [&, phase = std::string(phase)] {
-      const at::ScalarType dt = scalar_type(dtype);
-      Problem p = make_problem(s, name, T.seed);
-      ops::WeightTensor w = make_weight(p.w, variant, -1, dt);
-      LinearLoraArgs ra = make_args(p, v, w, dt, T.reference_device, false);
-      LinearLoraArgs ia = make_args(p, v, w, dt, T.device, v.noncontig);
-      InputGuard guard;
-      guard.add("x", ia.x);
-      guard.add("weight", w.is_dense() ? ia.weight.values : ia.weight.codes);
-      guard.add("lora_a", ia.lora_a);
-      guard.add("lora_b", ia.lora_b);
-      guard.add("bias", ia.bias);
-      std::vector<std::string> msgs;
-      if (phase == "fwd") {
-        at::Tensor want = T.ref<LinearLora>().forward(ra);
-        std::optional<GuardedOut> out;
-        if (v.out) {
-          out.emplace(want.sizes(), dt, T.device);
-          ia.out = out->view();
-        }
-        at::Tensor got = T.impl<LinearLora>().forward(ia);
-        if (out) msgs.push_back(out->check("y", got));
-        msgs.push_back(check_close("y", got, want.to(T.device), tolerance(dtype).forward));
-      } else {
-        at::Tensor grad = p.grad.to(dt);
-        LinearLoraGrads want = fwd_bwd(T.ref<LinearLora>(), ra, grad.to(T.reference_device));
-        LinearLoraGrads preset;
-        std::optional<GuardedOut> odx, oda, odb;
-        if (v.out) {
-          odx.emplace(ia.x.sizes(), dt, T.device);
-          preset.dx = odx->view();
-          if (v.lora) {
-            oda.emplace(ia.lora_a.sizes(), dt, T.device);
-            odb.emplace(ia.lora_b.sizes(), dt, T.device);
-            preset.dlora_a = oda->view();
-            preset.dlora_b = odb->view();
-          }
-        }
-        at::Tensor ig = v.noncontig ? non_contiguous(grad.to(T.device)) : grad.to(T.device);
-        guard.add("grad_y", ig);
-        LinearLoraGrads got = fwd_bwd(T.impl<LinearLora>(), ia, ig, preset);
-        if (odx) msgs.push_back(odx->check("dx", got.dx));
-        if (oda) msgs.push_back(oda->check("dlora_a", got.dlora_a));
-        if (odb) msgs.push_back(odb->check("dlora_b", got.dlora_b));
-        const double tol = tolerance(dtype).backward;
-        msgs.push_back(check_close("dx", got.dx, want.dx.to(T.device), tol));
-        if (v.lora) {
-          msgs.push_back(check_close("dlora_a", got.dlora_a, want.dlora_a.to(T.device), tol));
-          msgs.push_back(check_close("dlora_b", got.dlora_b, want.dlora_b.to(T.device), tol));
-        }
-      }
-      msgs.push_back(guard.check());
-      return join(msgs, "; ");
-    });
-  }
+Tensors inputs_of(const LinearLoraArgs& a) {
+  return {{"x", a.x}, {"weight", a.weight.is_dense() ? a.weight.values : a.weight.codes}, {"weight.scales", a.weight.scales},
+          {"lora_a", a.lora_a}, {"lora_b", a.lora_b}, {"bias", a.bias}};
 }
 
-void determinism_case(CaseRunner& cases, const std::string& dtype, const std::string& variant) {
-  const Target& T = cases.target();
-  const Shape s{{4, 48}, 64, 40, 4};
-  const Variant v{.lora = true, .bias = true};
-  const std::string name = ax::str("linear.lora/determinism/", dtype, "/", variant, "/", s.name(), "/", v.name());
-  cases.run(name, [&] {
+// phase "fwd": y; "bwd": dx (and dlora_a, dlora_b with LoRA); "fwd+bwd": all (determinism).
+Problem problem(const Suite& suite, const std::string& phase, const std::string& dtype, const std::string& variant,
+                const Shape& s, const Variant& v) {
+  Problem p;
+  p.phase = phase;
+  p.name = ax::str(dtype, "/", variant, "/", s.name(), "/", v.name());
+  p.dtype = dtype;
+  const std::string key = ax::str("linear.lora/", phase == "fwd+bwd" ? "determinism" : phase, "/", p.name);
+  const unsigned seed = suite.seed();
+  p.bind = [=](const Bind& b) {
     const at::ScalarType dt = scalar_type(dtype);
-    Problem p = make_problem(s, name, T.seed);
-    LinearLoraArgs a = make_args(p, v, make_weight(p.w, variant, -1, dt), dt, T.device, false);
-    at::Tensor grad = p.grad.to(T.device, dt);
-    auto& op = T.impl<LinearLora>();
-    at::Tensor y1 = op.forward(a), y2 = op.forward(a);
-    LinearLoraGrads g1 = fwd_bwd(op, a, grad), g2 = fwd_bwd(op, a, grad);
-    return join({check_bitwise("y", y1, y2), check_bitwise("dx", g1.dx, g2.dx),
-                 check_bitwise("dlora_a", g1.dlora_a, g2.dlora_a), check_bitwise("dlora_b", g1.dlora_b, g2.dlora_b)},
-                "; ");
-  });
+    Data d = make_data(s, b.draw ? key + "#1" : key, seed);
+    const bool noncontig = b.as_tested && v.noncontig;
+    auto args = std::make_shared<LinearLoraArgs>(make_args(d, v, make_weight(d.w, variant, -1, dt), dt, b.device, noncontig));
+    at::Tensor grad = d.grad.to(b.device, dt);
+    if (noncontig) grad = non_contiguous(grad);
+    Call c;
+    c.inputs = inputs_of(*args);
+    if (phase != "fwd") c.inputs.emplace_back("grad_y", grad);
+    c.run = [args, grad, phase](const Backend& be, const Tensors& out) {
+      auto& op = be.as<LinearLora>();
+      Tensors res;
+      if (phase != "bwd") {
+        LinearLoraArgs a = *args;
+        a.out = output(out, "y");
+        res.emplace_back("y", op.forward(a));
+      }
+      if (phase != "fwd") {
+        LinearLoraGrads preset{output(out, "dx"), output(out, "dlora_a"), output(out, "dlora_b")};
+        LinearLoraGrads g = fwd_bwd(op, *args, grad, preset);
+        res.emplace_back("dx", g.dx);
+        res.emplace_back("dlora_a", g.dlora_a);
+        res.emplace_back("dlora_b", g.dlora_b);
+      }
+      return res;
+    };
+    return c;
+  };
+  const OpTolerance& tol = suite.spec().tolerance(dtype);
+  if (phase == "fwd") {
+    p.compare = {{"y", tol.forward}};
+    if (v.out) p.preallocated = {"y"};
+  } else if (phase == "bwd") {
+    p.compare = {{"dx", tol.backward}};
+    if (v.lora) {
+      p.compare.push_back({"dlora_a", tol.backward});
+      p.compare.push_back({"dlora_b", tol.backward});
+    }
+    if (v.out) p.preallocated = v.lora ? std::vector<std::string>{"dx", "dlora_a", "dlora_b"} : std::vector<std::string>{"dx"};
+  }
+  return p;
 }
 
-void bad_input_cases(CaseRunner& cases, const std::string& dtype, const std::string& variant) {
-  const Target& T = cases.target();
+std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype, const std::string& variant) {
   const Shape s{{6}, 64, 24, 2};
-  const std::string pre = ax::str("linear.lora/badinput/", dtype, "/", variant);
   const at::ScalarType dt = scalar_type(dtype);
-  Problem p = make_problem(s, pre, T.seed);
-  const LinearLoraArgs good = make_args(p, {.lora = true, .bias = true}, make_weight(p.w, variant, -1, dt), dt, T.device, false);
-  auto fwd = [&](const LinearLoraArgs& a) { T.impl<LinearLora>().forward(a); };
-  auto opt = at::TensorOptions().device(T.device);
-  struct Bad {
-    std::string what, argument;
-    std::function<void()> fn;
-  };
-  std::vector<Bad> bad = {
-      {"x_width", "x", [&] { auto a = good; a.x = a.x.narrow(-1, 0, s.K - 1); fwd(a); }},
-      {"x_dtype", "x", [&] { auto a = good; a.x = a.x.to(at::kInt); fwd(a); }},
-      {"lora_a_shape", "lora_a", [&] { auto a = good; a.lora_a = a.lora_a.narrow(1, 0, s.K - 1); fwd(a); }},
-      {"lora_b_rank", "lora_b", [&] { auto a = good; a.lora_b = a.lora_b.narrow(1, 0, 1); fwd(a); }},
-      {"lora_b_without_lora_a", "lora_a", [&] { auto a = good; a.lora_a = at::Tensor(); fwd(a); }},
-      {"bias_shape", "bias", [&] { auto a = good; a.bias = a.bias.narrow(0, 0, s.N - 1); fwd(a); }},
-      {"out_shape", "out", [&] { auto a = good; a.out = at::empty({2, s.N}, opt.dtype(dt)); fwd(a); }},
+  const at::Device dev = suite.device();
+  Data p = make_data(s, ax::str("linear.lora/badinput/", dtype, "/", variant), suite.seed());
+  const LinearLoraArgs good = make_args(p, {.lora = true, .bias = true}, make_weight(p.w, variant, -1, dt), dt, dev, false);
+  auto fwd = [](const Backend& be, const LinearLoraArgs& a) { be.as<LinearLora>().forward(a); };
+  auto opt = at::TensorOptions().device(dev);
+  return {
+      {"x_width", "x", [=](const Backend& be) { auto a = good; a.x = a.x.narrow(-1, 0, s.K - 1); fwd(be, a); }},
+      {"x_dtype", "x", [=](const Backend& be) { auto a = good; a.x = a.x.to(at::kInt); fwd(be, a); }},
+      {"lora_a_shape", "lora_a", [=](const Backend& be) { auto a = good; a.lora_a = a.lora_a.narrow(1, 0, s.K - 1); fwd(be, a); }},
+      {"lora_b_rank", "lora_b", [=](const Backend& be) { auto a = good; a.lora_b = a.lora_b.narrow(1, 0, 1); fwd(be, a); }},
+      {"lora_b_without_lora_a", "lora_a", [=](const Backend& be) { auto a = good; a.lora_a = at::Tensor(); fwd(be, a); }},
+      {"bias_shape", "bias", [=](const Backend& be) { auto a = good; a.bias = a.bias.narrow(0, 0, s.N - 1); fwd(be, a); }},
+      {"out_shape", "out", [=](const Backend& be) { auto a = good; a.out = at::empty({2, s.N}, opt.dtype(dt)); fwd(be, a); }},
       {"grad_y_shape", "grad_y",
-       [&] {
+       [=](const Backend& be) {
          LinearLoraBackwardArgs b;
          b.grad_y = at::zeros({6, s.N + 1}, opt.dtype(dt));
-         T.impl<LinearLora>().backward(good, b);
+         be.as<LinearLora>().backward(good, b);
        }},
   };
-  for (auto& b : bad) cases.run(ax::str(pre, "/", b.what), [&] { return check_throws_naming(b.argument, b.fn); });
 }
 
 }  // namespace
 
-void run_linear_lora(CaseRunner& cases) {
-  const Target& T = cases.target();
+void linear_lora_problems(Suite& suite) {
   std::vector<std::string> variants;
   for (const char* v : {"dense", "nf4", "nf4-dq"})
-    if (T.claims_format(base_format(v))) variants.push_back(v);
+    if (suite.claims_format(base_format(v))) variants.push_back(v);
   const std::vector<Variant> vs = {{.lora = true, .bias = true}, {.lora = false, .bias = true}, {.lora = true},
                                    {.lora = true, .bias = true, .noncontig = true, .out = true}};
-  for (const auto& dtype : T.dtypes)
+  for (const auto& dtype : suite.dtypes())
     for (const auto& variant : variants) {
       const bool nf4 = variant != "dense";
       // nf4 blocks run over the flattened [N, K] weight: keep K a multiple of 64.
       std::vector<Shape> shapes = {{{17}, nf4 ? 64 : 65, 130, 3}, {{1}, nf4 ? 64 : 16, 24, 1}, {{2, 3}, nf4 ? 128 : 33, 17, 5}};
-      if (!T.quick) shapes.push_back({{4, 33}, 256, 96, 16});
-      for (const auto& s : shapes)
-        for (const auto& v : vs) case_pair(cases, dtype, variant, s, v);
-      determinism_case(cases, dtype, variant);
-      bad_input_cases(cases, dtype, variant);
+      if (!suite.quick()) shapes.push_back({{4, 33}, 256, 96, 16});
+      for (std::size_t i = 0; i < shapes.size(); ++i)
+        for (std::size_t j = 0; j < vs.size(); ++j)
+          for (const char* phase : {"fwd", "bwd"}) {
+            Problem p = problem(suite, phase, dtype, variant, shapes[i], vs[j]);
+            p.graph = i == 0 && (j == 0 || j == 3);
+            suite.accuracy(p);
+          }
+      suite.determinism(problem(suite, "fwd+bwd", dtype, variant, {{4, 48}, 64, 40, 4}, {.lora = true, .bias = true}));
+      suite.bad_inputs(ax::str(dtype, "/", variant), bad_inputs(suite, dtype, variant));
     }
 }
 

@@ -1,6 +1,7 @@
-// Conformance cases for moe.experts (docs/ops/moe.experts.md): forward Y and backward dX, dA, dB, dgates
-// against the reference over a shape grid with the routing edge cases, per claimed dtype, weight format
-// and layout; guard bands around preallocated outputs; determinism; repeatability; bad input; 2^31.
+// The conformance problems of moe.experts (docs/ops/moe.experts.md): forward Y and backward dX, dA, dB,
+// dgates against the reference over a shape grid with the routing edge cases, per claimed dtype, weight
+// format and layout; preallocated outputs; determinism; repeatability; bad input; 2^31. The checks are
+// the suite's generic ones (suite.cpp); the exact zeros of inactive rows are this op's own.
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -59,7 +60,7 @@ const std::vector<Variant>& all_variants() {
 }
 
 // Everything of one problem in fp32 on the CPU; cast and moved per call.
-struct Problem {
+struct Data {
   Shape s;
   ExpertLayout layout;
   at::Tensor x, w, lora_a, lora_b, bias, gates, grad;  // grad: for the variant's output shape
@@ -100,10 +101,10 @@ MoeRouting make_routing(const Shape& s, at::Generator& g) {
   return {sorted_e, sorted_s, offsets, s.k};
 }
 
-Problem make_problem(const Shape& s, ExpertLayout layout, const Variant& v, const std::string& name, unsigned seed) {
+Data make_data(const Shape& s, ExpertLayout layout, const Variant& v, const std::string& name, unsigned seed) {
   at::Generator g = case_generator(seed, name);
   auto f32 = at::TensorOptions().dtype(at::kFloat);
-  Problem p{s, layout};
+  Data p{s, layout};
   const int64_t M = s.T * s.k;
   p.routing = make_routing(s, g);
   p.x = at::randn({v.grouped_in ? M : s.T, s.K}, g, f32);
@@ -130,7 +131,7 @@ std::map<std::string, ops::WeightTensor>& weight_cache() {
   return cache;
 }
 
-ops::WeightTensor weight_for(const Problem& p, const std::string& variant, at::ScalarType dt) {
+ops::WeightTensor weight_for(const Data& p, const std::string& variant, at::ScalarType dt) {
   const std::string key = ax::str(p.s.name(), "/", ops::to_string(p.layout), "/", variant, "/",
                                      variant == "dense" ? dtype_name(dt) : std::string("any"));
   auto& cache = weight_cache();
@@ -140,7 +141,7 @@ ops::WeightTensor weight_for(const Problem& p, const std::string& variant, at::S
 }
 
 // The args one backend sees: cast to `dtype`, on `device`, optionally with non-contiguous tensors.
-MoeExpertsArgs make_args(const Problem& p, const Variant& v, const ops::WeightTensor& w32q, at::ScalarType dtype,
+MoeExpertsArgs make_args(const Data& p, const Variant& v, const ops::WeightTensor& w32q, at::ScalarType dtype,
                          at::Device device, bool noncontig) {
   auto prep = [&](const at::Tensor& t) {
     at::Tensor o = t.to(device, dtype);
@@ -167,17 +168,17 @@ MoeExpertsArgs make_args(const Problem& p, const Variant& v, const ops::WeightTe
   return a;
 }
 
-void guard_inputs(InputGuard& g, const MoeExpertsArgs& a) {
-  g.add("x", a.x);
-  g.add("sorted_expert_idxs", a.routing.sorted_expert_idxs);
-  g.add("sorted_scattered_idxs", a.routing.sorted_scattered_idxs);
-  g.add("expert_offsets", a.routing.expert_offsets);
-  g.add("weight", a.weight.is_dense() ? a.weight.values : a.weight.codes);
-  g.add("weight.scales", a.weight.scales);
-  g.add("lora_a", a.lora_a);
-  g.add("lora_b", a.lora_b);
-  g.add("bias", a.bias);
-  g.add("gates", a.gates);
+Tensors inputs_of(const MoeExpertsArgs& a) {
+  return {{"x", a.x},
+          {"sorted_expert_idxs", a.routing.sorted_expert_idxs},
+          {"sorted_scattered_idxs", a.routing.sorted_scattered_idxs},
+          {"expert_offsets", a.routing.expert_offsets},
+          {"weight", a.weight.is_dense() ? a.weight.values : a.weight.codes},
+          {"weight.scales", a.weight.scales},
+          {"lora_a", a.lora_a},
+          {"lora_b", a.lora_b},
+          {"bias", a.bias},
+          {"gates", a.gates}};
 }
 
 // Quantised formats block along K: round K up so each format's block divides it (the name shows it).
@@ -193,48 +194,8 @@ Shape fit(Shape s, const std::string& variant) {
 struct Combo {
   std::string dtype, variant;  // weight variant: "dense", "nf4-dq", ...
   ExpertLayout layout;
-  std::string prefix(const std::string& phase) const {
-    return ax::str("moe.experts/", phase, "/", dtype, "/", variant, "/", ops::to_string(layout));
-  }
+  std::string name() const { return ax::str(dtype, "/", variant, "/", ops::to_string(layout)); }
 };
-
-std::string join_msgs(const std::vector<std::string>& m) { return join(m, "; "); }
-
-void forward_case(CaseRunner& cases, const Combo& c, const Shape& shape, const Variant& v) {
-  const Target& T = cases.target();
-  const std::string name = ax::str(c.prefix("fwd"), "/", shape.name(), "/", v.name());
-  cases.run(name, [&] {
-    const at::ScalarType dt = scalar_type(c.dtype);
-    Problem p = make_problem(shape, c.layout, v, name, T.seed);
-    ops::WeightTensor wq = weight_for(p, c.variant, dt);
-    MoeExpertsArgs ra = make_args(p, v, wq, dt, T.reference_device, false);
-    MoeExpertsArgs ia = make_args(p, v, wq, dt, T.device, v.noncontig);
-    at::Tensor want = T.ref<MoeExperts>().forward(ra).y;
-    std::optional<GuardedOut> out;
-    if (v.out) {
-      out.emplace(want.sizes(), dt, T.device);
-      ia.out = out->view();
-    }
-    InputGuard guard;
-    guard_inputs(guard, ia);
-    at::Tensor got = T.impl<MoeExperts>().forward(ia).y;
-    std::vector<std::string> msgs;
-    if (out) msgs.push_back(out->check("y", got));
-    msgs.push_back(check_close("y", got, want.to(T.device), tolerance(c.dtype).forward));
-    if (!v.gates) {
-      // Rows of inactive entries (-1) must be exact zeros, not merely small.
-      at::Tensor inactive = p.routing.sorted_expert_idxs.eq(-1);
-      at::Tensor rows = v.grouped_out ? inactive.nonzero().flatten() : p.routing.sorted_scattered_idxs.masked_select(inactive);
-      if (rows.numel() > 0) {
-        if (got.detach().to(at::kCPU).index_select(0, rows).ne(0).any().item<bool>())
-          fail(ax::str("y: rows of inactive (-1) routing entries are not exactly zero"));
-        msgs.push_back(ax::str("y: ", rows.numel(), " inactive rows exactly zero"));
-      }
-    }
-    msgs.push_back(guard.check());
-    return join_msgs(msgs);
-  });
-}
 
 MoeExpertsGrads run_fwd_bwd(MoeExperts& op, const MoeExpertsArgs& a, const at::Tensor& grad, MoeExpertsGrads out = {}) {
   auto r = op.forward(a);
@@ -245,157 +206,141 @@ MoeExpertsGrads run_fwd_bwd(MoeExperts& op, const MoeExpertsArgs& a, const at::T
   return op.backward(a, b);
 }
 
-void backward_case(CaseRunner& cases, const Combo& c, const Shape& shape, const Variant& v) {
-  const Target& T = cases.target();
-  const std::string name = ax::str(c.prefix("bwd"), "/", shape.name(), "/", v.name());
-  cases.run(name, [&] {
-    const at::ScalarType dt = scalar_type(c.dtype);
-    Problem p = make_problem(shape, c.layout, v, name, T.seed);
-    ops::WeightTensor wq = weight_for(p, c.variant, dt);
-    MoeExpertsArgs ra = make_args(p, v, wq, dt, T.reference_device, false);
-    MoeExpertsArgs ia = make_args(p, v, wq, dt, T.device, v.noncontig);
-    at::Tensor grad = p.grad.to(dt);
-    MoeExpertsGrads want = run_fwd_bwd(T.ref<MoeExperts>(), ra, grad.to(T.reference_device));
-    MoeExpertsGrads preset;
-    std::vector<std::pair<std::string, GuardedOut>> outs;
-    if (v.out) {
-      outs.emplace_back("dx", GuardedOut(ia.x.sizes(), dt, T.device));
-      preset.dx = outs.back().second.view();
-      if (v.lora) {
-        outs.emplace_back("dlora_a", GuardedOut(ia.lora_a.sizes(), dt, T.device));
-        preset.dlora_a = outs.back().second.view();
-        outs.emplace_back("dlora_b", GuardedOut(ia.lora_b.sizes(), dt, T.device));
-        preset.dlora_b = outs.back().second.view();
+// One problem of a combination. phase "fwd": y; "bwd": dx, dlora_a, dlora_b, dgates (forward, then
+// backward with its saved tensors); "fwd+bwd": all of them (determinism, repeat). `name` follows the
+// combination's prefix: "<dtype>/<format variant>/<layout>/<shape>[/<variant>]".
+Problem problem(const Suite& suite, const std::string& phase, const Combo& c, const Shape& shape, const Variant& v,
+                const std::string& name) {
+  Problem p;
+  p.phase = phase;
+  p.name = name;
+  p.dtype = c.dtype;
+  const std::string key = ax::str("moe.experts/", phase == "fwd+bwd" ? "both" : phase, "/", name);
+  const unsigned seed = suite.seed();
+  auto first = std::make_shared<const Data>(make_data(shape, c.layout, v, key, seed));
+  const std::string variant = c.variant, dtype = c.dtype;
+  p.bind = [=](const Bind& b) {
+    auto d = b.draw ? std::make_shared<const Data>(make_data(shape, c.layout, v, key + "#1", seed)) : first;
+    const at::ScalarType dt = scalar_type(dtype);
+    const bool noncontig = b.as_tested && v.noncontig;
+    auto args = std::make_shared<MoeExpertsArgs>(make_args(*d, v, weight_for(*d, variant, dt), dt, b.device, noncontig));
+    if (b.for_graph) args->check_values = false;  // the value checks read the routing on the host
+    at::Tensor grad = d->grad.to(b.device, dt);
+    if (noncontig) grad = non_contiguous(grad);
+    Call call;
+    call.inputs = inputs_of(*args);
+    if (phase != "fwd") call.inputs.emplace_back("grad_y", grad);
+    call.run = [args, grad, phase](const Backend& be, const Tensors& out) {
+      auto& op = be.as<MoeExperts>();
+      Tensors res;
+      if (phase != "bwd") {
+        MoeExpertsArgs a = *args;
+        a.out = output(out, "y");
+        res.emplace_back("y", op.forward(a).y);
       }
-      if (v.gates) {
-        outs.emplace_back("dgates", GuardedOut(ia.gates.sizes(), dt, T.device));
-        preset.dgates = outs.back().second.view();
+      if (phase != "fwd") {
+        MoeExpertsGrads preset{output(out, "dx"), output(out, "dlora_a"), output(out, "dlora_b"), output(out, "dgates")};
+        MoeExpertsGrads g = run_fwd_bwd(op, *args, grad, preset);
+        res.insert(res.end(), {{"dx", g.dx}, {"dlora_a", g.dlora_a}, {"dlora_b", g.dlora_b}, {"dgates", g.dgates}});
       }
-    }
-    InputGuard guard;
-    guard_inputs(guard, ia);
-    at::Tensor igrad = v.noncontig ? non_contiguous(grad.to(T.device)) : grad.to(T.device);
-    guard.add("grad_y", igrad);
-    MoeExpertsGrads got = run_fwd_bwd(T.impl<MoeExperts>(), ia, igrad, preset);
-    const double tol = tolerance(c.dtype).backward;
-    std::vector<std::string> msgs;
-    for (auto& [what, g] : outs) {
-      const at::Tensor& t = what == "dx" ? got.dx : what == "dlora_a" ? got.dlora_a : what == "dlora_b" ? got.dlora_b : got.dgates;
-      msgs.push_back(g.check(what, t));
-    }
-    msgs.push_back(check_close("dx", got.dx, want.dx.to(T.device), tol));
+      return res;
+    };
+    return call;
+  };
+  const OpTolerance& tol = suite.spec().tolerance(c.dtype);
+  if (phase == "fwd") {
+    p.compare = {{"y", tol.forward}};
+    if (v.out) p.preallocated = {"y"};
+    if (!v.gates)
+      p.extra = [first, v](const Tensors& got, const Tensors&) {
+        // Rows of inactive entries (-1) must be exact zeros, not merely small.
+        const MoeRouting& rt = first->routing;
+        at::Tensor inactive = rt.sorted_expert_idxs.eq(-1);
+        at::Tensor rows = v.grouped_out ? inactive.nonzero().flatten() : rt.sorted_scattered_idxs.masked_select(inactive);
+        if (rows.numel() == 0) return std::string("y: no inactive routing entries");
+        if (output(got, "y").detach().to(at::kCPU).index_select(0, rows).ne(0).any().item<bool>())
+          fail("y: rows of inactive (-1) routing entries are not exactly zero");
+        return ax::str("y: ", rows.numel(), " inactive rows exactly zero");
+      };
+  } else if (phase == "bwd") {
+    p.compare = {{"dx", tol.backward}};
+    if (v.out) p.preallocated = {"dx"};
     if (v.lora) {
-      msgs.push_back(check_close("dlora_a", got.dlora_a, want.dlora_a.to(T.device), tol));
-      msgs.push_back(check_close("dlora_b", got.dlora_b, want.dlora_b.to(T.device), tol));
+      p.compare.insert(p.compare.end(), {{"dlora_a", tol.backward}, {"dlora_b", tol.backward}});
+      if (v.out) p.preallocated.insert(p.preallocated.end(), {"dlora_a", "dlora_b"});
     }
-    if (v.gates) msgs.push_back(check_close("dgates", got.dgates, want.dgates.to(T.device), tol));
-    msgs.push_back(guard.check());
-    return join_msgs(msgs);
-  });
+    if (v.gates) {
+      p.compare.push_back({"dgates", tol.backward});
+      if (v.out) p.preallocated.push_back("dgates");
+    }
+  }
+  return p;
+}
+
+Problem case_problem(const Suite& suite, const std::string& phase, const Combo& c, const Shape& shape, const Variant& v) {
+  return problem(suite, phase, c, shape, v, ax::str(c.name(), "/", shape.name(), "/", v.name()));
 }
 
 // Two identical calls: bitwise identical y and grads (the contract promises determinism). Many tokens per
 // expert, so a reduction in an unspecified order would change bits.
-void determinism_case(CaseRunner& cases, const Combo& c) {
-  const Target& T = cases.target();
+Problem determinism_problem(const Suite& suite, const Combo& c) {
   const Shape shape = fit({4, 2, 96, 40, 24, 4}, c.variant);
-  const Variant v{.gates = true, .lora = true, .bias = true};
-  const std::string name = ax::str(c.prefix("determinism"), "/", shape.name(), "/", v.name());
-  cases.run(name, [&] {
-    const at::ScalarType dt = scalar_type(c.dtype);
-    Problem p = make_problem(shape, c.layout, v, name, T.seed);
-    MoeExpertsArgs a = make_args(p, v, weight_for(p, c.variant, dt), dt, T.device, false);
-    at::Tensor grad = p.grad.to(T.device, dt);
-    auto& op = T.impl<MoeExperts>();
-    at::Tensor y1 = op.forward(a).y, y2 = op.forward(a).y;
-    MoeExpertsGrads g1 = run_fwd_bwd(op, a, grad), g2 = run_fwd_bwd(op, a, grad);
-    return join_msgs({check_bitwise("y", y1, y2), check_bitwise("dx", g1.dx, g2.dx),
-                      check_bitwise("dlora_a", g1.dlora_a, g2.dlora_a), check_bitwise("dlora_b", g1.dlora_b, g2.dlora_b),
-                      check_bitwise("dgates", g1.dgates, g2.dgates)});
-  });
-}
-
-// A, then a different problem B, then A again: A's answers must not change (no state kept between
-// calls, e.g. a cache keyed on a pointer or a shape).
-void repeat_case(CaseRunner& cases, const Combo& c) {
-  const Target& T = cases.target();
-  const Shape sa = fit({8, 2, 17, 65, 130, 3}, c.variant), sb = fit({3, 1, 11, 32, 20, 2}, c.variant);
-  const Variant v{.lora = true, .bias = true};
-  const std::string name = ax::str(c.prefix("repeat"), "/", sa.name(), "/then/", sb.name());
-  cases.run(name, [&] {
-    const at::ScalarType dt = scalar_type(c.dtype);
-    auto& op = T.impl<MoeExperts>();
-    Problem pa = make_problem(sa, c.layout, v, name + "A", T.seed), pb = make_problem(sb, c.layout, v, name + "B", T.seed);
-    MoeExpertsArgs a = make_args(pa, v, weight_for(pa, c.variant, dt), dt, T.device, false);
-    MoeExpertsArgs b = make_args(pb, v, weight_for(pb, c.variant, dt), dt, T.device, false);
-    at::Tensor ga = pa.grad.to(T.device, dt), gb = pb.grad.to(T.device, dt);
-    at::Tensor y1 = op.forward(a).y;
-    MoeExpertsGrads g1 = run_fwd_bwd(op, a, ga);
-    op.forward(b);
-    run_fwd_bwd(op, b, gb);
-    at::Tensor y2 = op.forward(a).y;
-    MoeExpertsGrads g2 = run_fwd_bwd(op, a, ga);
-    return join_msgs({check_bitwise("y", y1, y2), check_bitwise("dx", g1.dx, g2.dx),
-                      check_bitwise("dlora_a", g1.dlora_a, g2.dlora_a)});
-  });
+  return case_problem(suite, "fwd+bwd", c, shape, {.gates = true, .lora = true, .bias = true});
 }
 
 // Each bad input must throw an exception naming the argument at fault.
-void bad_input_cases(CaseRunner& cases, const Combo& c) {
-  const Target& T = cases.target();
+void bad_input_cases(Suite& suite, const Combo& c) {
   const Shape s = fit({4, 2, 6, 32, 16, 2}, c.variant);
   const Variant v{.gates = true, .lora = true, .bias = true};
   const at::ScalarType dt = scalar_type(c.dtype);
-  Problem p = make_problem(s, c.layout, v, c.prefix("badinput"), T.seed);
-  const MoeExpertsArgs good = make_args(p, v, weight_for(p, c.variant, dt), dt, T.device, false);
-  auto fwd = [&](MoeExpertsArgs a) { T.impl<MoeExperts>().forward(a); };
-  auto opt = at::TensorOptions().device(T.device);
-  struct Bad {
-    std::string what, argument;
-    std::function<void()> call;
-  };
-  std::vector<Bad> bad = {
-      {"x_dtype", "x", [&] { auto a = good; a.x = a.x.to(at::kInt); fwd(a); }},
-      {"x_rank", "x", [&] { auto a = good; a.x = a.x.unsqueeze(0); fwd(a); }},
-      {"x_width", "x", [&] { auto a = good; a.x = a.x.narrow(1, 0, s.K - 1); fwd(a); }},
-      {"lora_a_shape", "lora_a", [&] { auto a = good; a.lora_a = a.lora_a.narrow(0, 0, s.r * s.E - 1); fwd(a); }},
-      {"lora_b_without_lora_a", "lora_a", [&] { auto a = good; a.lora_a = at::Tensor(); fwd(a); }},
-      {"lora_b_shape", "lora_b", [&] { auto a = good; a.lora_b = a.lora_b.narrow(0, 0, s.N - 1); fwd(a); }},
-      {"lora_dtype", "lora_a", [&] { auto a = good; a.lora_a = a.lora_a.to(at::kDouble); fwd(a); }},
-      {"bias_shape", "bias", [&] { auto a = good; a.bias = a.bias.narrow(0, 0, s.E - 1); fwd(a); }},
-      {"gates_shape", "gates", [&] { auto a = good; a.gates = a.gates.narrow(1, 0, 1); fwd(a); }},
+  const at::Device dev = suite.device();
+  Data p = make_data(s, c.layout, v, ax::str("moe.experts/badinput/", c.name()), suite.seed());
+  const MoeExpertsArgs good = make_args(p, v, weight_for(p, c.variant, dt), dt, dev, false);
+  auto fwd = [](const Backend& be, const MoeExpertsArgs& a) { be.as<MoeExperts>().forward(a); };
+  auto opt = at::TensorOptions().device(dev);
+  using B = const Backend&;
+  std::vector<BadInput> bad = {
+      {"x_dtype", "x", [=](B be) { auto a = good; a.x = a.x.to(at::kInt); fwd(be, a); }},
+      {"x_rank", "x", [=](B be) { auto a = good; a.x = a.x.unsqueeze(0); fwd(be, a); }},
+      {"x_width", "x", [=](B be) { auto a = good; a.x = a.x.narrow(1, 0, s.K - 1); fwd(be, a); }},
+      {"lora_a_shape", "lora_a", [=](B be) { auto a = good; a.lora_a = a.lora_a.narrow(0, 0, s.r * s.E - 1); fwd(be, a); }},
+      {"lora_b_without_lora_a", "lora_a", [=](B be) { auto a = good; a.lora_a = at::Tensor(); fwd(be, a); }},
+      {"lora_b_shape", "lora_b", [=](B be) { auto a = good; a.lora_b = a.lora_b.narrow(0, 0, s.N - 1); fwd(be, a); }},
+      {"lora_dtype", "lora_a", [=](B be) { auto a = good; a.lora_a = a.lora_a.to(at::kDouble); fwd(be, a); }},
+      {"bias_shape", "bias", [=](B be) { auto a = good; a.bias = a.bias.narrow(0, 0, s.E - 1); fwd(be, a); }},
+      {"gates_shape", "gates", [=](B be) { auto a = good; a.gates = a.gates.narrow(1, 0, 1); fwd(be, a); }},
       {"expert_offsets_length", "expert_offsets",
-       [&] { auto a = good; a.routing.expert_offsets = a.routing.expert_offsets.narrow(0, 0, s.E - 1); fwd(a); }},
+       [=](B be) { auto a = good; a.routing.expert_offsets = a.routing.expert_offsets.narrow(0, 0, s.E - 1); fwd(be, a); }},
       {"expert_offsets_dtype", "expert_offsets",
-       [&] { auto a = good; a.routing.expert_offsets = a.routing.expert_offsets.to(at::kFloat); fwd(a); }},
+       [=](B be) { auto a = good; a.routing.expert_offsets = a.routing.expert_offsets.to(at::kFloat); fwd(be, a); }},
       {"routing_lengths_mismatch", "sorted_scattered_idxs",
-       [&] { auto a = good; a.routing.sorted_scattered_idxs = a.routing.sorted_scattered_idxs.narrow(0, 0, s.T * s.k - 1); fwd(a); }},
+       [=](B be) { auto a = good; a.routing.sorted_scattered_idxs = a.routing.sorted_scattered_idxs.narrow(0, 0, s.T * s.k - 1); fwd(be, a); }},
       {"expert_offsets_inconsistent", "expert_offsets",
-       [&] {
+       [=](B be) {
          auto a = good;
          a.routing.expert_offsets = a.routing.expert_offsets.clone();
          a.routing.expert_offsets[0] += 1;  // the ids say otherwise
-         fwd(a);
+         fwd(be, a);
        }},
       {"scattered_idx_out_of_range", "sorted_scattered_idxs",
-       [&] {
+       [=](B be) {
          auto a = good;
          a.routing.sorted_scattered_idxs = a.routing.sorted_scattered_idxs.clone();
          a.routing.sorted_scattered_idxs[0] = s.T * s.k + 5;
-         fwd(a);
+         fwd(be, a);
        }},
       {"expert_id_out_of_range", "sorted_expert_idxs",
-       [&] {
+       [=](B be) {
          auto a = good;
          a.routing.sorted_expert_idxs = a.routing.sorted_expert_idxs.clone();
          a.routing.sorted_expert_idxs[s.T * s.k - 1] = s.E;
-         fwd(a);
+         fwd(be, a);
        }},
-      {"gates_with_grouped_out", "gates", [&] { auto a = good; a.grouped_out = true; fwd(a); }},
-      {"out_shape", "out", [&] { auto a = good; a.out = at::empty({s.T + 1, s.N}, opt.dtype(dt)); fwd(a); }},
+      {"gates_with_grouped_out", "gates", [=](B be) { auto a = good; a.grouped_out = true; fwd(be, a); }},
+      {"out_shape", "out", [=](B be) { auto a = good; a.out = at::empty({s.T + 1, s.N}, opt.dtype(dt)); fwd(be, a); }},
       {"grad_y_shape", "grad_y",
-       [&] {
-         auto& op = T.impl<MoeExperts>();
+       [=](B be) {
+         auto& op = be.as<MoeExperts>();
          auto r = op.forward(good);
          MoeExpertsBackwardArgs b;
          b.grad_y = at::zeros({s.T, s.N + 1}, opt.dtype(dt));
@@ -404,33 +349,32 @@ void bad_input_cases(CaseRunner& cases, const Combo& c) {
        }},
   };
   if (at::hasCUDA()) {
-    at::Device other = T.device.is_cuda() ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0);
-    bad.push_back({"x_device", "x", [&, other] { auto a = good; a.x = a.x.to(other); fwd(a); }});
+    at::Device other = dev.is_cuda() ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0);
+    bad.push_back({"x_device", "x", [=](B be) { auto a = good; a.x = a.x.to(other); fwd(be, a); }});
   } else {
-    cases.skip_case(c.prefix("badinput") + "/x_device", "needs a second device (no CUDA device present)");
+    suite.skip(ax::str("moe.experts/badinput/", c.name(), "/x_device"), "needs a second device (no CUDA device present)");
   }
-  for (auto& b : bad)
-    cases.run(ax::str(c.prefix("badinput"), "/", b.what), [&] { return check_throws_naming(b.argument, b.call); });
+  suite.bad_inputs(c.name(), bad);
 }
 
 // Output rows x N > 2^31 elements: 32-bit index arithmetic overflows. CUDA only, when the GPU has room.
-void large_case(CaseRunner& cases, const Combo& c) {
-  const Target& T = cases.target();
+void large_case(Suite& suite, const Combo& c) {
+  const at::Device device = suite.device();
   const int64_t N = 2048, K = 64, E = 4, k = 1;
   const int64_t Tt = (int64_t{1} << 31) / N + 64;  // T·k·N just past 2^31
   const Shape s{E, k, Tt, K, N, 0};
-  const std::string name = ax::str(c.prefix("fwd"), "/", s.name(), "/index_over_2^31");
-  if (!T.device.is_cuda()) return cases.skip_case(name, "index products past 2^31 are checked on CUDA only");
+  const std::string name = ax::str("moe.experts/fwd/" + c.name(), "/", s.name(), "/index_over_2^31");
+  if (!device.is_cuda()) return suite.skip(name, "index products past 2^31 are checked on CUDA only");
   const std::size_t need = static_cast<std::size_t>(Tt) * N * 2 * 2 * 3;  // y twice + slack, 2-byte dtype
-  if (c.dtype == "fp32") return cases.skip_case(name, "run in bf16/fp16 only (half the memory)");
-  if (cuda_free_bytes(T.device.index()) < need)
-    return cases.skip_case(name, ax::str("needs ~", need >> 30, " GiB free on the GPU"));
-  cases.run(name, [&] {
+  if (c.dtype == "fp32") return suite.skip(name, "run in bf16/fp16 only (half the memory)");
+  if (cuda_free_bytes(device.index()) < need)
+    return suite.skip(name, ax::str("needs ~", need >> 30, " GiB free on the GPU"));
+  suite.custom(name, [&] {
     const at::ScalarType dt = scalar_type(c.dtype);
-    auto dev = at::TensorOptions().device(T.device);
-    at::Generator g = case_generator(T.seed, name);
+    auto dev = at::TensorOptions().device(device);
+    at::Generator g = case_generator(suite.seed(), name);
     MoeExpertsArgs a;
-    a.x = at::randn({Tt, K}, g, at::kFloat).to(T.device, dt);
+    a.x = at::randn({Tt, K}, g, at::kFloat).to(device, dt);
     // Token t goes to expert t % E: offsets are easy, every expert busy.
     at::Tensor ex = at::arange(Tt, dev.dtype(at::kLong)) % E;
     auto sorted = ex.sort(/*stable=*/true, 0, false);
@@ -438,11 +382,11 @@ void large_case(CaseRunner& cases, const Combo& c) {
     a.routing.sorted_scattered_idxs = std::get<1>(sorted);
     a.routing.expert_offsets = at::bincount(ex, {}, E).cumsum(0);
     a.routing.top_k = k;
-    a.weight = weight_to(make_weight(at::randn({E, K, N}, g, at::kFloat) / 8.0, c.variant, 1, dt), T.device);
+    a.weight = weight_to(make_weight(at::randn({E, K, N}, g, at::kFloat) / 8.0, c.variant, 1, dt), device);
     a.layout = ExpertLayout::EKN;
     a.grouped_out = true;
     a.check_values = false;
-    at::Tensor got = T.impl<MoeExperts>().forward(a).y;
+    at::Tensor got = suite.backend().as<MoeExperts>().forward(a).y;
     // Compare the last rows (where a 32-bit offset would have wrapped) against the reference on them.
     const int64_t tail = 4096;
     MoeExpertsArgs ra = a;
@@ -452,7 +396,7 @@ void large_case(CaseRunner& cases, const Combo& c) {
     ra.routing.sorted_expert_idxs = std::get<0>(sr);
     ra.routing.sorted_scattered_idxs = std::get<1>(sr);
     ra.routing.expert_offsets = at::bincount(exr, {}, E).cumsum(0);
-    at::Tensor want = T.ref<MoeExperts>().forward(ra).y;
+    at::Tensor want = suite.reference().as<MoeExperts>().forward(ra).y;
     // got is grouped (expert-sorted over all tokens): pick the rows of the tail tokens.
     at::Tensor pos = at::empty({Tt}, dev.dtype(at::kLong));
     pos.index_put_({a.routing.sorted_scattered_idxs}, at::arange(Tt, dev.dtype(at::kLong)));
@@ -466,8 +410,7 @@ void large_case(CaseRunner& cases, const Combo& c) {
 
 }  // namespace
 
-void run_moe_experts(CaseRunner& cases) {
-  const Target& T = cases.target();
+void moe_experts_problems(Suite& suite) {
   weight_cache().clear();
   // Edge cases first; the quick grid keeps them all.
   const std::vector<Shape> shapes = {
@@ -482,13 +425,13 @@ void run_moe_experts(CaseRunner& cases) {
   const std::vector<Shape> big = {{16, 4, 130, 256, 96, 8}, {32, 8, 65, 128, 130, 16}};
   std::vector<std::string> variants;
   for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"})
-    if (T.claims_format(base_format(v))) variants.push_back(v);
+    if (suite.claims_format(base_format(v))) variants.push_back(v);
   std::vector<ExpertLayout> layouts;
   for (ExpertLayout l : {ExpertLayout::EKN, ExpertLayout::ENK})
-    if (T.claims_layout(ops::to_string(l))) layouts.push_back(l);
+    if (suite.claims_layout(ops::to_string(l))) layouts.push_back(l);
 
   bool first_combo = true;
-  for (const auto& dtype : T.dtypes)
+  for (const auto& dtype : suite.dtypes())
     for (const auto& variant : variants)
       for (ExpertLayout layout : layouts) {
         const Combo c{dtype, variant, layout};
@@ -499,24 +442,32 @@ void run_moe_experts(CaseRunner& cases) {
           const Shape s = fit(shapes[i], variant);
           for (std::size_t j = 0; j < all_variants().size(); ++j) {
             const Variant& v = all_variants()[j];
-            bool run = !T.quick;
+            bool run = !suite.quick();
             if (first_combo) run = run || i == 0 || j == 0 || j == 2 || j == 4;
             else run = run || (i == 0 && (j == 0 || j == 4)) || (shapes[i].routing == "zero_tokens" && j == 2);
             if (!run) continue;
-            forward_case(cases, c, s, v);
-            backward_case(cases, c, s, v);
+            // The CUDA-graph check (graph-safe backends on CUDA): new inputs and a new routing per replay.
+            const bool graph = (i == 0 && (j == 0 || j == 2)) || (shapes[i].routing == "zero_tokens" && j == 2);
+            for (const char* phase : {"fwd", "bwd"}) {
+              Problem p = case_problem(suite, phase, c, s, v);
+              p.graph = graph;
+              suite.accuracy(p);
+            }
           }
         }
-        if (!T.quick)
+        if (!suite.quick())
           for (const Shape& b : big)
-            for (const Variant& v : all_variants()) {
-              forward_case(cases, c, fit(b, variant), v);
-              backward_case(cases, c, fit(b, variant), v);
-            }
-        determinism_case(cases, c);
-        repeat_case(cases, c);
-        if (first_combo || !T.quick) bad_input_cases(cases, c);
-        if (variant == "dense" && layout == ExpertLayout::EKN) large_case(cases, c);
+            for (const Variant& v : all_variants())
+              for (const char* phase : {"fwd", "bwd"}) suite.accuracy(case_problem(suite, phase, c, fit(b, variant), v));
+        suite.determinism(determinism_problem(suite, c));
+        // A, then a different problem B, then A again: A's answers must not change (no state kept between
+        // calls, e.g. a cache keyed on a pointer or a shape).
+        const Shape sa = fit({8, 2, 17, 65, 130, 3}, variant), sb = fit({3, 1, 11, 32, 20, 2}, variant);
+        const Variant rv{.lora = true, .bias = true};
+        suite.repeat(problem(suite, "fwd+bwd", c, sa, rv, ax::str(c.name(), "/", sa.name())),
+                     problem(suite, "fwd+bwd", c, sb, rv, sb.name()));
+        if (first_combo || !suite.quick()) bad_input_cases(suite, c);
+        if (variant == "dense" && layout == ExpertLayout::EKN) large_case(suite, c);
         first_combo = false;
       }
   weight_cache().clear();

@@ -5,7 +5,7 @@
 
 #include "axengine/conformance.hpp"
 #include "axengine/device.hpp"
-#include "axengine/kernel_op.hpp"
+#include "axengine/op_spec.hpp"
 #include "axengine/strings.hpp"
 #include "conformance/harness.hpp"
 
@@ -14,25 +14,6 @@ namespace {
 
 using detail::CaseRunner;
 using detail::Target;
-
-// What each op defines, so that an empty list in a backend's Requirements means "all of these".
-struct OpSpace {
-  std::vector<std::string> dtypes, formats, layouts;
-  void (*run)(CaseRunner&);
-};
-
-const OpSpace* op_space(const std::string& op) {
-  static const std::vector<std::string> float_dtypes = {"fp32", "bf16", "fp16"};
-  static const std::map<std::string, OpSpace> spaces = {
-      {"moe.experts", {float_dtypes, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, detail::run_moe_experts}},
-      {"dequant", {float_dtypes, {"nf4", "mxfp4", "nvfp4"}, {}, detail::run_dequant}},
-      {"norm_rope", {float_dtypes, {}, {}, detail::run_norm_rope}},
-      {"attention", {float_dtypes, {}, {}, detail::run_attention}},
-      {"linear.lora", {float_dtypes, {"dense", "nf4"}, {}, detail::run_linear_lora}},
-  };
-  auto it = spaces.find(op);
-  return it == spaces.end() ? nullptr : &it->second;
-}
 
 // The claimed values the op defines (claimed empty: all of them).
 std::vector<std::string> claimed(const std::vector<std::string>& claim, const std::vector<std::string>& defined) {
@@ -56,8 +37,10 @@ bool plugin_matches(const Provider& p, const std::vector<std::string>& filters) 
 }
 
 void run_target(const Provider& backend, const Provider& reference, const std::string& device_name,
-                const OpSpace& space, const Options& options, std::vector<CaseResult>& out) {
-  Target t;
+                const OpSpec& space, const Options& options, std::vector<CaseResult>& out) {
+  Suite::State state;
+  state.spec = &space;
+  Target& t = state.target;
   t.backend = &backend;
   t.reference = &reference;
   t.quick = options.quick;
@@ -66,6 +49,7 @@ void run_target(const Provider& backend, const Provider& reference, const std::s
   t.formats = claimed(backend.info.needs.formats, space.formats);
   t.layouts = claimed(backend.info.needs.layouts, space.layouts);
   CaseRunner cases(t, device_name, out, options.on_case, options.on_start);
+  state.cases = &cases;
   const std::string prefix = backend.info.op + "/device";
   if (device_name == "cuda") {
     if (!at::hasCUDA()) return cases.skip_case(prefix, "no CUDA device present");
@@ -84,7 +68,8 @@ void run_target(const Provider& backend, const Provider& reference, const std::s
     return cases.skip_case(prefix, ax::str("claims no weight format this op defines (", join(backend.info.needs.formats, "|"), ")"));
   if (!space.layouts.empty() && t.layouts.empty())
     return cases.skip_case(prefix, ax::str("claims no layout this op defines (", join(backend.info.needs.layouts, "|"), ")"));
-  space.run(cases);
+  Suite suite(state);
+  space.conformance(suite);
 }
 
 }  // namespace
@@ -109,17 +94,18 @@ int Report::count(Status s) const {
 }
 
 Report run(const Registry& registry, const Options& options) {
+  // The ops are the registry's: core's and those the loaded plugins define.
   std::vector<std::string> ops;
   if (options.op.empty()) {
-    for (const auto& o : known_ops()) ops.push_back(o.id);
+    for (const OpSpec* o : registry.ops()) ops.push_back(o->id);
   } else {
-    const OpInfo* info = find_op(options.op);
-    if (!info) {
+    const OpSpec* spec = registry.op(options.op);
+    if (!spec) {
       std::vector<std::string> ids;
-      for (const auto& o : known_ops()) ids.push_back(o.id);
+      for (const OpSpec* o : registry.ops()) ids.push_back(o->id);
       throw UsageError(ax::str("conformance: unknown op '", options.op, "' (known: ", join(ids, ", "), ")"));
     }
-    ops.push_back(info->id);
+    ops.push_back(spec->id);
   }
   if (!options.device.empty() && options.device != "cpu" && options.device != "cuda")
     throw UsageError(ax::str("conformance: --device must be cpu or cuda, got '", options.device, "'"));
@@ -127,7 +113,7 @@ Report run(const Registry& registry, const Options& options) {
   Report report;
   int selected = 0;
   for (const auto& op : ops) {
-    const OpSpace* space = op_space(op);
+    const OpSpec* space = registry.op(op);
     const Provider* reference = registry.find(ProviderKind::kernel, op, "reference");
     for (const Provider* p : registry.list(ProviderKind::kernel, op)) {
       if (!options.backend.empty() && p->info.name != options.backend) continue;
@@ -140,7 +126,7 @@ Report run(const Registry& registry, const Options& options) {
         if (!space || !reference) {
           CaseResult r{op, p->info.name, p->info.plugin, dev, op + "/reference", Status::fail,
                        space ? "no `reference` backend is registered for this op: nothing to compare with"
-                             : "the suite has no cases for this op",
+                             : "the op has no OpSpec in this registry: no problems to run",
                        0};
           report.cases.push_back(r);
           if (options.on_case) options.on_case(report.cases.back());

@@ -60,7 +60,8 @@ std::string name_field(const json& obj, const std::string& where) {
 
 ProviderKind parse_kind(const std::string& k, const std::string& where) {
   std::vector<std::string> names;
-  for (auto kind : {ProviderKind::kernel, ProviderKind::model, ProviderKind::dataset, ProviderKind::optimizer}) {
+  for (auto kind : {ProviderKind::kernel, ProviderKind::model, ProviderKind::dataset, ProviderKind::optimizer,
+                    ProviderKind::op}) {
     if (k == to_string(kind)) return kind;
     names.push_back(to_string(kind));
   }
@@ -79,10 +80,12 @@ void parse_abi(const std::string& abi, PluginDescriptor& d) {
   if (!ok) throw UsageError(str("plugin descriptor: 'abi' is '", abi, "', expected MAJOR.MINOR"));
 }
 
-// Layout names exist per op (only moe.experts has any).
-std::vector<std::string> layouts_of(const std::string& op) {
-  if (op == ops::MoeExperts::kOp) return {to_string(ops::ExpertLayout::EKN), to_string(ops::ExpertLayout::ENK)};
-  return {};
+// Layout names exist per op (of core's, only moe.experts has any). An op the plugin defines itself says
+// its layouts in its OpSpec, which the registry checks the claims against once it is registered: nullopt.
+std::optional<std::vector<std::string>> layouts_of(const std::string& op) {
+  if (op == ops::MoeExperts::kOp) return std::vector<std::string>{to_string(ops::ExpertLayout::EKN), to_string(ops::ExpertLayout::ENK)};
+  if (find_op(op)) return std::vector<std::string>{};
+  return std::nullopt;
 }
 
 std::vector<std::string> format_names() {
@@ -103,7 +106,11 @@ Requirements parse_requires(const json& r, const std::string& where, const Plugi
                          "arch_max' (", arch_name(needs.arch_max), ")"));
   needs.dtypes = string_list(r, "dtypes", where, {"fp32", "bf16", "fp16"});
   needs.formats = string_list(r, "formats", where, format_names());
-  needs.layouts = string_list(r, "layouts", where, layouts_of(decl.op));
+  if (auto layouts = layouts_of(decl.op)) {
+    needs.layouts = string_list(r, "layouts", where, *layouts);
+  } else if (auto it = r.find("layouts"); it != r.end()) {
+    for (const auto& v : *it) needs.layouts.push_back(v.get<std::string>());
+  }
   return needs;
 }
 
@@ -152,6 +159,11 @@ PluginDescriptor parse_descriptor(const std::string& text) {
   d.version = p["version"].get<std::string>();
   if (d.version.empty()) throw UsageError("plugin descriptor: 'plugin.version' is empty");
   const json& providers = p["providers"];
+  // Ops the plugin defines itself ({"kind": "op"}): its kernels may name them as well as core's ops.
+  std::vector<std::string> own_ops;
+  for (const auto& e : providers)
+    if (e.is_object() && e.value("kind", json()) == "op" && e.contains("name") && e["name"].is_string())
+      own_ops.push_back(e["name"].get<std::string>());
   for (std::size_t i = 0; i < providers.size(); ++i) {
     const json& e = providers[i];
     const std::string where = str("plugin.providers[", i, "].");
@@ -163,16 +175,27 @@ PluginDescriptor parse_descriptor(const std::string& text) {
       if (!e.contains("op")) throw UsageError(str("plugin descriptor: missing '", where, "op' (kernel providers name their op)"));
       decl.op = e["op"].get<std::string>();
       const OpInfo* op = find_op(decl.op);
-      if (!op) {
+      if (op) {
+        decl.op = op->id;
+      } else if (std::find(own_ops.begin(), own_ops.end(), decl.op) == own_ops.end()) {
         std::vector<std::string> ids;
         for (const auto& o : known_ops()) ids.push_back(o.id);
+        ids.insert(ids.end(), own_ops.begin(), own_ops.end());
         throw bad_value(where + "op", decl.op, ids);
       }
-      decl.op = op->id;
+      if (e.contains("graph_safe")) decl.graph_safe = e["graph_safe"].get<bool>();
     } else if (e.contains("op")) {
       throw UsageError(str("plugin descriptor: '", where, "op' is for kernel providers only (this one is a ",
                            to_string(decl.kind), ")"));
     }
+    if (decl.kind != ProviderKind::kernel && e.contains("graph_safe"))
+      throw UsageError(str("plugin descriptor: '", where, "graph_safe' is for kernel providers only (this one is a ",
+                           to_string(decl.kind), ")"));
+    if (decl.kind == ProviderKind::op && e.contains("requires"))
+      throw UsageError(str("plugin descriptor: '", where, "requires' is for backends; op ", decl.name,
+                           "'s reference covers the space its OpSpec defines"));
+    if (decl.kind == ProviderKind::op && find_op(decl.name))
+      throw UsageError(str("plugin descriptor: '", where, "name' is '", decl.name, "', one of core's ops"));
     if (e.contains("summary")) decl.summary = e["summary"].get<std::string>();
     if (e.contains("requires")) decl.needs = parse_requires(e["requires"], where + "requires.", decl);
     d.providers.push_back(std::move(decl));

@@ -17,6 +17,7 @@ bool has_type(const nlohmann::json& v, Type t) {
   switch (t) {
     case Type::string: return v.is_string();
     case Type::integer: return v.is_number_integer();
+    case Type::boolean: return v.is_boolean();
     case Type::object: return v.is_object();
     case Type::string_list: return all([](const nlohmann::json& e) { return e.is_string(); });
     case Type::object_list: return all([](const nlohmann::json& e) { return e.is_object(); });
@@ -30,6 +31,7 @@ const char* to_string(Type t) {
   switch (t) {
     case Type::string: return "a string";
     case Type::integer: return "an integer";
+    case Type::boolean: return "true or false";
     case Type::object: return "an object";
     case Type::string_list: return "a list of strings";
     case Type::object_list: return "a list of objects";
@@ -61,7 +63,8 @@ const std::vector<Object>& objects() {
         {"op", Type::string, kOptional},  // required for kernels, refused for the other kinds
         {"name", Type::string, kRequired},
         {"summary", Type::string, kOptional},
-        {"requires", Type::object, kOptional}}},
+        {"requires", Type::object, kOptional},     // refused for ops (their reference covers the op's space)
+        {"graph_safe", Type::boolean, kOptional}}},  // kernels only
       {"plugin.providers[].requires",
        {{"devices", Type::string_list, kOptional},
         {"arch_min", Type::string, kOptional},

@@ -14,7 +14,7 @@
 
 namespace ax::descriptor_schema {
 
-enum class Type { string, integer, object, string_list, object_list };
+enum class Type { string, integer, boolean, object, string_list, object_list };
 const char* to_string(Type type);
 
 struct Key {

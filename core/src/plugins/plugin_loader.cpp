@@ -50,7 +50,14 @@ std::string canonical_or_same(const std::string& path) {
 std::vector<std::string> commit(Registry& registry, const PluginDescriptor& d, const std::string& path,
                                 const PluginRegistrar& reg, std::vector<std::string>& added) {
   std::vector<std::string> notes;
-  for (const auto& s : reg.staged()) {
+  // Ops first: the plugin's kernels of an op it defines need the op registered.
+  std::vector<const PluginRegistrar::Staged*> order;
+  for (const auto& s : reg.staged())
+    if (s.kind == ProviderKind::op) order.push_back(&s);
+  for (const auto& s : reg.staged())
+    if (s.kind != ProviderKind::op) order.push_back(&s);
+  for (const auto* staged : order) {
+    const auto& s = *staged;
     ProviderInfo info;
     info.kind = s.kind;
     info.op = s.op;
@@ -66,6 +73,7 @@ std::vector<std::string> commit(Registry& registry, const PluginDescriptor& d, c
     }
     info.needs = decl->needs;
     info.summary = decl->summary;
+    info.graph_safe = decl->graph_safe;
     try {
       registry.add({info, s.object});
       added.push_back(info.key());

@@ -402,10 +402,12 @@ class ScatterMoe final : public ops::MoeExperts {
 }  // namespace ax::scattermoe
 
 // (Plain literals: a multi-line raw string inside a macro argument trips some preprocessors.)
+// graph_safe: forward + backward capture into a CUDA graph and replay with new inputs and routing
+// (tests/cuda/scattermoe_graph_test.cpp); the conformance suite's cuda_graph cases check it per problem.
 AXENGINE_PLUGIN_DESCRIPTOR(
     "{\"name\": \"scattermoe\", \"version\": \"0.1.0\","
     " \"summary\": \"ScatterMoE-style grouped expert GEMMs with fused LoRA (CUDA, mma.sync tensor cores)\","
-    " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\","
+    " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\", \"graph_safe\": true,"
     " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
     " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
 

@@ -1,12 +1,19 @@
+// Core's ops as registered data: one OpSpec each (axengine/op_spec.hpp), registered through the same
+// PluginRegistrar::op a plugin uses. The registry adds each op's `reference` backend with it.
 #include "ops/reference/register.hpp"
 
 #include <memory>
 
+#include "axengine/conformance.hpp"
+#include "axengine/kernel_op.hpp"
+#include "axengine/op_conformance.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/dequant.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/norm_rope.hpp"
+#include "axengine/plugin.hpp"
+#include "conformance/harness.hpp"
 
 namespace ax::ops {
 
@@ -18,34 +25,61 @@ std::shared_ptr<Attention> make_reference_attention();
 std::shared_ptr<LinearLora> make_reference_linear_lora();
 
 namespace {
-void add(Registry& registry, const char* op, std::shared_ptr<void> object, std::vector<std::string> formats,
-         std::vector<std::string> layouts, const char* summary) {
-  Provider p;
-  p.info.kind = ProviderKind::kernel;
-  p.info.op = op;
-  p.info.name = "reference";
-  p.info.needs.devices = {"cpu", "cuda"};
-  p.info.needs.dtypes = {"fp32", "bf16", "fp16"};
-  p.info.needs.formats = std::move(formats);
-  p.info.needs.layouts = std::move(layouts);
-  p.info.plugin = "builtin";
-  p.info.origin = "builtin";
-  p.info.summary = summary;
-  p.object = std::move(object);
-  registry.add(std::move(p));
+
+namespace cd = conformance::detail;
+
+enum class Rows { plain, attention, dequant };
+
+// The spec of one of core's ops: id, key and summary from known_ops(); tolerances from the policy table
+// (conformance::kTolerances, docs/ops/README.md), picking the op's columns.
+OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::string> layouts, Rows rows,
+            const char* reference_summary, std::function<void(conformance::Suite&)> problems) {
+  const OpInfo* info = find_op(id);
+  OpSpec s;
+  s.id = info->id;
+  s.config_key = info->config_key;
+  s.summary = info->summary;
+  s.dtypes = {"fp32", "bf16", "fp16"};
+  s.formats = std::move(formats);
+  s.layouts = std::move(layouts);
+  for (const auto& t : conformance::kTolerances) {
+    const double fwd = rows == Rows::dequant ? t.dequant : t.forward;
+    const double bwd = rows == Rows::attention ? t.attention_backward : t.backward;
+    s.tolerances.push_back({t.dtype, fwd, bwd});
+  }
+  s.reference_summary = reference_summary;
+  s.conformance = std::move(problems);
+  return s;
 }
+
 }  // namespace
 
 void register_reference_kernels(Registry& registry) {
-  add(registry, MoeExperts::kOp, make_reference_moe_experts(), {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"},
-      "plain ATen: per-expert matmuls on selectively dequantised weights, fp32 accumulation");
-  add(registry, Dequant::kOp, make_reference_dequant(), {"nf4", "mxfp4", "nvfp4"}, {},
-      "plain ATen table look-ups and scales");
-  add(registry, NormRope::kOp, make_reference_norm_rope(), {}, {}, "plain ATen, fp32 math");
-  add(registry, Attention::kOp, make_reference_attention(), {}, {},
-      "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)");
-  add(registry, LinearLora::kOp, make_reference_linear_lora(), {"dense", "nf4"}, {},
-      "plain ATen, fp32 math, never forms B·A");
+  PluginRegistrar reg;
+  reg.op<MoeExperts>(spec(MoeExperts::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, Rows::plain,
+                          "plain ATen: per-expert matmuls on selectively dequantised weights, fp32 accumulation",
+                          cd::moe_experts_problems),
+                     make_reference_moe_experts());
+  reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4"}, {}, Rows::dequant,
+                       "plain ATen table look-ups and scales", cd::dequant_problems),
+                  make_reference_dequant());
+  reg.op<NormRope>(spec(NormRope::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
+                   make_reference_norm_rope());
+  reg.op<Attention>(spec(Attention::kOp, {}, {}, Rows::attention,
+                         "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
+                         cd::attention_problems),
+                    make_reference_attention());
+  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4"}, {}, Rows::plain, "plain ATen, fp32 math, never forms B·A",
+                          cd::linear_lora_problems),
+                     make_reference_linear_lora());
+  for (const auto& s : reg.staged()) {
+    Provider p;
+    p.info.kind = s.kind;
+    p.info.op = s.op;
+    p.info.name = s.name;
+    p.object = s.object;
+    registry.add(std::move(p));  // plugin and origin: "builtin"
+  }
 }
 
 }  // namespace ax::ops
