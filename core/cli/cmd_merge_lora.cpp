@@ -1,7 +1,8 @@
-// axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16]
+// axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16] [--config RUN.toml]
 #include <iostream>
 
 #include "axengine/builtins.hpp"
+#include "axengine/config.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
 #include "command.hpp"
@@ -14,16 +15,29 @@ int run_merge_lora(const std::vector<std::string>& args) {
   opts.add_options()("model", po::value<std::string>(), "base HF model directory")(
       "adapter", po::value<std::string>(), "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")(
       "out", po::value<std::string>(), "output HF model directory (must not exist or be empty)")(
-      "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)");
+      "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)")(
+      "config", po::value<std::string>(),
+      "the run config the adapter was trained with: its [model] weight_format, skip_modules, quant_blocksize and "
+      "double_quant rebuild the packed (QLoRA) base the adapter learned against, which is dequantised; its "
+      "model.path is the default --model");
   po::variables_map vm;
-  if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D]", args, opts, vm))
+  if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D] [--config RUN.toml]",
+                              args, opts, vm))
     return 0;
-  for (const char* k : {"model", "adapter", "out"})
+  ax::WeightPolicy weights;
+  std::string model = vm.count("model") ? vm["model"].as<std::string>() : "";
+  if (vm.count("config")) {
+    ax::RunConfig cfg = ax::load_config(vm["config"].as<std::string>());
+    weights = ax::weight_policy(cfg.model);
+    if (model.empty()) model = cfg.model.path;
+  }
+  if (model.empty()) throw ax::UsageError("merge-lora: --model is required (or a --config with model.path)");
+  for (const char* k : {"adapter", "out"})
     if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
   ax::Registry registry;
   ax::register_builtins(registry);
-  ax::merge_lora_dir(registry, vm["model"].as<std::string>(), vm["adapter"].as<std::string>(),
-                     vm["out"].as<std::string>(), vm["dtype"].as<std::string>());
+  ax::merge_lora_dir(registry, model, vm["adapter"].as<std::string>(), vm["out"].as<std::string>(),
+                     vm["dtype"].as<std::string>(), weights);
   std::cout << "wrote merged model to " << vm["out"].as<std::string>() << "\n";
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "axengine/builtins.hpp"
 #include "axengine/kernel_op.hpp"
+#include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
 
@@ -24,15 +25,41 @@ std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std:
 }
 
 std::vector<Resolution> Engine::resolve_all() const {
+  // What a model of this config asks for (models/decoder.cpp): linear.lora for lm_head (always dense) and for
+  // the projections in weight_format, moe.experts in weight_format (ENK, the HF layout), and the quantizer
+  // that packs the base. The dequant op is left out: no model calls it (backends dequantise inside).
+  const std::string fmt = config.model.weight_format;
   std::vector<Resolution> out;
   for (const auto& op : known_ops()) {
-    // Weight format matters to the ops that read the frozen base weights.
-    bool reads_weights = op.id == "moe.experts" || op.id == "linear.lora" || op.id == "dequant";
-    std::string format = reads_weights ? config.model.weight_format : "";
-    if (op.id == "dequant" && format == "dense") continue;  // nothing to dequantise
-    out.push_back(resolve_backend(registry, config.kernels, op.id, KernelQuery{device, dtype, format, ""}));
+    if (op.id == "dequant") continue;
+    KernelQuery q{device, dtype, "", ""};
+    if (op.id == "linear.lora") {
+      q.format = "dense";
+      out.push_back(resolve_backend(registry, config.kernels, op.id, q));
+      if (fmt == "dense") continue;
+      q.format = fmt;
+    } else if (op.id == "moe.experts") {
+      q.format = fmt;
+      q.layout = "ENK";
+    }
+    out.push_back(resolve_backend(registry, config.kernels, op.id, q));
   }
+  if (fmt != "dense") out.push_back(resolve_quantizer(registry, KernelQuery{device, "", fmt, ""}));
   return out;
+}
+
+void require_backends(const std::vector<Resolution>& resolutions) {
+  std::vector<std::string> missing;
+  for (const auto& r : resolutions) {
+    if (!r.chosen.empty()) continue;
+    std::vector<std::string> why;
+    for (const auto& c : r.candidates) why.push_back(str(c.backend, ": ", c.verdict));
+    missing.push_back(str(r.op, r.query.format.empty() ? "" : " with weight format " + r.query.format, " (",
+                          why.empty() ? std::string("nothing listed") : join(why, "; "), ")"));
+  }
+  if (!missing.empty())
+    throw UsageError(str("kernels.strict: no backend on ", resolutions.front().query.device.arch_name(), " for ",
+                         join(missing, ", and for ")));
 }
 
 std::shared_ptr<KernelSet> Engine::kernel_set() const {
@@ -52,8 +79,9 @@ std::string format_resolution_table(const std::vector<Resolution>& resolutions, 
   auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
   os << "  " << pad("op", w_op) << "  " << pad("backend", w_be) << "  query / list / passed over\n";
   for (const auto& r : resolutions) {
-    std::vector<std::string> q{r.query.dtype};
-    if (!r.query.format.empty()) q.push_back(r.query.format);
+    std::vector<std::string> q;
+    for (const std::string* part : {&r.query.dtype, &r.query.format, &r.query.layout})
+      if (!part->empty()) q.push_back(*part);
     os << "  " << pad(r.op, w_op) << "  " << pad(r.chosen.empty() ? "(none)" : r.chosen, w_be) << "  "
        << join(q, ",") << " from " << r.list_source << "\n";
     for (const auto& c : r.candidates)

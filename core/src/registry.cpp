@@ -11,6 +11,7 @@ const char* to_string(ProviderKind kind) {
     case ProviderKind::model: return "model";
     case ProviderKind::dataset: return "dataset";
     case ProviderKind::optimizer: return "optimizer";
+    case ProviderKind::quantizer: return "quantizer";
   }
   return "?";
 }

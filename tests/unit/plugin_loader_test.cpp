@@ -7,6 +7,7 @@
 #include "axengine/descriptor.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/plugin_loader.hpp"
+#include "axengine/version.hpp"
 #include "test_util.hpp"
 
 using ax::PluginReport;
@@ -19,6 +20,8 @@ const PluginReport& load(ax::PluginLoader& loader, const std::string& name) {
 }
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::string host_abi() { return std::to_string(ax::kPluginAbiMajor) + "." + std::to_string(ax::kPluginAbiMinor); }
 
 }  // namespace
 
@@ -57,7 +60,7 @@ TEST_CASE("loader: wrong plugin ABI is refused naming both sides, its code never
   CHECK(r.status == PluginReport::Status::refused);
   CHECK(r.name == "test_wrong_abi");
   CHECK(contains(r.reason, "plugin ABI 99.0"));
-  CHECK(contains(r.reason, "host: plugin ABI 1.0"));
+  CHECK(contains(r.reason, "host: plugin ABI " + host_abi()));
   CHECK(registry.all().empty());
 }
 
@@ -163,7 +166,7 @@ TEST_CASE("cli: plugins list reports loaded, refused and skipped plugins with re
   CHECK(r.exit_code == 0);
   CHECK(contains(r.output, "[loaded] test_ok 1.2.3"));
   CHECK(contains(r.output, "[refused] test_wrong_abi"));
-  CHECK(contains(r.output, "plugin ABI 99.0 (host: plugin ABI 1.0)"));
+  CHECK(contains(r.output, "plugin ABI 99.0 (host: plugin ABI " + host_abi() + ")"));
   CHECK(contains(r.output, "[refused] test_bad_fingerprint"));
   CHECK(contains(r.output, "[skipped] -"));
   CHECK(contains(r.output, "optimizer test_sgd"));

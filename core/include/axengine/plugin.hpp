@@ -74,6 +74,9 @@ struct KernelBackend;
 struct ModelFamily;
 struct DatasetType;
 struct OptimizerProvider;
+namespace ops {
+class Quantizer;
+}
 
 // Collects what one plugin registers; the loader commits it to the registry only after
 // axengine_plugin_register returned normally.
@@ -91,6 +94,10 @@ class PluginRegistrar {
   }
   void optimizer(const std::string& name, std::shared_ptr<OptimizerProvider> provider) {
     stage(ProviderKind::optimizer, "", name, std::static_pointer_cast<void>(std::move(provider)));
+  }
+  // The formats it produces (and the devices it runs on) come from the descriptor's requires.
+  void quantizer(const std::string& name, std::shared_ptr<ops::Quantizer> quantizer) {
+    stage(ProviderKind::quantizer, "", name, std::static_pointer_cast<void>(std::move(quantizer)));
   }
 
   struct Staged {

@@ -3,6 +3,8 @@
 //   model     — a model family, keyed by HF config.json "model_type" (ax::ModelFamily)
 //   dataset   — a dataset type, keyed by the `type` of a [[datasets]] entry (ax::DatasetType)
 //   optimizer — an optimizer, keyed by [train] optimizer name (ax::OptimizerProvider)
+//   quantizer — packs frozen weights into a weight format at model load (ax::ops::Quantizer); the formats
+//               it produces are its requirements' `formats`
 // Each entry records where it came from, so every listing and error can say so.
 #pragma once
 #include <memory>
@@ -14,13 +16,13 @@
 
 namespace ax {
 
-enum class ProviderKind { kernel, model, dataset, optimizer };
+enum class ProviderKind { kernel, model, dataset, optimizer, quantizer };
 const char* to_string(ProviderKind kind);
 
 struct ProviderInfo {
   ProviderKind kind = ProviderKind::kernel;
   std::string op;        // kernel providers: the op id ("moe.experts"); empty otherwise
-  std::string name;      // "scattermoe", "qwen3_moe", "completion", "adamw"
+  std::string name;      // "scattermoe", "qwen3_moe", "completion", "adamw", "reference"
   Requirements needs;   // from the plugin descriptor (built-ins: set in code)
   std::string plugin = "builtin";  // plugin name, or "builtin"
   std::string origin = "builtin";  // the plugin file, or "builtin"

@@ -27,7 +27,7 @@ class DecoderFamily : public ModelFamily {
     if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels);
+    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights);
     model->set_activation_checkpointing(o.activation_checkpointing);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     if (o.lora) model->set_lora(make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device));
