@@ -179,7 +179,9 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       weights_[name] = std::move(v);
       return;
     }
-    if (plan.format() != ops::WeightFormat::dense) stats_.kept.push_back(str(module_path(name), " (", why, ")"));
+    // lm_head is dense by policy; list the projections kept against the format (skip_modules, misfits).
+    if (plan.format() != ops::WeightFormat::dense && name != "lm_head.weight")
+      stats_.kept.push_back(str(module_path(name), " (", why, ")"));
     frozen_[name] = ops::WeightTensor::dense(std::move(v));
   };
   for (auto& [name, shape] : tensors) {

@@ -64,6 +64,9 @@ ops::QuantizeSpec WeightPlan::spec_for(const std::string& name, const std::vecto
         break;
       }
     if (why.empty()) why = ops::quantize_misfit(shape, s);
+    // moe.experts dequantises per expert: an nf4 block must not straddle two experts.
+    if (why.empty() && format_ == ops::WeightFormat::nf4 && shape.size() == 3 && (shape[1] * shape[2]) % s.blocksize != 0)
+      why = str("an expert's ", shape[1] * shape[2], " elements are not a multiple of blocksize ", s.blocksize);
   }
   return s;
 }
