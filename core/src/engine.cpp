@@ -3,8 +3,8 @@
 #include <sstream>
 
 #include "axengine/builtins.hpp"
-#include "axengine/kernel_op.hpp"
 #include "axengine/error.hpp"
+#include "axengine/kernel_op.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
 

@@ -4,12 +4,15 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 
 #include <ATen/ATen.h>
 
 #include "axengine/builtins.hpp"
+#include "axengine/config.hpp"
+#include "axengine/error.hpp"
 #include "axengine/models.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/quant.hpp"
@@ -278,8 +281,14 @@ TEST_CASE("qlora: a quantizer is a provider and a plugin one is preferred over r
 TEST_CASE("cli: a QLoRA run trains a tiny llama on an nf4 base and merge-lora makes it dense") {
   auto dir = ax::test::setup_run("cli_qlora", "max_steps = 12\n");
   const std::string cfg = (dir / "run.toml").string();
-  int rc = ax::test::run({"run", "--config", cfg, "--set", "model.weight_format=nf4", "--set", "model.double_quant=true"},
-                         dir / "run.log");
+  {  // the weight keys go into the file: merge-lora --config reads them from there
+    std::string text = ax::test::slurp(cfg);
+    const std::string path_line = "path = \"model\"\n";
+    REQUIRE(text.find(path_line) != std::string::npos);
+    text.replace(text.find(path_line), path_line.size(), path_line + "weight_format = \"nf4\"\ndouble_quant = true\n");
+    std::ofstream(cfg) << text;
+  }
+  int rc = ax::test::run({"run", "--config", cfg}, dir / "run.log");
   std::string log = ax::test::slurp(dir / "run.log");
   INFO(log);
   REQUIRE(rc == 0);
@@ -298,8 +307,10 @@ TEST_CASE("cli: a QLoRA run trains a tiny llama on an nf4 base and merge-lora ma
   auto adapter = dir / "out" / "checkpoints" / "step-00000012";
   rc = ax::test::run({"merge-lora", "--config", cfg, "--adapter", adapter.string(), "--out", (dir / "merged").string()},
                      dir / "merge.log");
-  INFO(ax::test::slurp(dir / "merge.log"));
+  const std::string merge_log = ax::test::slurp(dir / "merge.log");
+  INFO(merge_log);
   REQUIRE(rc == 0);
+  CHECK(merge_log.find("(nf4 base, dequantised)") != std::string::npos);
   auto merged = ax::safetensors::File::open((dir / "merged" / "model.safetensors").string());
   for (const auto& t : merged->tensors()) CHECK((t.scalar_type == at::kFloat));
   ax::test::remove_tree(dir);
@@ -315,5 +326,33 @@ TEST_CASE("cli: kernels.strict with no backend for the weight format exits 2 at 
   CHECK(rc == 2);
   CHECK(log.find("linear.lora with weight format mxfp4") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "out" / "metrics.jsonl"));
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("config: the nf4-only weight keys and skip_modules are refused where they would do nothing") {
+  auto dir = ax::test::scratch_dir("qlora_config");
+  auto error_of = [&](const std::string& model_table) -> std::string {
+    std::ofstream(dir / "run.toml") << "[model]\npath = \"m\"\n" << model_table;
+    try {
+      ax::load_config((dir / "run.toml").string());
+    } catch (const ax::ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(error_of("weight_format = \"nf4\"\nquant_blocksize = 128\ndouble_quant = true\nskip_modules = [\"o_proj\"]\n").empty());
+  const std::string mx = error_of("weight_format = \"mxfp4\"\nquant_blocksize = 128\n");
+  CHECK(mx.find("run.toml:4:") != std::string::npos);  // the line of the key
+  CHECK(mx.find("'model.quant_blocksize' applies to weight_format = \"nf4\" only (this config has \"mxfp4\")") !=
+        std::string::npos);
+  CHECK(error_of("double_quant = true\n").find("'model.double_quant' applies to weight_format = \"nf4\" only") != std::string::npos);
+  CHECK(error_of("skip_modules = [\"o_proj\"]\n").find("'model.skip_modules' needs a weight_format other than \"dense\"") !=
+        std::string::npos);
+  CHECK(error_of("weight_format = \"nf4\"\nquant_blocksize = 48\n").find("not a power of two") != std::string::npos);
+  CHECK(!error_of("weight_format = \"nf4\"\nquant_blocksize = 8\n").empty());
+  auto cfg = ax::load_config((dir / "run.toml").string(), {"model.quant_blocksize=16"});
+  const ax::WeightPolicy p = ax::weight_policy(cfg.model);
+  CHECK(p.format == "nf4");
+  CHECK(p.blocksize == 16);
   ax::test::remove_tree(dir);
 }
