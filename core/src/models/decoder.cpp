@@ -158,13 +158,16 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   };
   // Resident bytes, counted as tensors are kept; the peak adds the dense tensor being converted or packed.
   int64_t resident = 0;
+  std::set<const void*> packed_storages;  // a quantizer may share a field (the double-quant code) between weights
   auto hold = [&](const std::string& name, at::Tensor raw, int64_t transient) {
     stats_.params += raw.numel();
     std::string why;
     const ops::QuantizeSpec spec = plan.spec_for(name, raw.sizes().vec(), why);
     if (why.empty()) {
       ops::WeightTensor q = quantizer->quantize(raw, spec);
-      const int64_t b = ops::weight_bytes(q);
+      int64_t b = 0;
+      for (const at::Tensor* t : {&q.values, &q.codes, &q.scales, &q.nested_scales, &q.nested_code, &q.global_scale})
+        if (t->defined() && packed_storages.insert(t->storage().data()).second) b += static_cast<int64_t>(t->storage().nbytes());
       stats_.peak_bytes = std::max(stats_.peak_bytes, resident + transient + tensor_bytes({raw}) + b);
       stats_.packed_params += raw.numel();
       stats_.packed_bytes += b;
