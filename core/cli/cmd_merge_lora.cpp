@@ -1,8 +1,10 @@
 // axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype fp32|bf16|fp16] [--config FILE] [--set K=V]...
 // The model families come from the engine's start path: the built-ins and the plugins found (configured by
-// --config / --set as in a run), so a model a plugin adds merges too.
+// --config / --set as in a run), so a model a plugin adds merges too. The run config also says how the base
+// was packed (QLoRA), so that the adapter is merged into the base it learned against.
 #include <iostream>
 
+#include "axengine/config.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
@@ -17,19 +19,30 @@ int run_merge_lora(const std::vector<std::string>& args) {
       "adapter", po::value<std::string>(), "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")(
       "out", po::value<std::string>(), "output HF model directory (must not exist or be empty)")(
       "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)")(
-      "config,c", po::value<std::string>(), "run config for the plugins (plugins.paths, their tables)")(
+      "config,c", po::value<std::string>(),
+      "the run config the adapter was trained with: its plugins and their tables; its [model] weight_format, "
+      "skip_modules, quant_blocksize and double_quant rebuild the packed (QLoRA) base the adapter learned against, "
+      "which is dequantised; its model.path is the default --model")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a config key");
   po::variables_map vm;
-  if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D]", args, opts, vm))
+  if (!ax::cli::parse_options("axengine merge-lora --model DIR --adapter DIR --out DIR [--dtype D] [--config RUN.toml]",
+                              args, opts, vm))
     return 0;
-  for (const char* k : {"model", "adapter", "out"})
-    if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
   ax::StartOptions start;
   if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
   if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
   auto engine = ax::Engine::start(start);
-  ax::merge_lora_dir(engine->registry, vm["model"].as<std::string>(), vm["adapter"].as<std::string>(),
-                     vm["out"].as<std::string>(), vm["dtype"].as<std::string>());
+  ax::WeightPolicy weights;
+  std::string model = vm.count("model") ? vm["model"].as<std::string>() : "";
+  if (vm.count("config")) {
+    weights = ax::weight_policy(engine->config.model);
+    if (model.empty()) model = engine->config.model.path;
+  }
+  if (model.empty()) throw ax::UsageError("merge-lora: --model is required (or a --config with model.path)");
+  for (const char* k : {"adapter", "out"})
+    if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
+  ax::merge_lora_dir(engine->registry, model, vm["adapter"].as<std::string>(), vm["out"].as<std::string>(),
+                     vm["dtype"].as<std::string>(), weights);
   std::cout << "wrote merged model to " << vm["out"].as<std::string>() << "\n";
   return 0;
 }

@@ -40,15 +40,45 @@ std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std:
 }
 
 std::vector<Resolution> Engine::resolve_all() const {
+  // What a model of this config asks for (models/decoder.cpp): linear.lora for lm_head (always dense) and for
+  // the projections in weight_format, moe.experts in weight_format (ENK, the HF layout), and the quantizer
+  // that packs the base. The dequant op is left out: no model calls it (backends dequantise inside).
+  const std::string fmt = config.model.weight_format;
   std::vector<Resolution> out;
   for (const OpSpec* op : registry.ops()) {
-    // Weight format matters to the ops that read the frozen base weights (those whose spec has formats).
-    std::string format = op->formats.empty() ? "" : config.model.weight_format;
-    const bool takes_dense = std::find(op->formats.begin(), op->formats.end(), "dense") != op->formats.end();
-    if (format == "dense" && !takes_dense) continue;  // dequant: nothing to dequantise
-    out.push_back(resolve_backend(registry, config.kernels, op->id, KernelQuery{device, dtype, format, ""}));
+    if (op->id == "dequant") continue;
+    KernelQuery q{device, dtype, "", ""};
+    if (op->id == "linear.lora") {
+      q.format = "dense";
+      out.push_back(resolve_backend(registry, config.kernels, op->id, q));
+      if (fmt == "dense") continue;
+      q.format = fmt;
+    } else if (op->id == "moe.experts") {
+      q.format = fmt;
+      q.layout = "ENK";
+    } else if (!op->formats.empty()) {
+      // An op a plugin defined that reads the frozen base (its spec has formats): asked in the run's format.
+      q.format = fmt;
+      if (fmt == "dense" && std::find(op->formats.begin(), op->formats.end(), "dense") == op->formats.end()) continue;
+    }
+    out.push_back(resolve_backend(registry, config.kernels, op->id, q));
   }
+  if (fmt != "dense") out.push_back(resolve_quantizer(registry, KernelQuery{device, "", fmt, ""}));
   return out;
+}
+
+void require_backends(const std::vector<Resolution>& resolutions) {
+  std::vector<std::string> missing;
+  for (const auto& r : resolutions) {
+    if (!r.chosen.empty()) continue;
+    std::vector<std::string> why;
+    for (const auto& c : r.candidates) why.push_back(str(c.backend, ": ", c.verdict));
+    missing.push_back(str(r.op, r.query.format.empty() ? "" : " with weight format " + r.query.format, " (",
+                          why.empty() ? std::string("nothing listed") : join(why, "; "), ")"));
+  }
+  if (!missing.empty())
+    throw UsageError(str("kernels.strict: no backend on ", resolutions.front().query.device.arch_name(), " for ",
+                         join(missing, ", and for ")));
 }
 
 std::shared_ptr<KernelSet> Engine::kernel_set() const {
@@ -68,8 +98,9 @@ std::string format_resolution_table(const std::vector<Resolution>& resolutions, 
   auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w > s.size() ? w - s.size() : 0, ' '); };
   os << "  " << pad("op", w_op) << "  " << pad("backend", w_be) << "  query / list / passed over\n";
   for (const auto& r : resolutions) {
-    std::vector<std::string> q{r.query.dtype};
-    if (!r.query.format.empty()) q.push_back(r.query.format);
+    std::vector<std::string> q;
+    for (const std::string* part : {&r.query.dtype, &r.query.format, &r.query.layout})
+      if (!part->empty()) q.push_back(*part);
     os << "  " << pad(r.op, w_op) << "  " << pad(r.chosen.empty() ? "(none)" : r.chosen, w_be) << "  "
        << join(q, ",") << " from " << r.list_source << "\n";
     for (const auto& c : r.candidates)

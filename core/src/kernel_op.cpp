@@ -9,7 +9,7 @@ const std::vector<OpInfo>& known_ops() {
       {"dequant", "dequant", "nf4 / mxfp4 / nvfp4 weights to bf16/fp16/fp32, optionally per selected expert"},
       {"norm_rope", "norm_rope", "RMSNorm (w or 1+w) followed by rotary embedding"},
       {"attention", "attention", "causal GQA attention over packed variable-length sequences"},
-      {"linear.lora", "linear_lora", "y = x W^T + s (x A^T) B^T with W dense or nf4"},
+      {"linear.lora", "linear_lora", "y = x W^T + s (x A^T) B^T with W dense or packed (nf4, mxfp4, nvfp4)"},
   };
   return ops;
 }

@@ -16,6 +16,7 @@ const char* to_string(ProviderKind kind) {
     case ProviderKind::dataset: return "dataset";
     case ProviderKind::optimizer: return "optimizer";
     case ProviderKind::op: return "op";
+    case ProviderKind::quantizer: return "quantizer";
   }
   return "?";
 }

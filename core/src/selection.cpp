@@ -48,6 +48,29 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
   return res;
 }
 
+Resolution resolve_quantizer(const Registry& registry, const KernelQuery& query) {
+  Resolution res;
+  res.op = "quantize";
+  res.query = query;
+  res.list_source = "registered quantizers";
+  std::vector<const Provider*> order;
+  for (const Provider* p : registry.list(ProviderKind::quantizer))
+    if (p->info.name != "reference") order.push_back(p);
+  std::sort(order.begin(), order.end(), [](const Provider* a, const Provider* b) { return a->info.name < b->info.name; });
+  if (const Provider* ref = registry.find(ProviderKind::quantizer, "", "reference")) order.push_back(ref);
+  for (const Provider* p : order) {
+    Resolution::Candidate c{p->info.name, ""};
+    if (!res.chosen.empty()) c.verdict = str("not tried (", res.chosen, " chosen first)");
+    else if (auto why = unmet_requirement(p->info.needs, query)) c.verdict = *why;
+    else {
+      c.verdict = "chosen";
+      res.chosen = p->info.name;
+    }
+    res.candidates.push_back(std::move(c));
+  }
+  return res;
+}
+
 KernelSet::KernelSet(const Registry& registry, KernelPreferences prefs, DeviceInfo device)
     : registry_(registry), prefs_(std::move(prefs)), device_(std::move(device)) {}
 
@@ -67,6 +90,22 @@ std::shared_ptr<void> KernelSet::get_backend(const std::string& op, const std::s
   auto obj = registry_.find(ProviderKind::kernel, op, res.chosen)->object;
   cache_.emplace_back(std::move(res), obj);
   return obj;
+}
+
+std::shared_ptr<ops::Quantizer> KernelSet::quantizer(const std::string& format) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [res, obj] : cache_)
+    if (res.op == "quantize" && res.query.format == format) return std::static_pointer_cast<ops::Quantizer>(obj);
+  Resolution res = resolve_quantizer(registry_, KernelQuery{device_, "", format, ""});
+  if (res.chosen.empty()) {
+    std::vector<std::string> why;
+    for (const auto& c : res.candidates) why.push_back(str(c.backend, ": ", c.verdict));
+    throw UsageError(str("model.weight_format '", format, "': no quantizer for it on ", device_.arch_name(),
+                         why.empty() ? std::string(" (none registered)") : " — " + join(why, "; ")));
+  }
+  auto obj = registry_.find(ProviderKind::quantizer, "", res.chosen)->object;
+  cache_.emplace_back(std::move(res), obj);
+  return std::static_pointer_cast<ops::Quantizer>(obj);
 }
 
 std::vector<Resolution> KernelSet::resolutions() const {

@@ -5,10 +5,15 @@
    writes a LoRA adapter (PEFT format), the logits axengine computes with it, and a merged model dir.
 2. Loads each base model with transformers, the adapter with peft.PeftModel.from_pretrained, and checks the
    logits match axengine's; loads the merged dir with transformers and checks the same logits.
+   A QLoRA case (qlora.json beside the adapter) was trained against an nf4-packed base: the fair golden is the
+   HF model whose projections went through nf4 and back. This script packs them itself, from the HF model's
+   own parameters (bitsandbytes' quantize_4bit/dequantize_4bit when bitsandbytes is installed, else the same
+   algorithm written here in torch), so the base peft sees does not come from axengine.
 3. Runs `axengine init-model` for every preset and loads the result with transformers (model + tokenizer).
 
 usage: check_peft_adapters.py AXENGINE_TESTS_BINARY AXENGINE_BINARY
 """
+import json
 import os
 import subprocess
 import sys
@@ -28,6 +33,44 @@ def load_base(path):
     return m.eval()
 
 
+# bitsandbytes functional.get_4bit_type("nf4")
+NF4 = torch.tensor([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                    -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                    0.7229568362236023, 1.0])
+# The QLoRA policy (docs/weights.md): attention, MLP and expert projections are packed; embeddings, lm_head,
+# routers (mlp.gate), norms and biases are not.
+PACKED = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight", ".mlp.gate_proj.weight",
+          ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+
+
+def nf4_roundtrip(w, blocksize):
+    """bitsandbytes quantize_4bit(quant_type="nf4") then dequantize_4bit, on the flattened tensor."""
+    try:
+        import bitsandbytes.functional as bnbf
+        q, state = bnbf.quantize_4bit(w.float().contiguous(), blocksize=blocksize, quant_type="nf4")
+        return bnbf.dequantize_4bit(q, state).reshape(w.shape).to(w.dtype)
+    except ImportError:
+        pass
+    blocks = w.float().reshape(-1, blocksize)
+    absmax = blocks.abs().max(1).values
+    scaled = torch.clamp(blocks * torch.reciprocal(absmax.clamp_min(1e-38)).unsqueeze(1), -1, 1).reshape(-1)
+    codes = torch.bucketize(scaled, (NF4[:-1] + NF4[1:]) / 2, out_int32=True)  # ties go to the lower code
+    return (NF4[codes.long()].reshape(-1, blocksize) * absmax.unsqueeze(1)).reshape(w.shape).to(w.dtype)
+
+
+def pack_base(model, policy):
+    assert policy["format"] == "nf4" and not policy["double_quant"], policy
+    n = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(PACKED):
+                p.copy_(nf4_roundtrip(p, policy["blocksize"]))
+                n += 1
+    assert n > 0, "no projection was packed"
+    return model
+
+
 def main():
     tests_bin, axengine_bin = sys.argv[1], sys.argv[2]
     failures = []
@@ -42,7 +85,11 @@ def main():
             expected = load_file(os.path.join(d, "expected.safetensors"))
             ids, want = expected["input_ids"], expected["logits"]
             scale = max(1.0, want.abs().max().item())
-            model = PeftModel.from_pretrained(load_base(base_dir), os.path.join(d, "adapter")).eval()
+            base = load_base(base_dir)
+            qlora = os.path.join(d, "qlora.json")
+            if os.path.exists(qlora):
+                base = pack_base(base, json.load(open(qlora)))
+            model = PeftModel.from_pretrained(base, os.path.join(d, "adapter")).eval()
             with torch.no_grad():
                 got = model(input_ids=ids).logits
             err = (got - want).abs().max().item() / scale

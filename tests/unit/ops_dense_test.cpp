@@ -372,7 +372,7 @@ TEST_CASE("linear.lora: bad input is rejected with the argument named") {
   using Mut = std::function<void(LinearLoraArgs&)>;
   std::vector<std::pair<Mut, std::string>> cases = {
       {[](auto& a) { a.x = a.x.slice(2, 1); }, "linear.lora: weight: has K = 64"},
-      {[](auto& a) { a.weight = quantize_mxfp4(a.weight.values.to(at::kFloat), -1); }, "linear.lora: weight: must be dense or nf4"},
+      {[](auto& a) { a.weight = quantize_mxfp4(at::randn({64, 64}), 0); }, "linear.lora: weight.axis: mxfp4 blocks must run along K"},
       {[](auto& a) { a.weight = WeightTensor::dense(a.weight.values.unsqueeze(0)); }, "linear.lora: weight: must be 2-dim"},
       {[](auto& a) { a.bias = a.bias.slice(0, 1); }, "linear.lora: bias: must have shape [40]"},
       {[](auto& a) { a.lora_a = at::Tensor(); }, "linear.lora: lora_a: LoRA needs both"},

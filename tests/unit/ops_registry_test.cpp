@@ -33,8 +33,11 @@ TEST_CASE("reference backends: one per known op, builtin origin, selected for ev
         Resolution r = resolve_backend(reg, prefs, "moe.experts", KernelQuery{dev, "bf16", fmt, layout});
         CHECK(r.chosen == "reference");
       }
-  Resolution no = resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "bf16", "mxfp4", ""});
-  CHECK(no.chosen.empty());  // linear.lora takes dense or nf4 only
+  for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4"})  // packed weights are dequantised inside the call
+    CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "bf16", fmt, ""}).chosen == "reference");
+  prefs.prefer["dequant"] = {"reference"};
+  Resolution no = resolve_backend(reg, prefs, "dequant", KernelQuery{DeviceInfo{}, "bf16", "dense", ""});
+  CHECK(no.chosen.empty());  // strict: a dense weight has nothing to dequantise, and nothing else is listed
   // registering twice is refused: the names are taken
   CHECK_THROWS_AS(ops::register_reference_kernels(reg), UsageError);
   CHECK(reg.kernel<ops::MoeExperts>("reference"));

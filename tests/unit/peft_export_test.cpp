@@ -29,9 +29,10 @@ struct Case {
 };
 
 std::unique_ptr<ax::Model> load(ax::Registry& reg, const std::string& dir, std::optional<ax::LoraSpec> spec,
-                                 const std::string& adapter) {
+                                 const std::string& adapter, const ax::WeightPolicy& weights = {}) {
   ax::ModelLoadOptions o;
   o.dir = dir;
+  o.weights = weights;
   o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
   o.lora = std::move(spec);
   o.adapter_dir = adapter;
@@ -88,6 +89,59 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
 
     ax::merge_lora_dir(reg, base, (out / "adapter").string(), (out / "merged").string(), "fp32");
     auto merged = load(reg, (out / "merged").string(), std::nullopt, "");
+    CHECK((merged->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-4);
+  }
+  if (!env) ax::test::remove_tree(root);
+}
+
+// QLoRA: the adapter is trained against the nf4-packed base, so peft's fair golden is the base whose
+// projections went through nf4 and back (the python side packs the HF model's own parameters itself, with
+// bitsandbytes when installed, else its algorithm in torch) — qlora.json tells it the policy.
+TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the same logits") {
+  const char* env = std::getenv("AXENGINE_PEFT_EXPORT_DIR");
+  fs::path root = env ? fs::path(env) : ax::test::scratch_dir("peft_export_qlora");
+  fs::create_directories(root);
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  ax::WeightPolicy nf4;
+  nf4.format = "nf4";
+  nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
+  for (const char* name : {"llama", "qwen3_moe"}) {
+    CAPTURE(name);
+    const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
+    ax::LoraSpec spec;
+    spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    spec.r = 3;
+    spec.alpha = 7;
+    spec.seed = 5;
+    auto model = load(reg, base, spec, "", nf4);
+    CHECK(model->weight_stats().packed_params > 0);
+    CHECK(model->weight_stats().kept.empty());
+    {
+      at::NoGradGuard ng;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+      for (auto& [n, t] : model->trainable_parameters())
+        if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0, 0.5, gen);
+    }
+    auto g = ax::safetensors::File::open(base + "/golden.safetensors");
+    ax::Batch b;
+    b.input_ids = g->get("input_ids");
+    at::Tensor logits = model->forward(b, true).logits.detach();
+    at::Tensor dense = load(reg, base, spec, "")->forward(b, true).logits.detach();
+    CHECK((logits - dense).abs().max().item<double>() > 1e-4);  // the packed base is what ran
+
+    fs::path out = root / (std::string("qlora_") + name);
+    fs::create_directories(out);
+    model->save_adapter((out / "adapter").string());
+    ax::safetensors::save((out / "expected.safetensors").string(), {{"input_ids", b.input_ids}, {"logits", logits}});
+    std::ofstream(out / "base_dir.txt") << base;
+    std::ofstream(out / "qlora.json") << "{\"format\": \"nf4\", \"blocksize\": 16, \"double_quant\": false}\n";
+    auto reloaded = load(reg, base, std::nullopt, (out / "adapter").string(), nf4);
+    CHECK((reloaded->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-6);
+    // merge-lora dequantises the packed base: a dense model with the QLoRA model's logits.
+    ax::merge_lora_dir(reg, base, (out / "adapter").string(), (out / "merged").string(), "fp32", nf4);
+    auto merged = load(reg, (out / "merged").string(), std::nullopt, "");
+    CHECK(merged->weight_stats().packed_params == 0);
     CHECK((merged->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-4);
   }
   if (!env) ax::test::remove_tree(root);

@@ -14,6 +14,7 @@
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/norm_rope.hpp"
+#include "axengine/ops/quantizer.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/plugin_loader.hpp"
@@ -233,8 +234,16 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
                                 AX_FIELD(dtype) AX_FIELD(seed)) ==
         "96/8: targets@0 r@24 alpha@32 dropout@40 rslora@48 dtype@56 seed@88");
   CHECK(AX_LAYOUT(ModelLoadOptions, AX_FIELD(dir) AX_FIELD(dtype) AX_FIELD(device) AX_FIELD(kernels) AX_FIELD(lora)
-                                        AX_FIELD(adapter_dir) AX_FIELD(activation_checkpointing)) ==
-        "256/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248");
+                                        AX_FIELD(adapter_dir) AX_FIELD(activation_checkpointing) AX_FIELD(weights)) ==
+        "328/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248 weights@256");
+  CHECK(AX_LAYOUT(WeightPolicy, AX_FIELD(format) AX_FIELD(skip_modules) AX_FIELD(blocksize) AX_FIELD(double_quant)) ==
+        "72/8: format@0 skip_modules@32 blocksize@56 double_quant@64");
+  CHECK(AX_LAYOUT(WeightStats, AX_FIELD(format) AX_FIELD(params) AX_FIELD(bytes) AX_FIELD(packed_params)
+                                   AX_FIELD(packed_bytes) AX_FIELD(peak_bytes) AX_FIELD(kept)) ==
+        "96/8: format@0 params@32 bytes@40 packed_params@48 packed_bytes@56 peak_bytes@64 kept@72");
+  CHECK(AX_LAYOUT(QuantizeSpec, AX_FIELD(format) AX_FIELD(blocksize) AX_FIELD(double_quant) AX_FIELD(axis)
+                                    AX_FIELD(per_expert_scale)) ==
+        "40/8: format@0 blocksize@8 double_quant@16 axis@24 per_expert_scale@32");
   CHECK(AX_LAYOUT(ParamGroup, AX_FIELD(params) AX_FIELD(weight_decay)) ==
         "32/8: params@0 weight_decay@24");
   CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras)) ==
@@ -263,6 +272,10 @@ TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins impl
   CHECK(slot(Params(&Model::trainable_parameters)) == 4);
   CHECK(slot(SetTraining(&Model::set_training)) == 5);
   CHECK(slot(SaveAdapter(&Model::save_adapter)) == 6);
+  using Stats = WeightStats (Model::*)() const;
+  CHECK(slot(Stats(&Model::weight_stats)) == 7);
+  using Quantize = ops::WeightTensor (ops::Quantizer::*)(const at::Tensor&, const ops::QuantizeSpec&);
+  CHECK(slot(Quantize(&ops::Quantizer::quantize)) == 2);
 
   using Create = std::unique_ptr<Optimizer> (OptimizerProvider::*)(std::vector<ParamGroup>, const toml::table&) const;
   CHECK(slot(Create(&OptimizerProvider::create)) == 2);

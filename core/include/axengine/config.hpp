@@ -13,6 +13,8 @@
 
 namespace ax {
 
+struct WeightPolicy;  // model.hpp
+
 struct RunSection {
   std::string output_dir = "runs/default";  // resolved against the config file's directory
   int64_t seed = 42;
@@ -23,6 +25,9 @@ struct ModelSection {
   std::string path;                 // HF model directory; resolved against the config file's directory
   std::string dtype = "auto";       // auto: bf16 on CUDA, fp32 on CPU
   std::string weight_format = "dense";  // base weights: dense | nf4 | mxfp4 | nvfp4 (quantised at load)
+  std::vector<std::string> skip_modules;  // projections kept in the compute dtype when quantising
+  int64_t quant_blocksize = 64;           // nf4 absmax block
+  bool double_quant = false;              // nf4: quantise the absmax too
 };
 
 struct DeviceSection {
@@ -74,6 +79,9 @@ void register_config_section(ConfigSection section);
 // Markdown reference of every key (the generated part of docs/config.md): core sections, then the tables
 // of the given plugins.
 std::string config_reference_markdown(const std::vector<PluginConfigTable>& plugin_tables = {});
+
+// The [model] weight keys as a model load takes them (include model.hpp to call it).
+WeightPolicy weight_policy(const ModelSection& model);
 
 // "auto" resolved for a device: bf16 on CUDA, fp32 on CPU.
 std::string resolve_dtype(const std::string& dtype, bool cuda);

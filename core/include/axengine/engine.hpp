@@ -38,13 +38,18 @@ class Engine {
   Registry registry;
   std::unique_ptr<PluginLoader> plugins;
 
-  // The resolution of every known op for this run's device, dtype and weight format.
+  // The resolution of every op a model of this config calls, per weight format it holds (linear.lora: dense
+  // for lm_head and model.weight_format for the rest), plus the quantizer when the format is not dense.
   std::vector<Resolution> resolve_all() const;
   std::shared_ptr<KernelSet> kernel_set() const;
 
  private:
   Engine() = default;
 };
+
+// Throws UsageError naming every op and weight format that no backend was chosen for (only possible under
+// kernels.strict): `run` calls it before loading anything, so a missing backend is exit 2 at start.
+void require_backends(const std::vector<Resolution>& resolutions);
 
 // The table `run` and `plugins explain` print: op -> chosen backend, and why others were passed over.
 std::string format_resolution_table(const std::vector<Resolution>& resolutions, const DeviceInfo& device);

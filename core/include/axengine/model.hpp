@@ -60,18 +60,43 @@ struct LoraSpec {
   uint64_t seed = 0;          // A: kaiming-uniform as peft; B: zeros
 };
 
+// How a model holds its frozen base (QLoRA when not dense). The per-module policy, as bitsandbytes / peft
+// QLoRA: the projections of attention (q/k/v/o_proj), of the MLP (gate/up/down_proj) and of the MoE experts
+// are packed into `format`; embeddings, lm_head, routers, norms and biases stay in the compute dtype.
+// docs/weights.md.
+struct WeightPolicy {
+  std::string format = "dense";           // dense | nf4 | mxfp4 | nvfp4
+  std::vector<std::string> skip_modules;  // projections kept in the compute dtype (matching: docs/weights.md)
+  int64_t blocksize = 64;                 // nf4: elements per absmax block
+  bool double_quant = false;              // nf4: quantise the absmax as well
+};
+
+// What the frozen base holds, measured on its tensors (storage bytes, each storage counted once).
+struct WeightStats {
+  std::string format = "dense";
+  int64_t params = 0;               // logical elements of every frozen base tensor
+  int64_t bytes = 0;                // resident bytes of the frozen base
+  int64_t packed_params = 0;        // elements held in `format` (0 when dense)
+  int64_t packed_bytes = 0;         // their bytes, scales included
+  int64_t peak_bytes = 0;           // most base bytes resident at once while loading (dense copies included)
+  std::vector<std::string> kept;    // projections the policy kept in the compute dtype, with why
+};
+
 class Model {
  public:
   virtual ~Model() = default;
   // Labels follow HF: aligned with input_ids (the model shifts them); a label whose position_id is 0 (the
   // first token of a packed sample) is never predicted from the previous sample.
   virtual ModelOutput forward(const Batch& batch, bool want_logits) = 0;
-  // All parameters by HF name (base and LoRA), and the trainable subset.
+  // All parameters by HF name (base and LoRA), and the trainable subset. A packed base weight appears as its
+  // fields: NAME (the codes), NAME.scales, NAME.nested_scales, NAME.global_scale.
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() const = 0;
   virtual std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const = 0;
   virtual void set_training(bool training) = 0;  // LoRA dropout on/off
   // The LoRA adapter in PEFT's format (adapter_config.json + adapter_model.safetensors), loadable by peft.
   virtual void save_adapter(const std::string& dir) const = 0;
+  // The frozen base's resident size; a family that does not measure it returns the defaults.
+  virtual WeightStats weight_stats() const { return {}; }
 };
 
 struct ModelLoadOptions {
@@ -84,6 +109,7 @@ struct ModelLoadOptions {
   // Recompute each decoder layer's activations in backward instead of keeping them ([train]
   // activation_checkpointing): less memory, ~1/3 more compute. Families that cannot may ignore it.
   bool activation_checkpointing = false;
+  WeightPolicy weights;            // [model] weight_format, skip_modules, quant_blocksize, double_quant
 };
 
 class ModelFamily {

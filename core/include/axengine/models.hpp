@@ -27,7 +27,9 @@ std::string inspect_model_dir(const std::string& dir);
 
 // Folds a PEFT adapter into the base weights and writes an HF model dir (config.json, model.safetensors,
 // plus the tokenizer / generation files copied over). dtype: "fp32" | "bf16" | "fp16" | "" (as the base).
+// `weights`: the policy the adapter was trained under; a packed (QLoRA) base is packed the same way and
+// dequantised, so the adapter is folded into the base it learned against and the result is dense.
 void merge_lora_dir(const Registry& registry, const std::string& model_dir, const std::string& adapter_dir,
-                    const std::string& out_dir, const std::string& dtype);
+                    const std::string& out_dir, const std::string& dtype, const WeightPolicy& weights = {});
 
 }  // namespace ax

@@ -77,6 +77,9 @@ struct KernelBackend;
 struct ModelFamily;
 struct DatasetType;
 struct OptimizerProvider;
+namespace ops {
+class Quantizer;
+}
 
 // Collects what one plugin registers; the loader commits it to the registry only after
 // axengine_plugin_register returned normally.
@@ -127,6 +130,10 @@ class PluginRegistrar {
   void config_table(const std::string& name, const std::string& doc, void (*bind)(TableBinder&, Options&),
                     std::function<void(const Options&)> configure) {
     table<Options>(name, doc, bind, std::move(configure));
+  }
+  // The formats it produces (and the devices it runs on) come from the descriptor's requires.
+  void quantizer(const std::string& name, std::shared_ptr<ops::Quantizer> quantizer) {
+    stage(ProviderKind::quantizer, "", name, std::static_pointer_cast<void>(std::move(quantizer)));
   }
 
   struct Staged {

@@ -5,6 +5,8 @@
 //   optimizer — an optimizer, keyed by [train] optimizer name (ax::OptimizerProvider)
 //   op        — a kernel op, keyed by its id (ax::OpSpec, axengine/op_spec.hpp); adding one also registers
 //               its `reference` kernel backend
+//   quantizer — packs frozen weights into a weight format at model load (ax::ops::Quantizer); the formats
+//               it produces are its requirements' `formats`
 // Each entry records where it came from, so every listing and error can say so.
 #pragma once
 #include <memory>
@@ -18,13 +20,13 @@ namespace ax {
 
 struct OpSpec;
 
-enum class ProviderKind { kernel, model, dataset, optimizer, op };
+enum class ProviderKind { kernel, model, dataset, optimizer, op, quantizer };
 const char* to_string(ProviderKind kind);
 
 struct ProviderInfo {
   ProviderKind kind = ProviderKind::kernel;
   std::string op;        // kernel providers: the op id ("moe.experts"); empty otherwise
-  std::string name;      // "scattermoe", "qwen3_moe", "completion", "adamw"
+  std::string name;      // "scattermoe", "qwen3_moe", "completion", "adamw", "reference"
   Requirements needs;   // from the plugin descriptor (built-ins: set in code)
   std::string plugin = "builtin";  // plugin name, or "builtin"
   std::string origin = "builtin";  // the plugin file, or "builtin"

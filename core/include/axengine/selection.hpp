@@ -18,6 +18,9 @@
 #include "axengine/requirements.hpp"
 
 namespace ax {
+namespace ops {
+class Quantizer;
+}
 
 struct KernelPreferences {
   std::map<std::string, std::vector<std::string>> prefer;                 // op id -> backends
@@ -42,6 +45,12 @@ struct Resolution {
 Resolution resolve_backend(const Registry& registry, const KernelPreferences& prefs, const std::string& op,
                            const KernelQuery& query);
 
+// The quantizer for `format` on `query.device`: quantizer providers whose requirements admit the query
+// (formats = what they produce), plugins in name order first, `reference` last. Not configurable and not
+// affected by kernels.strict: quantising is a load step, and every quantizer must give the reference's
+// bits. The Resolution's op is "quantize".
+Resolution resolve_quantizer(const Registry& registry, const KernelQuery& query);
+
 // The kernels one model instance calls: resolves (op, dtype, format, layout) once, caches the backend.
 class KernelSet {
  public:
@@ -54,6 +63,10 @@ class KernelSet {
   }
   std::shared_ptr<void> get_backend(const std::string& op, const std::string& dtype, const std::string& format,
                                     const std::string& layout);
+
+  // The quantizer for a weight format on this device (resolve_quantizer; cached, listed in resolutions()).
+  // Throws UsageError when none is registered for the format.
+  std::shared_ptr<ops::Quantizer> quantizer(const std::string& format);
 
   const DeviceInfo& device() const { return device_; }
   std::vector<Resolution> resolutions() const;  // everything resolved so far, in order

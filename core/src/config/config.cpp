@@ -6,6 +6,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/kernel_op.hpp"
+#include "axengine/model.hpp"
 #include "axengine/strings.hpp"
 #include "input_file.hpp"
 
@@ -106,6 +107,22 @@ void check_not_core(const PluginConfigTable& pt) {
   if (taken) throw UsageError(str("plugin '", pt.plugin, "' declares the config table [", pt.path, "], which core owns"));
 }
 
+// The weight keys that only mean something with some formats are refused elsewhere, never ignored.
+void bind_weight_keys(const TableBinder& t, const ModelSection& m) {
+  const toml::table* tab = t.table();
+  if (!tab) return;
+  auto given = [&](const char* key) { return tab->get(key); };
+  const int64_t bs = m.quant_blocksize;
+  if ((bs & (bs - 1)) != 0) t.fail(given("quant_blocksize"), str("'model.quant_blocksize' is ", bs, ", not a power of two"));
+  if (m.weight_format != "nf4")
+    for (const char* key : {"quant_blocksize", "double_quant"})
+      if (given(key))
+        t.fail(given(key), str("'model.", key, "' applies to weight_format = \"nf4\" only (this config has \"",
+                               m.weight_format, "\")"));
+  if (m.weight_format == "dense" && given("skip_modules"))
+    t.fail(given("skip_modules"), "'model.skip_modules' needs a weight_format other than \"dense\" (nothing is packed)");
+}
+
 void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, const std::vector<PluginConfigTable>& tables) {
   TableBinder root(doc, "", ctx);
   {
@@ -117,8 +134,16 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
     TableBinder t = root.sub("model", "the base model");
     t.field("path", c.model.path, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), relative to the config file");
     t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU");
-    t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"}, "format the frozen base weights are held in");
+    t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"},
+             "format the frozen base projections are packed into at load (QLoRA when not dense); embeddings, lm_head, "
+             "routers and norms stay in the compute dtype (docs/weights.md)");
+    t.field("skip_modules", c.model.skip_modules,
+            "projections kept in the compute dtype although weight_format packs the rest: module names matched as "
+            "dotted segments of the path (\"o_proj\", \"experts\", \"layers.0\"); each must match a module");
+    t.bounded("quant_blocksize", c.model.quant_blocksize, 16, 4096, "nf4: elements per absmax block (a power of two)");
+    t.field("double_quant", c.model.double_quant, "nf4: quantise the per-block absmax too (bitsandbytes compress_statistics)");
     t.finish();
+    bind_weight_keys(t, c.model);
   }
   {
     TableBinder t = root.sub("device", "which device runs, and which one kernel selection assumes");
@@ -279,6 +304,15 @@ std::string config_reference_markdown(const std::vector<PluginConfigTable>& plug
     os << "| `" << d.key << "` | " << d.type << " | " << def << " | " << d.doc << " |\n";
   }
   return os.str();
+}
+
+WeightPolicy weight_policy(const ModelSection& m) {
+  WeightPolicy p;
+  p.format = m.weight_format;
+  p.skip_modules = m.skip_modules;
+  p.blocksize = m.quant_blocksize;
+  p.double_quant = m.double_quant;
+  return p;
 }
 
 std::string resolve_dtype(const std::string& dtype, bool cuda) {

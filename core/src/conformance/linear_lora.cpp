@@ -1,5 +1,5 @@
 // The conformance problems of linear.lora (docs/ops/linear.lora.md): y and dx, dA, dB against the reference
-// with dense and nf4 weights, leading dims, T=1, odd sizes, non-contiguous inputs and guarded outputs;
+// with dense, nf4, mxfp4 and nvfp4 weights, leading dims, T=1, odd sizes, non-contiguous inputs and guarded outputs;
 // determinism and bad input. The checks themselves are the suite's generic ones (suite.cpp).
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/strings.hpp"
@@ -167,14 +167,15 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype, c
 
 void linear_lora_problems(Suite& suite) {
   std::vector<std::string> variants;
-  for (const char* v : {"dense", "nf4", "nf4-dq"})
+  for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   const std::vector<Variant> vs = {{.lora = true, .bias = true}, {.lora = false, .bias = true}, {.lora = true},
                                    {.lora = true, .bias = true, .noncontig = true, .out = true}};
   for (const auto& dtype : suite.dtypes())
     for (const auto& variant : variants) {
       const bool nf4 = variant != "dense";
-      // nf4 blocks run over the flattened [N, K] weight: keep K a multiple of 64.
+      // Packed weights: nf4 blocks run over the flattened [N, K] weight, mxfp4 / nvfp4 ones along K (32 / 16):
+      // keep K a multiple of 64.
       std::vector<Shape> shapes = {{{17}, nf4 ? 64 : 65, 130, 3}, {{1}, nf4 ? 64 : 16, 24, 1}, {{2, 3}, nf4 ? 128 : 33, 17, 5}};
       if (!suite.quick()) shapes.push_back({{4, 33}, 256, 96, 16});
       for (std::size_t i = 0; i < shapes.size(); ++i)

@@ -1,5 +1,7 @@
 #include "models/decoder.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -7,11 +9,14 @@
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
+#include "axengine/ops/quant.hpp"
 #include "axengine/ops/quant_formats.hpp"
+#include "axengine/ops/quantizer.hpp"
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/recompute.hpp"
+#include "models/weight_policy.hpp"
 
 namespace ax::models {
 
@@ -93,6 +98,21 @@ std::string with_expert(std::string pattern, int64_t e) {
   return pattern.replace(pos, 3, std::to_string(e));
 }
 
+// Storage bytes of `ts`, each storage counted once (views and tied weights share one).
+int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
+  std::set<const void*> seen;
+  int64_t total = 0;
+  for (const auto& t : ts)
+    if (t.defined() && seen.insert(t.storage().data()).second) total += static_cast<int64_t>(t.storage().nbytes());
+  return total;
+}
+
+std::string bytes_per_param(int64_t bytes, int64_t params) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", params ? double(bytes) / double(params) : 0.0);
+  return buf;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& c) {
@@ -120,10 +140,18 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_te
 }
 
 DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-                           std::shared_ptr<KernelSet> kernels)
+                           std::shared_ptr<KernelSet> kernels, const WeightPolicy& policy)
     : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
   if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
+  const auto tensors = internal_tensors(cfg_);
+  std::vector<std::string> modules;
+  for (const auto& [name, shape] : tensors)
+    if (is_projection(name)) modules.push_back(module_path(name));
+  const WeightPlan plan(policy, modules);
+  std::shared_ptr<ops::Quantizer> quantizer;
+  if (plan.format() != ops::WeightFormat::dense) quantizer = kernels_->quantizer(policy.format);
   std::set<std::string> used;
+  // In the checkpoint's dtype on the device: a packed projection is quantised from exactly the stored values.
   auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
     const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
     if (info.shape != shape)
@@ -132,13 +160,44 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     if (!at::isFloatingType(info.scalar_type))
       throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
     used.insert(key);
-    return ckpt.get(key).to(device_, dtype_);
+    return ckpt.get(key).to(device_);
   };
-  for (auto& [name, shape] : internal_tensors(cfg_)) {
+  // Resident bytes, counted as tensors are kept; the peak adds the dense tensor being converted or packed.
+  int64_t resident = 0;
+  std::set<const void*> packed_storages;  // a quantizer may share a field (the double-quant code) between weights
+  auto hold = [&](const std::string& name, at::Tensor raw, int64_t transient) {
+    stats_.params += raw.numel();
+    std::string why;
+    const ops::QuantizeSpec spec = plan.spec_for(name, raw.sizes().vec(), why);
+    if (why.empty()) {
+      ops::WeightTensor q = quantizer->quantize(raw, spec);
+      int64_t b = 0;
+      for (const at::Tensor* t : {&q.values, &q.codes, &q.scales, &q.nested_scales, &q.nested_code, &q.global_scale})
+        if (t->defined() && packed_storages.insert(t->storage().data()).second) b += static_cast<int64_t>(t->storage().nbytes());
+      stats_.peak_bytes = std::max(stats_.peak_bytes, resident + transient + tensor_bytes({raw}) + b);
+      stats_.packed_params += raw.numel();
+      stats_.packed_bytes += b;
+      resident += b;
+      frozen_[name] = std::move(q);
+      return;
+    }
+    at::Tensor v = raw.to(dtype_);
+    stats_.peak_bytes = std::max(stats_.peak_bytes, resident + transient + tensor_bytes({raw, v}));
+    resident += tensor_bytes({v});
+    if (!is_projection(name)) {
+      weights_[name] = std::move(v);
+      return;
+    }
+    // lm_head is dense by policy; list the projections kept against the format (skip_modules, misfits).
+    if (plan.format() != ops::WeightFormat::dense && name != "lm_head.weight")
+      stats_.kept.push_back(str(module_path(name), " (", why, ")"));
+    frozen_[name] = ops::WeightTensor::dense(std::move(v));
+  };
+  for (auto& [name, shape] : tensors) {
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     if (!router && !experts) {
-      weights_[name] = take(name, shape);
+      hold(name, take(name, shape), 0);
       continue;
     }
     std::string p = name.substr(0, name.find("mlp."));
@@ -146,11 +205,11 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     bool block_sparse = cfg_.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
     ExpertKeys k = expert_keys(cfg_, p, block_sparse);
     if (router) {
-      weights_[name] = take(k.router, shape);
+      hold(name, take(k.router, shape), 0);
       continue;
     }
     if (ckpt.has(name)) {
-      weights_[name] = take(name, shape);
+      hold(name, take(name, shape), 0);
       continue;
     }
     const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size, H = cfg_.hidden_size;
@@ -161,18 +220,47 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     } else {
       for (int64_t e = 0; e < E; ++e) parts.push_back(take(with_expert(k.down, e), {H, I}));
     }
-    weights_[name] = at::stack(parts, 0).contiguous();
+    at::Tensor stacked = at::stack(parts, 0).contiguous();
+    const int64_t part_bytes = tensor_bytes(parts);
+    parts.clear();
+    hold(name, std::move(stacked), part_bytes);
   }
-  if (cfg_.tie_word_embeddings) weights_["lm_head.weight"] = weights_.at("model.embed_tokens.weight");
+  if (cfg_.tie_word_embeddings) frozen_["lm_head.weight"] = ops::WeightTensor::dense(weights_.at("model.embed_tokens.weight"));
   for (const auto& n : ckpt.names())
     if (!used.count(n) && !(cfg_.tie_word_embeddings && n == "lm_head.weight"))
       log::warn(str(ckpt.file_of(n), ": tensor '", n, "' is not used by the ", cfg_.model_type, " model"));
   inv_freq_ = rope_inv_freq(cfg_).to(device_);
+
+  std::vector<at::Tensor> all;
+  for (const auto& [n, t] : weights_) all.push_back(t);
+  for (const auto& [n, wt] : frozen_)
+    for (const at::Tensor* t : {&wt.values, &wt.codes, &wt.scales, &wt.nested_scales, &wt.nested_code, &wt.global_scale})
+      if (t->defined()) all.push_back(*t);
+  stats_.bytes = tensor_bytes(all);
+  stats_.format = policy.format;
+  if (plan.format() != ops::WeightFormat::dense) {
+    log::info(str("base weights: ", stats_.packed_params, " of ", stats_.params, " parameters in ", stats_.format, " (",
+                  bytes_per_param(stats_.packed_bytes, stats_.packed_params), " bytes/param incl. scales); resident ",
+                  stats_.bytes, " bytes, peak ", stats_.peak_bytes, " while loading"));
+    if (!stats_.kept.empty()) log::info(str("  kept in ", ops::dtype_name(dtype_), ": ", join(stats_.kept, ", ")));
+  }
+  // Every (op, format) the projections need resolves now: kernels.strict fails the load, not a later step.
+  for (const auto& [n, wt] : frozen_) {
+    const std::string fmt = ops::to_string(wt.format);
+    if (n.find("mlp.experts.") != std::string::npos) kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), fmt, "ENK");
+    else kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), fmt);
+  }
 }
 
 const at::Tensor& DecoderModel::w(const std::string& name) const {
   auto it = weights_.find(name);
   if (it == weights_.end()) throw RuntimeError(str("model has no weight '", name, "'"));
+  return it->second;
+}
+
+const ops::WeightTensor& DecoderModel::projection(const std::string& name) const {
+  auto it = frozen_.find(name);
+  if (it == frozen_.end()) throw RuntimeError(str("model has no projection '", name, "'"));
   return it->second;
 }
 
@@ -186,10 +274,10 @@ at::Tensor DecoderModel::rms_norm(const at::Tensor& x, const std::string& weight
 at::Tensor DecoderModel::linear(const at::Tensor& x, const std::string& module) {
   ops::LinearLoraArgs args;
   args.x = x;
-  args.weight = ops::WeightTensor::dense(w(module + ".weight"));
+  args.weight = projection(module + ".weight");
   auto bias = weights_.find(module + ".bias");
   if (bias != weights_.end()) args.bias = bias->second;
-  auto op = kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), "dense");
+  auto op = kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), ops::to_string(args.weight.format));
   const LoraModule* m = lora_.find(module);
   if (!m) return autograd::linear_lora(op, std::move(args));
   const double p = lora_.spec.dropout;
@@ -275,7 +363,10 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   routing.expert_offsets = expert_counts(flat, E).cumsum(0);
   routing.top_k = k;
 
-  auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), "dense", "ENK");
+  // Each expert weight asks for a backend of its own format (skip_modules may keep one of them dense).
+  auto op_for = [&](const ops::WeightTensor& wt) {
+    return kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(wt.format), "ENK");
+  };
   auto lora_args = [&](ops::MoeExpertsArgs& a, const std::string& module) {
     if (const LoraModule* m = lora_.find(module)) {
       a.lora_a = m->a.to(x.scalar_type());
@@ -286,24 +377,26 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   ops::MoeExpertsArgs up;
   up.x = x;
   up.routing = routing;
-  up.weight = ops::WeightTensor::dense(w(p + "experts.gate_up_proj"));
+  up.weight = projection(p + "experts.gate_up_proj");
   up.layout = ops::ExpertLayout::ENK;
   up.grouped_out = true;
   up.check_values = false;
   lora_args(up, p + "experts.gate_up_proj");
-  at::Tensor gu = autograd::moe_experts(op, std::move(up));  // [T·k, 2I], grouped
+  auto up_op = op_for(up.weight);
+  at::Tensor gu = autograd::moe_experts(up_op, std::move(up));  // [T·k, 2I], grouped
   at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
 
   ops::MoeExpertsArgs down;
   down.x = act;
   down.routing = routing;
-  down.weight = ops::WeightTensor::dense(w(p + "experts.down_proj"));
+  down.weight = projection(p + "experts.down_proj");
   down.layout = ops::ExpertLayout::ENK;
   down.grouped_in = true;
   down.gates = top_v;
   down.check_values = false;
   lora_args(down, p + "experts.down_proj");
-  return autograd::moe_experts(op, std::move(down));  // [T, H]
+  auto down_op = op_for(down.weight);
+  return autograd::moe_experts(down_op, std::move(down));  // [T, H]
 }
 
 at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) const {
@@ -413,8 +506,18 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
 
 std::vector<std::pair<std::string, at::Tensor>> DecoderModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [n, t] : weights_)
-    if (!(cfg_.tie_word_embeddings && n == "lm_head.weight")) out.emplace_back(n, t);
+  for (const auto& [n, t] : weights_) out.emplace_back(n, t);
+  for (const auto& [n, wt] : frozen_) {
+    if (cfg_.tie_word_embeddings && n == "lm_head.weight") continue;  // it is model.embed_tokens.weight
+    if (wt.is_dense()) {
+      out.emplace_back(n, wt.values);
+      continue;
+    }
+    out.emplace_back(n, wt.codes);
+    out.emplace_back(n + ".scales", wt.scales);
+    if (wt.nested_scales.defined()) out.emplace_back(n + ".nested_scales", wt.nested_scales);
+    if (wt.global_scale.defined()) out.emplace_back(n + ".global_scale", wt.global_scale);
+  }
   for (const auto& p : trainable_parameters()) out.push_back(p);
   return out;
 }
@@ -464,6 +567,8 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
 std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(at::ScalarType dtype) const {
   std::map<std::string, at::Tensor> merged;
   for (const auto& [n, t] : weights_) merged[n] = t.detach().to(at::kFloat);
+  for (const auto& [n, wt] : frozen_)  // a packed base is dequantised: the merged model is dense
+    merged[n] = wt.is_dense() ? wt.values.detach().to(at::kFloat) : ops::dequantize(wt, at::kFloat);
   for (const auto& m : lora_.modules) {
     std::string key = m.site.experts ? m.site.path : m.site.path + ".weight";
     merged[key] = merged.at(key) + lora_delta(m).to(merged[key].device());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "axengine/model.hpp"
+#include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
 #include "models/lora.hpp"
@@ -18,9 +19,12 @@ namespace ax::models {
 
 class DecoderModel : public Model {
  public:
-  // Reads the weights of `cfg` from `ckpt` (fused or per-expert), converted to `dtype` on `device`.
+  // Reads the weights of `cfg` from `ckpt` (fused or per-expert) onto `device`: the projections `weights`
+  // packs go into its format (quantised from the checkpoint's own dtype, one tensor at a time, so no dense
+  // copy of the base stays resident), everything else is converted to `dtype`. The kernels for every
+  // (op, weight format) the model holds are resolved here, so a missing one fails the load.
   DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-               std::shared_ptr<KernelSet> kernels);
+               std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights = {});
 
   ModelOutput forward(const Batch& batch, bool want_logits) override;
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
@@ -29,17 +33,19 @@ class DecoderModel : public Model {
   // Recompute each layer in backward instead of keeping its activations (autograd::recompute).
   void set_activation_checkpointing(bool on) { recompute_layers_ = on; }
   void save_adapter(const std::string& dir) const override;
+  WeightStats weight_stats() const override { return stats_; }
 
   const HfConfig& config() const { return cfg_; }
   std::vector<LoraSite> lora_sites() const;
   void set_lora(LoraSet lora) { lora_ = std::move(lora); }
   const LoraSet& lora() const { return lora_; }
-  // Base weights with the LoRA deltas folded in, as a checkpoint in the layout HF save_pretrained writes
-  // (per-expert keys for MoE models), in `dtype`.
+  // Base weights (packed ones dequantised) with the LoRA deltas folded in, as a checkpoint in the layout HF
+  // save_pretrained writes (per-expert keys for MoE models), in `dtype`.
   std::vector<std::pair<std::string, at::Tensor>> merged_state_dict(at::ScalarType dtype) const;
 
  private:
   const at::Tensor& w(const std::string& name) const;
+  const ops::WeightTensor& projection(const std::string& name) const;  // a frozen_ entry, e.g. "lm_head.weight"
   at::Tensor linear(const at::Tensor& x, const std::string& module);  // module path, e.g. model.layers.0.self_attn.q_proj
   at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len);
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
@@ -54,7 +60,9 @@ class DecoderModel : public Model {
   at::ScalarType dtype_;
   at::Device device_;
   std::shared_ptr<KernelSet> kernels_;
-  std::map<std::string, at::Tensor> weights_;  // base weights, frozen
+  std::map<std::string, at::Tensor> weights_;  // frozen base tensors other than projections (norms, embeddings, routers, biases)
+  std::map<std::string, ops::WeightTensor> frozen_;  // frozen projections (models/weight_policy.hpp), in their own format
+  WeightStats stats_;
   at::Tensor inv_freq_;
   LoraSet lora_;
   bool training_ = true;

@@ -25,7 +25,7 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
     auto dtype = parse_model_dtype(o);
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels);
+    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights);
     model->set_activation_checkpointing(o.activation_checkpointing);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     if (o.lora) model->set_lora(make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device));

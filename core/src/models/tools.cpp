@@ -201,13 +201,14 @@ std::string inspect_model_dir(const std::string& dir) {
 }
 
 void merge_lora_dir(const Registry& registry, const std::string& model_dir, const std::string& adapter_dir,
-                    const std::string& out_dir, const std::string& dtype) {
+                    const std::string& out_dir, const std::string& dtype, const WeightPolicy& weights) {
   if (fs::exists(out_dir) && !fs::is_empty(out_dir))
     throw UsageError(str(out_dir, ": output directory exists and is not empty"));
   ModelLoadOptions o;
   o.dir = model_dir;
   o.dtype = "fp32";  // merge in fp32, cast once at the end
   o.adapter_dir = adapter_dir;
+  o.weights = weights;
   o.kernels = std::make_shared<KernelSet>(registry, KernelPreferences{}, DeviceInfo{});
   auto model = load_model(registry, o);
   auto* dm = dynamic_cast<models::DecoderModel*>(model.get());
@@ -240,7 +241,8 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
     safetensors::write_file_atomic((d / f).string(), text, w);  // fsynced like the rest, unlike a copy
   }
   out.commit();
-  log::info(str("merged ", adapter_dir, " into ", model_dir, " -> ", out_dir));
+  log::info(str("merged ", adapter_dir, " into ", model_dir, weights.format == "dense" ? "" : " (" + weights.format + " base, dequantised)",
+                " -> ", out_dir));
 }
 
 }  // namespace ax

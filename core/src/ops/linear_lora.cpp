@@ -24,9 +24,11 @@ void validate(const LinearLoraArgs& a) {
   const auto dt = a.x.scalar_type();
   const at::Device dev = a.x.device();
   validate_weight(a.weight, str(kOp, ": weight"));
-  if (a.weight.format != WeightFormat::dense && a.weight.format != WeightFormat::nf4)
-    check::fail(kOp, "weight", str("must be dense or nf4, got ", a.weight.describe()));
   if (a.weight.dim() != 2) check::fail(kOp, "weight", str("must be 2-dim [N, K], got ", a.weight.describe()));
+  if ((a.weight.format == WeightFormat::mxfp4 || a.weight.format == WeightFormat::nvfp4) &&
+      (a.weight.axis < 0 ? a.weight.axis + 2 : a.weight.axis) != 1)
+    check::fail(kOp, "weight.axis", str(to_string(a.weight.format), " blocks must run along K (dim 1), got axis ",
+                                        a.weight.axis));
   if (a.weight.device() != dev)
     check::fail(kOp, "weight", str("is on ", a.weight.device().str(), " but x is on ", dev.str()));
   if (a.weight.is_dense() && a.weight.values.scalar_type() != dt)

@@ -48,7 +48,9 @@ std::vector<std::string> check_run(const Engine& engine, const TrainOptions& opt
 
 void train_from_config(Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
-  std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
+  const auto resolutions = engine.resolve_all();
+  std::cout << format_resolution_table(resolutions, engine.device) << std::flush;
+  require_backends(resolutions);  // kernels.strict: a missing (op, weight format) stops here, before any loading
 
   // Everything validate checks, before any weight is loaded; then nothing it found is read again.
   train::RunPlan plan = train::plan_run(engine, options);
@@ -84,6 +86,13 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
       ax::str("  peak memory     ", train::format_bytes(sum.peak_memory_bytes), engine.device.is_cuda() ? " (CUDA allocator)" : " (RSS)"),
       ax::str("  train loss      ", sum.losses.empty() ? "n/a" : fmt(sum.losses.front()) + " -> " + fmt(sum.final_loss)),
       ax::str("  eval loss       ", fmt(sum.final_eval_loss), " (best ", fmt(sum.best_eval_loss), ")")};
+  const WeightStats ws = model->weight_stats();
+  lines.push_back(ax::str("  base weights    ", ws.format, ": ", train::format_bytes(double(ws.bytes)), " resident (",
+                          ws.bytes, " bytes), peak ", train::format_bytes(double(ws.peak_bytes)), " (", ws.peak_bytes,
+                          " bytes) while loading",
+                          ws.packed_params ? ax::str("; ", ws.packed_params, " of ", ws.params, " parameters packed at ",
+                                                     fmt(double(ws.packed_bytes) / double(ws.packed_params), 3), " bytes/param")
+                                           : std::string()));
   if (!std::isnan(sum.exact_match)) lines.push_back(ax::str("  exact match     ", fmt(100 * sum.exact_match, 1), " %"));
   lines.push_back(ax::str("  adapter         ", sum.last_checkpoint, " (PEFT format)"));
   lines.push_back(ax::str("  report          ", cfg.run.output_dir, "/report.html, metrics.jsonl"));

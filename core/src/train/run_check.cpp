@@ -144,6 +144,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.model.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
   p.model.kernels = engine.kernel_set();
   p.model.activation_checkpointing = p.train.activation_checkpointing;
+  p.model.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
   if (p.lora.init_from.empty()) p.model.lora = p.lora.spec;
   else p.model.adapter_dir = p.lora.init_from;
   try {

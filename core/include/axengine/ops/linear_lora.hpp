@@ -1,5 +1,5 @@
 // linear.lora — a frozen linear layer with a LoRA adapter: y = x·Wᵀ + bias + scaling·(x·Aᵀ)·Bᵀ, W dense or
-// nf4. Contract: docs/ops/linear.lora.md. The backward never materialises B·A (an [N, K] matrix).
+// packed (nf4, mxfp4, nvfp4: QLoRA). Contract: docs/ops/linear.lora.md. The backward never materialises B·A (an [N, K] matrix).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -10,7 +10,7 @@ namespace ax::ops {
 
 struct LinearLoraArgs {
   at::Tensor x;         // [*, K]
-  WeightTensor weight;  // logical [N, K] (nn.Linear layout), dense or nf4
+  WeightTensor weight;  // logical [N, K] (nn.Linear layout); dense, nf4, or mxfp4/nvfp4 blocked along K
   at::Tensor bias;      // optional [N]
   at::Tensor lora_a;    // optional [r, K]
   at::Tensor lora_b;    // optional [N, r]  (both or neither)

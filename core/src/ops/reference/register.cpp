@@ -14,6 +14,7 @@
 #include "axengine/ops/norm_rope.hpp"
 #include "axengine/plugin.hpp"
 #include "conformance/harness.hpp"
+#include "axengine/ops/quantizer.hpp"
 
 namespace ax::ops {
 
@@ -23,6 +24,7 @@ std::shared_ptr<Dequant> make_reference_dequant();
 std::shared_ptr<NormRope> make_reference_norm_rope();
 std::shared_ptr<Attention> make_reference_attention();
 std::shared_ptr<LinearLora> make_reference_linear_lora();
+std::shared_ptr<Quantizer> make_reference_quantizer();  // ops/quant/quantizer.cpp
 
 namespace {
 
@@ -69,7 +71,8 @@ void register_reference_kernels(Registry& registry) {
                          "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
                          cd::attention_problems),
                     make_reference_attention());
-  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4"}, {}, Rows::plain, "plain ATen, fp32 math, never forms B·A",
+  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {}, Rows::plain,
+                          "plain ATen, fp32 math, never forms B·A; a packed W is dequantised inside each call, never kept",
                           cd::linear_lora_problems),
                      make_reference_linear_lora());
   for (const auto& s : reg.staged()) {
@@ -80,6 +83,15 @@ void register_reference_kernels(Registry& registry) {
     p.object = s.object;
     registry.add(std::move(p));  // plugin and origin: "builtin"
   }
+
+  Provider q;  // packs the frozen base at load ([model] weight_format)
+  q.info.kind = ProviderKind::quantizer;
+  q.info.name = "reference";
+  q.info.needs.devices = {"cpu", "cuda"};
+  q.info.needs.formats = {"nf4", "mxfp4", "nvfp4"};
+  q.info.summary = "plain ATen: bitsandbytes nf4 (incl. double quant), torchao mxfp4 / nvfp4, bit for bit";
+  q.object = make_reference_quantizer();
+  registry.add(std::move(q));
 }
 
 }  // namespace ax::ops
