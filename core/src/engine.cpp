@@ -67,20 +67,6 @@ std::vector<Resolution> Engine::resolve_all() const {
   return out;
 }
 
-void require_backends(const std::vector<Resolution>& resolutions) {
-  std::vector<std::string> missing;
-  for (const auto& r : resolutions) {
-    if (!r.chosen.empty()) continue;
-    std::vector<std::string> why;
-    for (const auto& c : r.candidates) why.push_back(str(c.backend, ": ", c.verdict));
-    missing.push_back(str(r.op, r.query.format.empty() ? "" : " with weight format " + r.query.format, " (",
-                          why.empty() ? std::string("nothing listed") : join(why, "; "), ")"));
-  }
-  if (!missing.empty())
-    throw UsageError(str("kernels.strict: no backend on ", resolutions.front().query.device.arch_name(), " for ",
-                         join(missing, ", and for ")));
-}
-
 std::shared_ptr<KernelSet> Engine::kernel_set() const {
   return std::make_shared<KernelSet>(registry, config.kernels, device);
 }

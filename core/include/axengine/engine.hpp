@@ -47,10 +47,6 @@ class Engine {
   Engine() = default;
 };
 
-// Throws UsageError naming every op and weight format that no backend was chosen for (only possible under
-// kernels.strict): `run` calls it before loading anything, so a missing backend is exit 2 at start.
-void require_backends(const std::vector<Resolution>& resolutions);
-
 // The table `run` and `plugins explain` print: op -> chosen backend, and why others were passed over.
 std::string format_resolution_table(const std::vector<Resolution>& resolutions, const DeviceInfo& device);
 

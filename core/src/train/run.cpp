@@ -48,9 +48,7 @@ std::vector<std::string> check_run(const Engine& engine, const TrainOptions& opt
 
 void train_from_config(Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
-  const auto resolutions = engine.resolve_all();
-  std::cout << format_resolution_table(resolutions, engine.device) << std::flush;
-  require_backends(resolutions);  // kernels.strict: a missing (op, weight format) stops here, before any loading
+  std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
 
   // Everything validate checks, before any weight is loaded; then nothing it found is read again.
   train::RunPlan plan = train::plan_run(engine, options);
