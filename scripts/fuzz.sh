@@ -7,7 +7,8 @@
 # (default: half the cores, at least 1), each under `nice -n 10`, growing its corpus in build-fuzz/fuzz/<h>/corpus
 # from the committed seeds (tests/fuzz/corpus/<h>) and regression inputs (tests/fuzz/regressions/<h>). Each run's
 # log is build-fuzz/fuzz/<h>/log.txt, a crasher lands in build-fuzz/fuzz/<h>/ as crash-*, leak-*, timeout-* or
-# oom-*, and build-fuzz/fuzz/summary.md gets one row per harness (executions, coverage, findings).
+# oom-*, and build-fuzz/fuzz/summary.md gets one row per harness (executions, coverage, findings; each harness's
+# row is also kept in build-fuzz/fuzz/<h>/row.md). AXENGINE_FUZZ_NO_BUILD=1 runs the fuzzers already built.
 # Exit status: 0 when no harness found anything, 1 otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,16 +35,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
-python=$("$root/scripts/setup.sh" | tail -n 1)
 export CCACHE_BASEDIR="$root"
-if [ ! -f "$build/CMakeCache.txt" ]; then
+if [ -n "${AXENGINE_FUZZ_NO_BUILD:-}" ]; then
+  :  # run what build-fuzz/ holds (e.g. while another invocation is still building the rest)
+elif [ ! -f "$build/CMakeCache.txt" ]; then
+  python=$("$root/scripts/setup.sh" | tail -n 1)
   # -O1 with line tables: readable sanitizer stacks, asserts kept, and a much cheaper compile than -O2 -g.
   CC=clang-16 CXX=clang++-16 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DAXENGINE_PYTHON="$python" -DAXENGINE_FUZZ=ON -DAXENGINE_SANITIZE=address,undefined \
     -DAXENGINE_WITH_CUDA=OFF -DBUILD_TESTING=OFF
 fi
-cmake --build "$build" -j "$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+[ -n "${AXENGINE_FUZZ_NO_BUILD:-}" ] || cmake --build "$build" -j "$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 [ "$seconds" -gt 0 ] || exit 0
 
 jobs=${AXENGINE_FUZZ_JOBS:-$(( $(nproc) / 2 ))}
@@ -102,7 +105,7 @@ for h in "${harnesses[@]}"; do
   else
     findings=none
   fi
-  echo "| $h | $(cat "$dir/seconds") | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${ft:-?} | ${corp:-?} | $findings |" >>"$summary"
+  echo "| $h | $(cat "$dir/seconds") | ${execs:-?} | ${rate:-?} | ${cov:-?} | ${ft:-?} | ${corp:-?} | $findings |" | tee "$dir/row.md" >>"$summary"
 done
 cat "$summary"
 exit $found
