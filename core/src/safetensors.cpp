@@ -298,7 +298,9 @@ Checkpoint Checkpoint::open_dir(const std::string& dir) {
     }
     for (const auto& [shard, names] : expected) {
       fs::path p = d / shard;
-      if (!fs::exists(p)) throw bad(str("shard '", shard, "' (holding e.g. '", *names.begin(), "') does not exist"));
+      std::error_code ec;  // a name the file system refuses (too long, ...) is bad input, not an exception
+      if (!fs::exists(p, ec))
+        throw bad(str("shard '", shard, "' (holding e.g. '", *names.begin(), "') ", ec ? "cannot be opened: " + ec.message() : "does not exist"));
       auto f = File::open(p.string());
       for (const auto& n : names)
         if (!f->find(n)) throw UsageError(str(p.string(), ": no tensor '", n, "' though ", index.string(), " puts it here"));
