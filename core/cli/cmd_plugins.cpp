@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "axengine/engine.hpp"
+#include "axengine/op_spec.hpp"
 #include "axengine/strings.hpp"
 #include "command.hpp"
 
@@ -21,8 +22,14 @@ void print_reports(const ax::PluginLoader& loader, const ax::Registry& registry)
     for (const auto& table : r.config_tables) std::cout << "      config table [" << table << "]\n";
   }
   std::cout << "providers:\n";
-  for (const auto& p : registry.all())
-    std::cout << "  " << p.info.key() << "  [" << p.info.needs.describe() << "]  from " << p.info.plugin << "\n";
+  for (const auto& p : registry.all()) {
+    // An op is data (op_spec.hpp), not a backend: show its config key instead of requirements.
+    const std::string what = p.info.kind == ax::ProviderKind::op
+                                 ? "(config key " + registry.op(p.info.name)->config_key + ")"
+                                 : "[" + p.info.needs.describe() + "]";
+    std::cout << "  " << p.info.key() << "  " << what << (p.info.graph_safe ? "  graph-safe" : "") << "  from "
+              << p.info.plugin << "\n";
+  }
 }
 
 int run_plugins(const std::vector<std::string>& args) {

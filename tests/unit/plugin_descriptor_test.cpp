@@ -81,7 +81,7 @@ TEST_CASE("descriptor schema: unknown and misspelled keys at every level name th
   CHECK(refusal_of_requires({{"archmin", "sm_80"}}) ==
         "plugin descriptor: unknown key 'plugin.providers[0].requires.archmin' (did you mean 'arch_min'?)");
   CHECK(refusal(wrap(kernel_plugin({{"priority", 3}}))) ==
-        "plugin descriptor: unknown key 'plugin.providers[0].priority' (known keys: kind, op, name, summary, requires)");
+        "plugin descriptor: unknown key 'plugin.providers[0].priority' (known keys: kind, op, name, summary, requires, graph_safe)");
   auto p = kernel_plugin();
   p["verison"] = "1";
   CHECK(refusal(wrap(p)) == "plugin descriptor: unknown key 'plugin.verison' (did you mean 'version'?)");

@@ -130,6 +130,13 @@ std::string check_throws_naming(const std::string& argument, const std::function
   fail(ax::str("accepted the bad input (expected an exception naming '", argument, "')"));
 }
 
+at::Tensor bytes_of(const at::Tensor& t) {
+  // A fresh buffer: contiguous() keeps odd strides on size-1 dims, which view(kByte) refuses.
+  at::Tensor flat = at::empty({t.numel()}, t.options().device(at::kCPU));
+  flat.copy_(t.detach().reshape(-1));
+  return flat.view(at::kByte);
+}
+
 void InputGuard::add(const std::string& name, const at::Tensor& t) {
   if (t.defined()) saved_.push_back({name, {t, t.detach().clone()}});
 }
@@ -137,8 +144,7 @@ void InputGuard::add(const std::string& name, const at::Tensor& t) {
 std::string InputGuard::check() const {
   for (const auto& [name, pair] : saved_) {
     const auto& [live, copy] = pair;
-    at::Tensor a = live.detach().to(at::kCPU).contiguous().reshape(-1), b = copy.to(at::kCPU).contiguous().reshape(-1);
-    if (!at::equal(a.view(at::kByte), b.view(at::kByte))) fail(ax::str("the call modified its input '", name, "'"));
+    if (!at::equal(bytes_of(live), bytes_of(copy))) fail(ax::str("the call modified its input '", name, "'"));
   }
   return ax::str(saved_.size(), " inputs unchanged");
 }
@@ -260,8 +266,7 @@ std::string check_bitwise(const std::string& what, const at::Tensor& a, const at
     fail(ax::str(what, ": second run has shape/dtype ", b.sizes(), "/", dtype_name(b.scalar_type()), ", first ", a.sizes(),
              "/", dtype_name(a.scalar_type())));
   // Compare the bytes, not the values: NaN != NaN and -0 == +0 would hide differences.
-  at::Tensor ab = a.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
-  at::Tensor bb = b.detach().to(at::kCPU).contiguous().reshape(-1).view(at::kByte);
+  at::Tensor ab = detail::bytes_of(a), bb = detail::bytes_of(b);
   if (!at::equal(ab, bb)) {
     long differing = (a.detach().to(at::kCPU, at::kDouble) != b.detach().to(at::kCPU, at::kDouble)).sum().item<long>();
     fail(ax::str(what, ": two identical calls differ bitwise (", differing, " of ", a.numel(), " elements)"));

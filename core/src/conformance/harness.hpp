@@ -86,6 +86,10 @@ std::string check_close(const std::string& what, const at::Tensor& got, const at
 // A crash cannot be caught in-process: it takes the run down, which the CLI reports as a failure.
 std::string check_throws_naming(const std::string& argument, const std::function<void()>& fn);
 
+// The bytes of t's elements in logical order, on the CPU (bitwise comparisons: NaN != NaN and -0 == +0
+// would hide differences in a value comparison).
+at::Tensor bytes_of(const at::Tensor& t);
+
 // Snapshots tensors before a call and fails if any changed (bitwise) after it: the op interfaces return
 // fresh outputs, so "writes only its outputs" means "never writes its inputs".
 class InputGuard {
