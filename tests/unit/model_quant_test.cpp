@@ -153,7 +153,7 @@ TEST_CASE("qlora: the loss moves from dense by the quantisation error and equals
     const double lq = loss_of(*packed, b);
     write_roundtripped(dir / "model", dir / (std::string("twin_") + f.name), f.roundtrip);
     const double twin = loss_of(*env.load(dir / (std::string("twin_") + f.name), policy("dense")), b);
-    MESSAGE(f.name << ": loss " << lq << " vs dense " << dense << " (twin " << twin << ")");
+    MESSAGE(std::string(f.name) << ": loss " << lq << " vs dense " << dense << " (twin " << twin << ")");
     CHECK(lq != dense);                                       // the packed base is what ran...
     CHECK(std::abs(lq - dense) < 0.02 * dense);               // ...off by the quantisation error only
     CHECK(lq == doctest::Approx(twin).epsilon(1e-6));         // exactly the dequantised base's loss
