@@ -52,7 +52,9 @@ int main(int argc, char** argv) try {
   }
   // Released on purpose (never destroyed): plugins stay loaded for the process' life, and the registry's
   // backend objects must not be destroyed after their library is gone.
-  ax::Engine& engine = *ax::Engine::start(start).release();
+  // Destroyed normally: the plugin loader never unloads a library, so no backend outlives its code.
+  auto started = ax::Engine::start(start);
+  ax::Engine& engine = *started;
   for (const auto& rep : engine.plugins->reports())
     std::cerr << "plugin " << rep.path << ": " << ax::to_string(rep.status) << " " << rep.reason << "\n";
   const ax::Registry& registry = engine.registry;

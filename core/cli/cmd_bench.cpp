@@ -57,8 +57,9 @@ int run_bench(const std::vector<std::string>& args) {
   ax::StartOptions start;
   if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
   if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
-  // Released on purpose (never destroyed): backend objects must not outlive the plugin code they point into.
-  ax::Engine& engine = *ax::Engine::start(start).release();
+  // Destroyed normally: the plugin loader never unloads a library, so no backend outlives its code.
+  auto started = ax::Engine::start(start);
+  ax::Engine& engine = *started;
   nlohmann::json rows = ax::bench::run_moe_bench(engine.registry, o);
   if (vm.count("out")) {
     std::string command = "axengine bench";
