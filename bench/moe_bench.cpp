@@ -50,8 +50,6 @@ int main(int argc, char** argv) try {
       return 2;
     }
   }
-  // Released on purpose (never destroyed): plugins stay loaded for the process' life, and the registry's
-  // backend objects must not be destroyed after their library is gone.
   // Destroyed normally: the plugin loader never unloads a library, so no backend outlives its code.
   auto started = ax::Engine::start(start);
   ax::Engine& engine = *started;
