@@ -10,6 +10,9 @@ const std::vector<OpInfo>& known_ops() {
       {"norm_rope", "norm_rope", "RMSNorm (w or 1+w) followed by rotary embedding"},
       {"attention", "attention", "causal GQA attention over packed variable-length sequences"},
       {"linear.lora", "linear_lora", "y = x W^T + s (x A^T) B^T with W dense or packed (nf4, mxfp4, nvfp4)"},
+      {"rms_norm", "rms_norm", "RMSNorm (w or 1+w), optionally fused with the residual add before it"},
+      {"swiglu", "swiglu", "silu(gate) * up, from two tensors or one [*, 2I] gate_up"},
+      {"linear_ce", "linear_ce", "LM head and per-token cross-entropy without materialising the logits"},
   };
   return ops;
 }

@@ -1,4 +1,4 @@
-// Test-only backends of the four ops a decoder uses, written the naive way (loops, gathers, the math of
+// Test-only backends of the ops a decoder uses, written the naive way (loops, gathers, the math of
 // the op contracts straight from the headers) with backward by recomputation under autograd. They let the
 // model parity tests run against HF goldens independently of any production backend: the model code sees
 // them only through a KernelSet, exactly as it sees `reference` or a plugin.
@@ -10,9 +10,12 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/norm_rope.hpp"
+#include "axengine/ops/rms_norm.hpp"
+#include "axengine/ops/swiglu.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/selection.hpp"
 
@@ -151,6 +154,68 @@ struct NaiveMoeExperts : ops::MoeExperts {
   }
 };
 
+// transformers' LlamaRMSNorm after `residual + hidden_states`, in the input dtype.
+struct NaiveRmsNorm : ops::RmsNorm {
+  static std::pair<at::Tensor, at::Tensor> f(const ops::RmsNormArgs& a, const at::Tensor& x, const at::Tensor& w) {
+    at::Tensor s = a.residual.defined() ? a.residual + x : x;
+    at::Tensor sf = s.to(at::kFloat);
+    at::Tensor n = (sf * at::rsqrt(sf.pow(2).mean(-1, true) + a.eps)).to(x.scalar_type());
+    return {n * (a.weight_offset ? w + 1 : w), s};
+  }
+  ops::RmsNormResult run_forward(const ops::RmsNormArgs& a) override {
+    auto [y, s] = f(a, a.x, a.weight);
+    at::Tensor sf = s.to(at::kFloat);
+    at::Tensor rstd = at::rsqrt(sf.pow(2).mean(-1) + a.eps).reshape({-1});
+    return {y, a.residual.defined() ? s : at::Tensor(), rstd};
+  }
+  ops::RmsNormGrads run_backward(const ops::RmsNormArgs& a, const ops::RmsNormBackwardArgs& b) override {
+    c10::AutoGradMode on(true);
+    at::Tensor x = a.x.detach().clone().requires_grad_(true), w = a.weight.detach().clone().requires_grad_(true);
+    auto [y, s] = f(a, x, w);
+    std::vector<at::Tensor> outs{y}, seeds{b.grad_y};
+    if (b.grad_sum.defined()) {
+      outs.push_back(s);
+      seeds.push_back(b.grad_sum);
+    }
+    auto g = torch::autograd::grad(outs, {x, w}, seeds);
+    return {g[0], b.need_dweight ? g[1] : at::Tensor()};
+  }
+};
+
+// transformers' `act_fn(gate_proj(x)) * up_proj(x)`, in the input dtype.
+struct NaiveSwiglu : ops::Swiglu {
+  static at::Tensor f(const at::Tensor& g, const at::Tensor& u) { return at::silu(g) * u; }
+  static at::Tensor fused(const at::Tensor& gu) {
+    const int64_t I = gu.size(-1) / 2;
+    return f(gu.narrow(-1, 0, I), gu.narrow(-1, I, I));
+  }
+  at::Tensor run_forward(const ops::SwigluArgs& a) override {
+    return (a.gate_up.defined() ? fused(a.gate_up) : f(a.gate, a.up)).contiguous();
+  }
+  ops::SwigluGrads run_backward(const ops::SwigluArgs& a, const ops::SwigluBackwardArgs& b) override {
+    if (a.gate_up.defined()) {
+      auto g = recompute_grads({a.gate_up}, b.grad_y, [&](auto& v) { return fused(v[0]); });
+      return {at::Tensor(), at::Tensor(), g[0].contiguous()};
+    }
+    auto g = recompute_grads({a.gate, a.up}, b.grad_y, [&](auto& v) { return f(v[0], v[1]); });
+    return {g[0], g[1], at::Tensor()};
+  }
+};
+
+// transformers' lm_head then fp32 cross_entropy (reduction none), logits whole.
+struct NaiveLinearCe : ops::LinearCe {
+  static at::Tensor f(const ops::LinearCeArgs& a, const at::Tensor& h) {
+    at::Tensor logits = at::matmul(h, a.weight.t()).to(at::kFloat);
+    return at::cross_entropy_loss(logits, a.targets, {}, at::Reduction::None, a.ignore_index);
+  }
+  ops::LinearCeResult run_forward(const ops::LinearCeArgs& a) override {
+    return {f(a, a.h), at::logsumexp(at::matmul(a.h, a.weight.t()).to(at::kFloat), 1)};
+  }
+  at::Tensor run_backward(const ops::LinearCeArgs& a, const ops::LinearCeBackwardArgs& b) override {
+    return recompute_grads({a.h}, b.grad_loss, [&](auto& v) { return f(a, v[0]); })[0];
+  }
+};
+
 inline void add_naive_backends(Registry& r) {
   auto add = [&](const char* op, std::shared_ptr<void> obj) {
     Provider p;
@@ -165,6 +230,9 @@ inline void add_naive_backends(Registry& r) {
   add("norm_rope", std::shared_ptr<ops::NormRope>(std::make_shared<NaiveNormRope>()));
   add("attention", std::shared_ptr<ops::Attention>(std::make_shared<NaiveAttention>()));
   add("moe.experts", std::shared_ptr<ops::MoeExperts>(std::make_shared<NaiveMoeExperts>()));
+  add("rms_norm", std::shared_ptr<ops::RmsNorm>(std::make_shared<NaiveRmsNorm>()));
+  add("swiglu", std::shared_ptr<ops::Swiglu>(std::make_shared<NaiveSwiglu>()));
+  add("linear_ce", std::shared_ptr<ops::LinearCe>(std::make_shared<NaiveLinearCe>()));
 }
 
 }  // namespace ax::test

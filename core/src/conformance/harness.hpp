@@ -133,6 +133,9 @@ void attention_problems(Suite& suite);
 void moe_experts_problems(Suite& suite);
 void norm_rope_problems(Suite& suite);
 void linear_lora_problems(Suite& suite);
+void rms_norm_problems(Suite& suite);
+void swiglu_problems(Suite& suite);
+void linear_ce_problems(Suite& suite);
 
 // The CUDA-graph check of one problem (op_conformance.hpp); built only where ATen's CUDA graphs are
 // (core/src/conformance/cuda/): elsewhere cuda_graphs_built() is false.

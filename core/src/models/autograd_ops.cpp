@@ -136,7 +136,110 @@ struct MoeExpertsFn : torch::autograd::Function<MoeExpertsFn> {
   }
 };
 
+// ---- rms_norm
+using RnState = State<ops::RmsNorm, ops::RmsNormArgs>;
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  // Returns {y, sum} with a residual, {y} without.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptT& residual, const at::Tensor& w,
+                               c10::intrusive_ptr<RnState> st) {
+    st->args.x = x.detach();
+    st->args.residual = det(residual);
+    st->args.weight = w.detach();
+    st->needs = {x.requires_grad(), req(residual), w.requires_grad()};
+    auto r = st->op->forward(st->args);
+    // sum is this node's output: it goes through save_for_backward (no reference cycle); rstd is internal.
+    ctx->save_for_backward({r.sum, r.rstd});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    if (residual) return {r.y, r.sum};
+    return {r.y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<RnState>(ctx);
+    auto saved = ctx->get_saved_variables();
+    ops::RmsNormBackwardArgs bwd;
+    bwd.grad_y = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(st->args.x);
+    if (grads.size() > 1 && grads[1].defined()) bwd.grad_sum = grads[1].contiguous();
+    bwd.sum = saved[0].defined() ? saved[0] : st->args.x;
+    bwd.rstd = saved[1];
+    bwd.need_dweight = st->needs[2];
+    auto g = st->op->backward(st->args, bwd);
+    // s = x + residual: both receive ds (autograd does not accumulate in place into a shared gradient).
+    return {st->needs[0] ? g.dx : at::Tensor(), st->needs[1] ? g.dx : at::Tensor(),
+            st->needs[2] ? g.dweight : at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- swiglu
+using SwState = State<ops::Swiglu, ops::SwigluArgs>;
+struct SwigluFn : torch::autograd::Function<SwigluFn> {
+  static at::Tensor forward(AutogradContext* ctx, const OptT& gate, const OptT& up, const OptT& gate_up,
+                            c10::intrusive_ptr<SwState> st) {
+    st->args.gate = det(gate);
+    st->args.up = det(up);
+    st->args.gate_up = det(gate_up);
+    st->needs = {req(gate), req(up), req(gate_up)};
+    at::Tensor y = st->op->forward(st->args);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<SwState>(ctx);
+    ops::SwigluBackwardArgs bwd;
+    bwd.grad_y = grads[0].contiguous();
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dgate : at::Tensor(), st->needs[1] ? g.dup : at::Tensor(),
+            st->needs[2] ? g.dgate_up : at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- linear_ce
+using CeState = State<ops::LinearCe, ops::LinearCeArgs>;
+struct LinearCeFn : torch::autograd::Function<LinearCeFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, c10::intrusive_ptr<CeState> st) {
+    st->args.h = h.detach();
+    st->args.weight = st->args.weight.detach();
+    st->needs = {h.requires_grad()};
+    auto r = st->op->forward(st->args);
+    st->saved = {r.lse};  // internal (not an output): no reference cycle through the state
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return r.loss;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<CeState>(ctx);
+    if (!st->needs[0]) return {at::Tensor(), at::Tensor()};
+    ops::LinearCeBackwardArgs bwd;
+    bwd.grad_loss = grads[0].contiguous();
+    bwd.lse = st->saved[0];
+    return {st->op->backward(st->args, bwd), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+RmsNormOutput rms_norm(const std::shared_ptr<ops::RmsNorm>& op, ops::RmsNormArgs args) {
+  auto st = c10::make_intrusive<RnState>();
+  st->op = op;
+  at::Tensor x = args.x, r = args.residual, w = args.weight;
+  st->args = std::move(args);
+  auto outs = RmsNormFn::apply(x, opt(r), w, st);
+  return {outs[0], outs.size() > 1 ? outs[1] : at::Tensor()};
+}
+
+at::Tensor swiglu(const std::shared_ptr<ops::Swiglu>& op, ops::SwigluArgs args) {
+  auto st = c10::make_intrusive<SwState>();
+  st->op = op;
+  at::Tensor g = args.gate, u = args.up, gu = args.gate_up;
+  st->args = std::move(args);
+  return SwigluFn::apply(opt(g), opt(u), opt(gu), st);
+}
+
+at::Tensor linear_ce(const std::shared_ptr<ops::LinearCe>& op, ops::LinearCeArgs args) {
+  auto st = c10::make_intrusive<CeState>();
+  st->op = op;
+  at::Tensor h = args.h;
+  st->args = std::move(args);
+  return LinearCeFn::apply(h, st);
+}
 
 at::Tensor linear_lora(const std::shared_ptr<ops::LinearLora>& op, ops::LinearLoraArgs args) {
   auto st = c10::make_intrusive<LinState>();

@@ -10,9 +10,12 @@
 #include <ATen/core/Tensor.h>
 
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/norm_rope.hpp"
+#include "axengine/ops/rms_norm.hpp"
+#include "axengine/ops/swiglu.hpp"
 
 namespace ax::autograd {
 
@@ -27,5 +30,20 @@ at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionAr
 
 // Grouped expert projection. x, lora_a, lora_b, gates may require grad.
 at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExpertsArgs args);
+
+// RMSNorm of x (+ residual). x, residual and weight may require grad. `sum` (x + residual, the residual
+// stream) is defined only with a residual and is differentiable: gradients reaching it from later uses are
+// passed to the op's backward as grad_sum.
+struct RmsNormOutput {
+  at::Tensor y, sum;
+};
+RmsNormOutput rms_norm(const std::shared_ptr<ops::RmsNorm>& op, ops::RmsNormArgs args);
+
+// silu(gate) · up from gate and up, or from gate_up; whichever is given may require grad.
+at::Tensor swiglu(const std::shared_ptr<ops::Swiglu>& op, ops::SwigluArgs args);
+
+// Per-token cross-entropy of the LM head h · Wᵀ: fp32 [T], 0 at ignored targets. h may require grad (W is
+// frozen).
+at::Tensor linear_ce(const std::shared_ptr<ops::LinearCe>& op, ops::LinearCeArgs args);
 
 }  // namespace ax::autograd

@@ -264,11 +264,34 @@ const ops::WeightTensor& DecoderModel::projection(const std::string& name) const
   return it->second;
 }
 
-at::Tensor DecoderModel::rms_norm(const at::Tensor& x, const std::string& weight) const {
-  // transformers' RMSNorm: statistics in fp32, scale applied after casting back.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor n = xf * at::rsqrt(xf.pow(2).mean(-1, true) + cfg_.rms_norm_eps);
-  return w(weight) * n.to(x.scalar_type());
+std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, const std::string& weight,
+                                                         const at::Tensor& residual) const {
+  // transformers' RMSNorm (statistics in fp32, scale applied after casting back), with the residual add
+  // before it fused in: the op's contract (docs/ops/rms_norm.md) has exactly these rounding points.
+  ops::RmsNormArgs a;
+  a.x = x;
+  a.residual = residual;
+  a.weight = w(weight);
+  a.eps = cfg_.rms_norm_eps;
+  auto r = autograd::rms_norm(kernels_->get<ops::RmsNorm>(ops::dtype_name(dtype_)), std::move(a));
+  return {r.y, r.sum};
+}
+
+at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targets) {
+  const ops::WeightTensor& head = projection("lm_head.weight");
+  if (!head.is_dense() || lora_.find("lm_head") || weights_.count("lm_head.bias")) return {};
+  ops::LinearCeArgs a;
+  a.h = h;
+  a.weight = head.values;
+  a.targets = targets;
+  a.ignore_index = -100;
+  a.check_values = false;  // no host range check (a sync): a label out of range fails in the op's gather, as
+                           // it did in cross_entropy
+  at::Tensor per_token = autograd::linear_ce(kernels_->get<ops::LinearCe>(ops::dtype_name(dtype_)), std::move(a));
+  // HF's mean over non-ignored targets; the count is clamped so that a batch without targets divides 0 by 1
+  // (finite gradients) instead of 0 by 0. No host sync: the count stays on the device.
+  at::Tensor count = targets.ne(-100).sum().to(at::kFloat);
+  return per_token.sum() / count.clamp_min(1.0);
 }
 
 at::Tensor DecoderModel::linear(const at::Tensor& x, const std::string& module) {
@@ -342,12 +365,16 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
 
 at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
   const std::string p = layer_prefix(i) + "mlp.";
-  return linear(at::silu(linear(x, p + "gate_proj")) * linear(x, p + "up_proj"), p + "down_proj");
+  ops::SwigluArgs a;
+  a.gate = linear(x, p + "gate_proj");
+  a.up = linear(x, p + "up_proj");
+  at::Tensor act = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(a));
+  return linear(act, p + "down_proj");
 }
 
 at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i) + "mlp.";
-  const int64_t E = cfg_.num_experts, k = cfg_.top_k, I = cfg_.moe_intermediate_size;
+  const int64_t E = cfg_.num_experts, k = cfg_.top_k;
   at::Tensor logits = at::linear(x, w(p + "gate.weight"));  // [T, E]
   router_logits.push_back(logits);
   at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
@@ -384,7 +411,9 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   lora_args(up, p + "experts.gate_up_proj");
   auto up_op = op_for(up.weight);
   at::Tensor gu = autograd::moe_experts(up_op, std::move(up));  // [T·k, 2I], grouped
-  at::Tensor act = at::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+  ops::SwigluArgs sw;
+  sw.gate_up = gu;  // [T·k, 2I]: gate in the first I columns, up in the last I
+  at::Tensor act = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(sw));
 
   ops::MoeExpertsArgs down;
   down.x = act;
@@ -419,8 +448,9 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) 
 at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                                std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i);
-  at::Tensor x = h + attention_block(i, rms_norm(h, p + "input_layernorm.weight"), pos, cu, max_len);
-  at::Tensor n = rms_norm(x, p + "post_attention_layernorm.weight");
+  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len);
+  // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
+  auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
 }
 
@@ -435,6 +465,8 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   };
   same_shape(batch.labels, "labels");
   same_shape(batch.position_ids, "position_ids");
+  same_shape(batch.targets, "targets");
+  if (batch.targets.defined() && !batch.labels.defined()) throw UsageError("model forward: targets given without labels");
   // Validation reads host data only: what the batch recorded while it was on the CPU (make_batch,
   // Batch::to), or the tensors themselves when they are on the CPU. Only a device batch built without those
   // facts is read back, a host sync that stalls the GPU and cannot be captured in a CUDA graph.
@@ -478,20 +510,25 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
     h = outs[0];
     if (outs.size() > 1) router_logits.push_back(outs[1]);
   }
-  h = rms_norm(h, "model.norm.weight");
-  at::Tensor logits = linear(h, "lm_head");  // [T, V]
+  h = rms_norm(h, "model.norm.weight").first;
 
   ModelOutput out;
+  at::Tensor tgt;
   if (batch.labels.defined()) {
-    // HF's ForCausalLMLoss: labels shifted left by one, fp32 logits, mean over non-ignored targets. A target
-    // that starts a packed sample (position 0) is not predicted from the previous sample.
-    at::Tensor lab = batch.labels.to(device_, at::kLong).reshape({B, S});
-    at::Tensor p2 = pos.reshape({B, S});
-    at::Tensor ignore = at::full({B, 1}, -100, lab.options());
-    at::Tensor tgt = at::cat({lab.narrow(1, 1, S - 1), ignore}, 1);
-    at::Tensor next_pos = at::cat({p2.narrow(1, 1, S - 1), at::ones({B, 1}, p2.options())}, 1);
-    tgt = at::where(next_pos == 0, at::full_like(tgt, -100), tgt).reshape({T});
+    // HF's ForCausalLMLoss: labels shifted left by one (next_token_targets: -100 where the next token starts
+    // a packed sample), fp32 logits, mean over non-ignored targets. Batch::to built the targets on the host;
+    // a batch that did not go through it gets them here, on the device.
+    tgt = batch.targets.defined()
+              ? batch.targets.to(device_, at::kLong).reshape({T})
+              : next_token_targets(batch.labels.to(device_, at::kLong).reshape({B, S}), pos.reshape({B, S})).reshape({T});
+  }
+  // The LM head and the loss in one op (the [T, V] logits never exist whole) when only the loss is wanted.
+  if (tgt.defined() && !want_logits) out.loss = fused_loss(h, tgt);
+  at::Tensor logits;
+  if (want_logits || (tgt.defined() && !out.loss.defined())) logits = linear(h, "lm_head");  // [T, V]
+  if (tgt.defined() && !out.loss.defined())
     out.loss = at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Mean, -100);
+  if (tgt.defined()) {
     // A batch without a single target would be a mean over nothing: NaN. It is 0 instead (and so are its
     // gradients), without a device sync; where() passes the loss through bit for bit otherwise.
     out.loss = at::where(tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));

@@ -50,7 +50,13 @@ class DecoderModel : public Model {
   at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len);
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
-  at::Tensor rms_norm(const at::Tensor& x, const std::string& weight) const;
+  // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
+  // a residual.
+  std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
+                                             const at::Tensor& residual = {}) const;
+  // Mean token cross-entropy of lm_head(h) through the linear_ce op, when lm_head is a dense frozen weight
+  // without LoRA and nobody wants the logits; undefined when the op does not apply.
+  at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);
   at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
   // One decoder layer; appends the router logits of a MoE layer to router_logits.
   at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,

@@ -9,9 +9,12 @@
 #include "axengine/op_conformance.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/dequant.hpp"
+#include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/norm_rope.hpp"
+#include "axengine/ops/rms_norm.hpp"
+#include "axengine/ops/swiglu.hpp"
 #include "axengine/plugin.hpp"
 #include "conformance/harness.hpp"
 #include "axengine/ops/quantizer.hpp"
@@ -24,6 +27,9 @@ std::shared_ptr<Dequant> make_reference_dequant();
 std::shared_ptr<NormRope> make_reference_norm_rope();
 std::shared_ptr<Attention> make_reference_attention();
 std::shared_ptr<LinearLora> make_reference_linear_lora();
+std::shared_ptr<RmsNorm> make_reference_rms_norm();
+std::shared_ptr<Swiglu> make_reference_swiglu();
+std::shared_ptr<LinearCe> make_reference_linear_ce();
 std::shared_ptr<Quantizer> make_reference_quantizer();  // ops/quant/quantizer.cpp
 
 namespace {
@@ -75,6 +81,16 @@ void register_reference_kernels(Registry& registry) {
                           "plain ATen, fp32 math, never forms B·A; a packed W is dequantised inside each call, never kept",
                           cd::linear_lora_problems),
                      make_reference_linear_lora());
+  reg.op<RmsNorm>(spec(RmsNorm::kOp, {}, {}, Rows::plain,
+                       "plain ATen, fp32 statistics, transformers' rounding points (s, n and y rounded)",
+                       cd::rms_norm_problems),
+                  make_reference_rms_norm());
+  reg.op<Swiglu>(spec(Swiglu::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math, rounded once", cd::swiglu_problems),
+                 make_reference_swiglu());
+  reg.op<LinearCe>(spec(LinearCe::kOp, {}, {}, Rows::plain,
+                        "plain ATen: the whole [T, V] logits (rounded to the compute dtype), fp32 log-softmax",
+                        cd::linear_ce_problems),
+                   make_reference_linear_ce());
   for (const auto& s : reg.staged()) {
     Provider p;
     p.info.kind = s.kind;

@@ -4,7 +4,8 @@
 #include "axengine/registry.hpp"
 
 namespace ax::ops {
-// Registers reference backends for moe.experts, dequant, norm_rope, attention and linear.lora
+// Registers reference backends for moe.experts, dequant, norm_rope, attention, linear.lora, rms_norm, swiglu
+// and linear_ce
 // (devices cpu + cuda, dtypes fp32/bf16/fp16, every weight format and layout).
 void register_reference_kernels(ax::Registry& registry);
 }  // namespace ax::ops

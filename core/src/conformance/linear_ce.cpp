@@ -1,0 +1,179 @@
+// The conformance problems of linear_ce (docs/ops/linear_ce.md): loss, lse and dh against the reference,
+// with ignored targets (some, all, a custom ignore_index), rows whose target is the row's largest logit,
+// logits of ±30..40 (exp overflows fp16 and a naive bf16 sum), V no multiple of 8, T=1, a non-contiguous h;
+// determinism, repeat and bad input. The checks themselves are the suite's generic ones (suite.cpp).
+#include "axengine/ops/linear_ce.hpp"
+#include "axengine/strings.hpp"
+#include "conformance/harness.hpp"
+
+namespace ax::conformance::detail {
+namespace {
+
+using ops::LinearCe;
+using ops::LinearCeArgs;
+using ops::LinearCeBackwardArgs;
+
+struct Shape {
+  int64_t T, H, V;
+  std::string name() const { return kv({{"T", T}, {"H", H}, {"V", V}}); }
+};
+
+struct Variant {
+  bool ignore = false;       // about a third of the targets ignored
+  bool all_ignored = false;  // every target ignored: loss and dh exactly zero
+  bool max_target = false;   // the first and last rows' targets are their largest logit
+  bool large = false;        // logits of about ±30..40
+  bool noncontig = false;
+  int64_t ignore_index = -100;
+  std::string name() const {
+    std::vector<std::string> p{all_ignored ? "all_ignored" : ignore ? "ignore" : "targets"};
+    if (ignore_index != -100) p.push_back(ax::str("ignore_index=", ignore_index));
+    if (max_target) p.push_back("max_target");
+    if (large) p.push_back("large_logits");
+    if (noncontig) p.push_back("noncontig");
+    return join(p, ",");
+  }
+};
+
+struct Data {
+  at::Tensor h, w, targets, grad_loss;  // h, w fp32 masters
+};
+
+Data make_data(const Shape& s, const Variant& v, at::ScalarType dt, const std::string& name, unsigned seed) {
+  at::Generator g = case_generator(seed, name);
+  Data p;
+  p.h = at::randn({s.T, s.H}, g, at::kFloat);
+  // Logits ~ N(0, σ²): σ = 3 plain; σ = 12 puts the largest of each row near ±40.
+  p.w = at::randn({s.V, s.H}, g, at::kFloat) * ((v.large ? 12.0 : 3.0) / std::sqrt(double(s.H)));
+  p.targets = at::randint(0, s.V, {s.T}, g, at::kLong);
+  if (v.ignore || v.all_ignored) {
+    at::Tensor drop = v.all_ignored ? at::ones({s.T}, at::kBool) : at::rand({s.T}, g, at::kFloat) < 0.33;
+    p.targets = at::where(drop, at::full_like(p.targets, v.ignore_index), p.targets);
+  }
+  if (v.max_target) {  // from the values the backend sees (rounded to dt)
+    at::Tensor z = at::matmul(p.h.to(dt).to(at::kFloat), p.w.to(dt).to(at::kFloat).t());
+    at::Tensor top = z.argmax(1);
+    p.targets[0] = top[0];
+    p.targets[s.T - 1] = top[s.T - 1];
+  }
+  p.grad_loss = at::rand({s.T}, g, at::kFloat) + 0.5;
+  return p;
+}
+
+LinearCeArgs make_args(const Data& p, const Variant& v, at::ScalarType dt, at::Device dev, bool noncontig) {
+  LinearCeArgs a;
+  a.h = p.h.to(dev, dt);
+  if (noncontig) a.h = non_contiguous(a.h);
+  a.weight = p.w.to(dev, dt);
+  a.targets = p.targets.to(dev);
+  a.ignore_index = v.ignore_index;
+  return a;
+}
+
+Tensors inputs_of(const LinearCeArgs& a) { return {{"h", a.h}, {"weight", a.weight}, {"targets", a.targets}}; }
+
+// phase "fwd": loss, lse; "bwd": dh (forward, then backward on its lse); "fwd+bwd": all (determinism, repeat).
+Problem problem(const Suite& suite, const std::string& phase, const std::string& dtype, const Shape& s, const Variant& v) {
+  Problem p;
+  p.phase = phase;
+  p.name = ax::str(dtype, "/", s.name(), "/", v.name());
+  p.dtype = dtype;
+  const std::string key = ax::str("linear_ce/", phase, "/", p.name);
+  const unsigned seed = suite.seed();
+  p.bind = [=](const Bind& b) {
+    const at::ScalarType dt = scalar_type(dtype);
+    Data d = make_data(s, v, dt, b.draw ? key + "#1" : key, seed);
+    auto args = std::make_shared<LinearCeArgs>(make_args(d, v, dt, b.device, b.as_tested && v.noncontig));
+    args->check_values = !b.for_graph;
+    at::Tensor grad = d.grad_loss.to(b.device);
+    Call c;
+    c.inputs = inputs_of(*args);
+    if (phase != "fwd") c.inputs.emplace_back("grad_loss", grad);
+    c.run = [args, grad, phase](const Backend& be, const Tensors&) {
+      auto& op = be.as<LinearCe>();
+      auto r = op.forward(*args);
+      Tensors res;
+      if (phase != "bwd") res = {{"loss", r.loss}, {"lse", r.lse}};
+      if (phase != "fwd") {
+        LinearCeBackwardArgs bwd;
+        bwd.grad_loss = grad;
+        bwd.lse = r.lse;
+        res.emplace_back("dh", op.backward(*args, bwd));
+      }
+      return res;
+    };
+    return c;
+  };
+  const OpTolerance& tol = suite.spec().tolerance(dtype);
+  if (phase == "fwd") {
+    p.compare = {{"loss", tol.forward}, {"lse", tol.forward}};
+    p.extra = [](const Tensors& got, const Tensors& want) -> std::string {
+      // Ignored targets give exactly 0, whatever the backend's rounding.
+      at::Tensor zero = output(want, "loss").eq(0);
+      if (output(got, "loss").masked_select(zero).ne(0).any().item<bool>()) fail("loss must be exactly 0 at ignored targets");
+      return "exact zeros at ignored targets";
+    };
+  } else if (phase == "bwd") {
+    p.compare = {{"dh", tol.backward}};
+  }
+  return p;
+}
+
+std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
+  const Shape s{5, 16, 40};
+  const at::ScalarType dt = scalar_type(dtype);
+  const at::Device dev = suite.device();
+  Data p = make_data(s, {}, dt, ax::str("linear_ce/badinput/", dtype), suite.seed());
+  const LinearCeArgs good = make_args(p, {}, dt, dev, false);
+  auto fwd = [](const Backend& be, const LinearCeArgs& a) { be.as<LinearCe>().forward(a); };
+  auto bwd = [=](const Backend& be, const std::function<void(LinearCeBackwardArgs&)>& edit) {
+    LinearCeBackwardArgs b;
+    b.grad_loss = at::ones({s.T}, good.h.options().dtype(at::kFloat));
+    b.lse = at::ones({s.T}, good.h.options().dtype(at::kFloat));
+    edit(b);
+    be.as<LinearCe>().backward(good, b);
+  };
+  return {
+      {"h_rank", "h", [=](const Backend& be) { auto a = good; a.h = a.h.unsqueeze(0); fwd(be, a); }},
+      {"weight_hidden", "weight", [=](const Backend& be) { auto a = good; a.weight = a.weight.narrow(1, 0, s.H - 1); fwd(be, a); }},
+      {"weight_dtype", "weight", [=](const Backend& be) { auto a = good; a.weight = a.weight.to(at::kDouble); fwd(be, a); }},
+      {"targets_dtype", "targets", [=](const Backend& be) { auto a = good; a.targets = a.targets.to(at::kInt); fwd(be, a); }},
+      {"targets_shape", "targets", [=](const Backend& be) { auto a = good; a.targets = a.targets.narrow(0, 0, s.T - 1); fwd(be, a); }},
+      {"target_out_of_range", "targets",
+       [=](const Backend& be) {
+         auto a = good;
+         a.targets = a.targets.clone();
+         a.targets[2] = s.V;
+         fwd(be, a);
+       }},
+      {"grad_loss_dtype", "grad_loss", [=](const Backend& be) { bwd(be, [](auto& b) { b.grad_loss = b.grad_loss.to(at::kHalf); }); }},
+      {"lse_shape", "lse", [=](const Backend& be) { bwd(be, [](auto& b) { b.lse = b.lse.narrow(0, 0, 4); }); }},
+  };
+}
+
+}  // namespace
+
+void linear_ce_problems(Suite& suite) {
+  std::vector<Shape> shapes = {{17, 64, 96}, {1, 32, 50}, {33, 130, 1001}, {64, 256, 4000}};
+  if (!suite.quick()) shapes.push_back({300, 512, 32003});
+  const std::vector<Variant> vs = {{},
+                                   {.ignore = true},
+                                   {.max_target = true},
+                                   {.ignore = true, .large = true, .noncontig = true, .ignore_index = -1},
+                                   {.all_ignored = true}};
+  for (const auto& dtype : suite.dtypes()) {
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      for (std::size_t j = 0; j < vs.size(); ++j)
+        for (const char* phase : {"fwd", "bwd"}) {
+          Problem p = problem(suite, phase, dtype, shapes[i], vs[j]);
+          p.graph = i == 0 && (j == 1 || j == 3);
+          suite.accuracy(p);
+        }
+    suite.determinism(problem(suite, "fwd+bwd", dtype, {70, 128, 3001}, {.ignore = true, .large = true}));
+    suite.repeat(problem(suite, "fwd+bwd", dtype, {70, 128, 3001}, {.ignore = true}),
+                 problem(suite, "fwd+bwd", dtype, {5, 64, 96}, {}));
+    suite.bad_inputs(dtype, bad_inputs(suite, dtype));
+  }
+}
+
+}  // namespace ax::conformance::detail

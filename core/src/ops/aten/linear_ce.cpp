@@ -1,0 +1,85 @@
+// The `aten` linear_ce: the LM head and the cross-entropy in chunks of tokens, so that the [T, V] logits
+// never exist whole. Per chunk of rows [t0, t1):
+//   forward:  z = h_c · Wᵀ (a compute-dtype GEMM: fp32 accumulation, rounded) → fp32 → lse_c = logsumexp(z),
+//             loss_c = lse_c − z[target] (0 at ignored targets)
+//   backward: z again (recomputed, not kept), turned in place into grad_loss · (softmax(z) − onehot(target))
+//             (zero rows at ignored targets), then dh_c = that, rounded to the compute dtype, · W
+// Peak extra memory is one chunk of logits in the compute dtype plus its fp32 copy, bounded by kChunkBytes
+// whatever T is. No host syncs: the chunk bounds come from shapes, the rest are device ops.
+#include <algorithm>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "axengine/ops/linear_ce.hpp"
+
+namespace ax::ops {
+namespace {
+
+// Bound on one chunk's fp32 logits (the compute-dtype copy adds at most half again). A code constant for now.
+constexpr int64_t kChunkBytes = int64_t(256) << 20;
+
+int64_t chunk_rows(int64_t V) { return std::max<int64_t>(1, kChunkBytes / (V * int64_t(sizeof(float)))); }
+
+struct Chunk {
+  at::Tensor z;      // fp32 [n, V] logits, a fresh tensor the caller may overwrite
+  at::Tensor valid;  // bool [n]
+  at::Tensor index;  // int64 [n, 1]: the target, 0 at ignored rows
+};
+
+Chunk chunk_logits(const LinearCeArgs& a, int64_t t0, int64_t n) {
+  Chunk c;
+  at::Tensor z = at::mm(a.h.narrow(0, t0, n), a.weight.t());
+  // mm's output is fresh; for fp32 `to` returns it as is, otherwise the fp32 copy.
+  c.z = z.to(at::kFloat);
+  at::Tensor t = a.targets.narrow(0, t0, n);
+  c.valid = t.ne(a.ignore_index);
+  c.index = t.masked_fill(c.valid.logical_not(), 0).unsqueeze(1);
+  return c;
+}
+
+class AtenLinearCe final : public LinearCe {
+ protected:
+  LinearCeResult run_forward(const LinearCeArgs& a) override {
+    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(V);
+    LinearCeResult r;
+    auto f32 = a.h.options().dtype(at::kFloat);
+    r.loss = at::empty({T}, f32);
+    r.lse = at::empty({T}, f32);
+    for (int64_t t0 = 0; t0 < T; t0 += step) {
+      const int64_t n = std::min(step, T - t0);
+      Chunk c = chunk_logits(a, t0, n);
+      at::Tensor lse = r.lse.narrow(0, t0, n);
+      at::logsumexp_out(lse, c.z, {1});
+      at::Tensor picked = c.z.gather(1, c.index).squeeze(1);
+      at::Tensor loss = r.loss.narrow(0, t0, n);
+      at::sub_out(loss, lse, picked).masked_fill_(c.valid.logical_not(), 0.0);
+    }
+    return r;
+  }
+
+  at::Tensor run_backward(const LinearCeArgs& a, const LinearCeBackwardArgs& b) override {
+    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(V);
+    const auto dt = a.h.scalar_type();
+    at::Tensor dh = at::empty({T, a.h.size(1)}, a.h.options());
+    for (int64_t t0 = 0; t0 < T; t0 += step) {
+      const int64_t n = std::min(step, T - t0);
+      Chunk c = chunk_logits(a, t0, n);
+      at::Tensor p = c.z.sub_(b.lse.narrow(0, t0, n).unsqueeze(1)).exp_();  // softmax, in place
+      // p[target] − 1: one index per row, so scatter_ writes each element once (deterministic).
+      at::Tensor at_target = p.gather(1, c.index).sub_(c.valid.unsqueeze(1).to(at::kFloat));
+      p.scatter_(1, c.index, at_target);
+      at::Tensor scale = b.grad_loss.narrow(0, t0, n).masked_fill(c.valid.logical_not(), 0.0);
+      p.mul_(scale.unsqueeze(1));
+      at::Tensor dh_c = dh.narrow(0, t0, n);
+      at::mm_out(dh_c, p.to(dt), a.weight);
+    }
+    return dh;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<LinearCe> make_aten_linear_ce() { return std::make_shared<AtenLinearCe>(); }
+
+}  // namespace ax::ops
