@@ -5,7 +5,8 @@
 //   backward: z again (recomputed, not kept), turned in place into grad_loss · (softmax(z) − onehot(target))
 //             (zero rows at ignored targets), then dh_c = that, rounded to the compute dtype, · W
 // Peak extra memory is one chunk of logits in the compute dtype plus its fp32 copy, bounded by kChunkBytes
-// whatever T is. No host syncs: the chunk bounds come from shapes, the rest are device ops.
+// whatever T is
+// (kAtenLinearCeChunkBytes, ops/aten/register_fusions.hpp). No host syncs: the chunk bounds come from shapes, the rest are device ops.
 #include <algorithm>
 #include <memory>
 
@@ -16,10 +17,9 @@
 namespace ax::ops {
 namespace {
 
-// Bound on one chunk's fp32 logits (the compute-dtype copy adds at most half again). A code constant for now.
-constexpr int64_t kChunkBytes = int64_t(256) << 20;
-
-int64_t chunk_rows(int64_t V) { return std::max<int64_t>(1, kChunkBytes / (V * int64_t(sizeof(float)))); }
+int64_t chunk_rows(int64_t chunk_bytes, int64_t V) {
+  return std::max<int64_t>(1, chunk_bytes / (V * int64_t(sizeof(float))));
+}
 
 struct Chunk {
   at::Tensor z;      // fp32 [n, V] logits, a fresh tensor the caller may overwrite
@@ -39,9 +39,12 @@ Chunk chunk_logits(const LinearCeArgs& a, int64_t t0, int64_t n) {
 }
 
 class AtenLinearCe final : public LinearCe {
+ public:
+  explicit AtenLinearCe(int64_t chunk_bytes) : chunk_bytes_(chunk_bytes) {}
+
  protected:
   LinearCeResult run_forward(const LinearCeArgs& a) override {
-    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(V);
+    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(chunk_bytes_, V);
     LinearCeResult r;
     auto f32 = a.h.options().dtype(at::kFloat);
     r.loss = at::empty({T}, f32);
@@ -59,7 +62,7 @@ class AtenLinearCe final : public LinearCe {
   }
 
   at::Tensor run_backward(const LinearCeArgs& a, const LinearCeBackwardArgs& b) override {
-    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(V);
+    const int64_t T = a.h.size(0), V = a.weight.size(0), step = chunk_rows(chunk_bytes_, V);
     const auto dt = a.h.scalar_type();
     at::Tensor dh = at::empty({T, a.h.size(1)}, a.h.options());
     for (int64_t t0 = 0; t0 < T; t0 += step) {
@@ -76,10 +79,13 @@ class AtenLinearCe final : public LinearCe {
     }
     return dh;
   }
+
+ private:
+  int64_t chunk_bytes_;
 };
 
 }  // namespace
 
-std::shared_ptr<LinearCe> make_aten_linear_ce() { return std::make_shared<AtenLinearCe>(); }
+std::shared_ptr<LinearCe> make_aten_linear_ce(int64_t chunk_bytes) { return std::make_shared<AtenLinearCe>(chunk_bytes); }
 
 }  // namespace ax::ops

@@ -5,16 +5,7 @@
 
 #include <memory>
 
-#include "axengine/ops/linear_ce.hpp"
-#include "axengine/ops/rms_norm.hpp"
-#include "axengine/ops/swiglu.hpp"
-#include "axengine/registry.hpp"
-
 namespace ax::ops {
-
-std::shared_ptr<RmsNorm> make_aten_rms_norm();
-std::shared_ptr<Swiglu> make_aten_swiglu();
-std::shared_ptr<LinearCe> make_aten_linear_ce();
 
 void register_aten_fusion_kernels(Registry& registry) {
   auto add = [&](const char* op, std::shared_ptr<void> object, const char* summary) {
@@ -31,7 +22,7 @@ void register_aten_fusion_kernels(Registry& registry) {
   add(RmsNorm::kOp, std::shared_ptr<RmsNorm>(make_aten_rms_norm()),
       "ATen ops in the compute dtype, fp32 statistics (about 8 kernels forward)");
   add(Swiglu::kOp, std::shared_ptr<Swiglu>(make_aten_swiglu()), "ATen: fp32 silu, product rounded on store (3 kernels)");
-  add(LinearCe::kOp, std::shared_ptr<LinearCe>(make_aten_linear_ce()),
+  add(LinearCe::kOp, std::shared_ptr<LinearCe>(make_aten_linear_ce(kAtenLinearCeChunkBytes)),
       "ATen, chunked over tokens (chunk logits <= 256 MiB fp32): the [T, V] logits never exist whole");
 }
 
