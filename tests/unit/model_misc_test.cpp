@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "axengine/builtins.hpp"
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
@@ -205,6 +206,44 @@ TEST_CASE("model: activation checkpointing gives bitwise the same loss and LoRA 
     CHECK(at::equal(losses[0], losses[1]));
     REQUIRE(grads[0].size() == grads[1].size());
     for (std::size_t i = 0; i < grads[0].size(); ++i) CHECK(at::equal(grads[0][i], grads[1][i]));
+  }
+}
+
+TEST_CASE("model: bf16 through the aten backends of rms_norm, swiglu and linear_ce tracks the fp32 loss") {
+  // Core's built-ins as a run gets them: fp32 resolves to `reference`, bf16 to `aten` (the production path,
+  // linear_ce chunked). Dense and MoE (swiglu on the grouped gate_up output).
+  for (const char* name : {"qwen3", "qwen3_moe"}) {
+    CAPTURE(name);
+    ax::Registry reg;
+    ax::register_builtins(reg);
+    auto g = ax::safetensors::File::open((case_dir(name) / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = g->get("input_ids");
+    b.labels = b.input_ids;
+    std::vector<double> losses;
+    for (const char* dtype : {"fp32", "bf16"}) {
+      ax::ModelLoadOptions o;
+      o.dir = case_dir(name).string();
+      o.dtype = dtype;
+      ax::LoraSpec spec;
+      spec.targets = {"q_proj", "v_proj"};
+      o.lora = spec;
+      o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+      auto m = ax::load_model(reg, o);
+      auto out = m->forward(b, false);
+      losses.push_back(out.loss.item<double>());
+      out.loss.backward();
+      for (auto& [n, t] : m->trainable_parameters()) {
+        REQUIRE_MESSAGE(t.grad().defined(), n);
+        CHECK_MESSAGE(at::isfinite(t.grad()).all().item<bool>(), n);
+      }
+      for (const auto& r : o.kernels->resolutions())
+        if (r.op == "rms_norm" || r.op == "swiglu" || r.op == "linear_ce") {
+          CAPTURE(r.op);
+          CHECK(r.chosen == (std::string(dtype) == "bf16" ? "aten" : "reference"));
+        }
+    }
+    CHECK(std::abs(losses[1] - losses[0]) <= 2e-2 * losses[0]);
   }
 }
 
