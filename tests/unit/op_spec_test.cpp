@@ -1,4 +1,4 @@
-// Ops are registered data (axengine/op_spec.hpp): core's five ops come from OpSpecs in the registry, a
+// Ops are registered data (axengine/op_spec.hpp): core's eight ops come from OpSpecs in the registry, a
 // plugin defines a new op (tests/plugins/opspec: toy.scaled_add) with its own reference and conformance
 // problems, and the generic conformance checks certify its correct backend and catch its planted bugs.
 #include <doctest/doctest.h>
@@ -65,12 +65,13 @@ bool any(const Report& r, Status status, const std::function<bool(const CaseResu
 
 }  // namespace
 
-TEST_CASE("op spec: core registers its five ops as OpSpecs with their reference backends") {
+TEST_CASE("op spec: core registers its eight ops as OpSpecs with their reference backends") {
   ax::Registry registry;
   ax::register_builtins(registry);
   std::vector<std::string> ids;
   for (const ax::OpSpec* op : registry.ops()) ids.push_back(op->id);
-  CHECK(ids == std::vector<std::string>{"moe.experts", "dequant", "norm_rope", "attention", "linear.lora"});
+  CHECK(ids == std::vector<std::string>{"moe.experts", "dequant", "norm_rope", "attention", "linear.lora", "rms_norm",
+                                        "swiglu", "linear_ce"});
   const ax::OpSpec* moe = registry.op("moe");  // by config key
   REQUIRE(moe);
   CHECK(moe->id == "moe.experts");
