@@ -25,6 +25,7 @@ struct Batch {
   at::Tensor cu_seqlens;    // [n+1] int32 cumulative sample lengths over the flattened B*S tokens
   // [B, S] int64: what each position predicts, next_token_targets(labels, position_ids). Optional: to()
   // fills it in on the host when labels are there, so a forward does not rebuild it on the device each step.
+  // Derived data: whoever rewrites labels or position_ids of a moved batch in place rewrites it too.
   at::Tensor targets;
   int64_t max_seqlen = 0;
   // Named extra inputs collated by the dataset type (DatasetType::collate): images, pixel values, grids,
