@@ -15,6 +15,7 @@
 #include "axengine/ops/rms_norm.hpp"
 #include "axengine/ops/swiglu.hpp"
 #include "axengine/registry.hpp"
+#include "axengine/selection.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/recompute.hpp"
 #include "ops/aten/register_fusions.hpp"
@@ -311,4 +312,26 @@ TEST_CASE("rms_norm, swiglu, linear_ce: bad input is rejected with the argument 
         "linear_ce: targets: each must be in [0, 11) or ignore_index -100, got 11 at 2");
   CHECK(error_of([&] { ce->backward({h, W, at::zeros({5}, at::kLong)}, {at::ones({5}, at::kDouble), at::ones({5})}); }) ==
         "linear_ce: grad_loss: must be fp32, got fp64");
+}
+
+TEST_CASE("selection: core's aten backends come after every plugin's, before reference, by default") {
+  Registry reg;
+  register_reference_kernels(reg);
+  register_aten_fusion_kernels(reg);
+  Provider p;  // a plugin backend whose name sorts after "aten"
+  p.info.kind = ProviderKind::kernel;
+  p.info.op = "rms_norm";
+  p.info.name = "zz_fused";
+  p.info.plugin = "zzplugin";
+  p.info.origin = "axengine_zzplugin.so";
+  p.info.needs.devices = {"cuda"};
+  p.object = std::shared_ptr<RmsNorm>(make_aten_rms_norm());
+  reg.add(std::move(p));
+  Resolution r = resolve_backend(reg, KernelPreferences{}, "rms_norm", KernelQuery{DeviceInfo{}, "bf16", "", ""});
+  REQUIRE(r.candidates.size() == 3);
+  CHECK(r.candidates[0].backend == "zz_fused");
+  CHECK(r.candidates[1].backend == "aten");
+  CHECK(r.candidates[2].backend == "reference");
+  CHECK(r.chosen == "aten");  // the plugin's needs CUDA
+  CHECK(resolve_backend(reg, KernelPreferences{}, "rms_norm", KernelQuery{DeviceInfo{}, "fp32", "", ""}).chosen == "reference");
 }
