@@ -154,8 +154,12 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
 }  // namespace
 
 void linear_ce_problems(Suite& suite) {
-  std::vector<Shape> shapes = {{17, 64, 96}, {1, 32, 50}, {33, 130, 1001}, {64, 256, 4000}};
-  if (!suite.quick()) shapes.push_back({300, 512, 32003});
+  // fp16 GEMMs are slow on CPU: the quick grid keeps the edge cases (T=1, V no multiple of 8) small.
+  std::vector<Shape> shapes = {{17, 64, 96}, {1, 32, 50}, {33, 130, 1001}};
+  if (!suite.quick()) {
+    shapes.push_back({64, 256, 4000});
+    shapes.push_back({300, 512, 32003});
+  }
   const std::vector<Variant> vs = {{},
                                    {.ignore = true},
                                    {.max_target = true},
@@ -169,8 +173,8 @@ void linear_ce_problems(Suite& suite) {
           p.graph = i == 0 && (j == 1 || j == 3);
           suite.accuracy(p);
         }
-    suite.determinism(problem(suite, "fwd+bwd", dtype, {70, 128, 3001}, {.ignore = true, .large = true}));
-    suite.repeat(problem(suite, "fwd+bwd", dtype, {70, 128, 3001}, {.ignore = true}),
+    suite.determinism(problem(suite, "fwd+bwd", dtype, {70, 128, 1003}, {.ignore = true, .large = true}));
+    suite.repeat(problem(suite, "fwd+bwd", dtype, {70, 128, 1003}, {.ignore = true}),
                  problem(suite, "fwd+bwd", dtype, {5, 64, 96}, {}));
     suite.bad_inputs(dtype, bad_inputs(suite, dtype));
   }
