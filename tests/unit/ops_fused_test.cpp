@@ -83,7 +83,7 @@ TEST_CASE("rms_norm reference and adapter: formula and autograd (residual, 1+w, 
       CHECK(res.sum.defined() == residual);
       if (residual) CHECK(at::equal(res.sum, sn));
       CHECK(test::rel_err(res.rstd, at::rsqrt((sn * sn).mean(-1) + 1e-5).reshape({-1})) < 1e-13);
-      CHECK(res.rstd.scalar_type() == at::kDouble);
+      CHECK((res.rstd.scalar_type() == at::kDouble));
 
       // Autograd of the formula, with a gradient reaching s when there is a residual.
       at::Tensor lx = leaf(x), lr = residual ? leaf(r) : at::Tensor(), lw = leaf(w);
