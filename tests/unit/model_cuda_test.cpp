@@ -1,5 +1,6 @@
-// The model parity goldens on a CUDA device through the reference backends: fp32 to the CPU tolerances
-// and bf16 to documented looser ones. Without a CUDA device each case says so and passes; on the GPU
+// The model parity goldens on a CUDA device through core's built-in backends as a run gets them (reference;
+// in bf16 the aten rms_norm, swiglu and linear_ce): fp32 to the CPU tolerances and bf16 to documented
+// looser ones. Without a CUDA device each case says so and passes; on the GPU
 // machine they are real.
 //
 // bf16 tolerances (the goldens are fp32): weights, activations and LoRA factors are rounded to bf16
