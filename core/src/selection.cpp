@@ -20,11 +20,19 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
     order = prefs.prefer.at(op);
     res.list_source = "[kernels]";
   } else {
-    // Every registered backend, `reference` last: an op the config leaves alone keeps its fallback even
-    // in strict mode (strict removes the implicit fallback from the lists the user wrote).
-    for (const Provider* p : registry.list(ProviderKind::kernel, op))
-      if (p->info.name != "reference") order.push_back(p->info.name);
-    std::sort(order.begin(), order.end());
+    // Every registered backend: plugins' (by name), then core's production ones (`aten`, by name), then
+    // `reference`, the fp32 oracle, last. So a plugin kernel wins over aten and aten over reference. An op
+    // the config leaves alone keeps its fallback even in strict mode (strict removes the implicit fallback
+    // from the lists the user wrote).
+    std::vector<std::string> plugins, builtins;
+    for (const Provider* p : registry.list(ProviderKind::kernel, op)) {
+      if (p->info.name == "reference") continue;
+      (p->info.plugin == "builtin" ? builtins : plugins).push_back(p->info.name);
+    }
+    std::sort(plugins.begin(), plugins.end());
+    std::sort(builtins.begin(), builtins.end());
+    order = std::move(plugins);
+    order.insert(order.end(), builtins.begin(), builtins.end());
     if (registry.find(ProviderKind::kernel, op, "reference")) order.push_back("reference");
     res.list_source = "default (all registered)";
   }
