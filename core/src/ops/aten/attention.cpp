@@ -82,7 +82,7 @@ std::string flash_unfit(const AttentionArgs& a) {
 void note_fallback(const std::string& why) {
   static std::atomic<bool> said{false};
   if (!said.exchange(true))
-    log::info(str("attention/aten: ", why, ": this and any such call use the reference math (fp32, O(L^2) memory)"));
+    log::warn(str("attention/aten: ", why, ": this and any such call use the reference math (fp32, O(L^2) memory)"));
 }
 
 // Flash reads rows through 16-byte vector loads: the last dim must be dense and the row/head strides
