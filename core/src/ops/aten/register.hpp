@@ -5,7 +5,8 @@
 #include "axengine/registry.hpp"
 
 namespace ax::ops {
-// Registers linear.lora/aten (cpu + cuda, bf16/fp16, dense and packed W) and attention/aten (cuda sm_80+,
-// bf16/fp16). Needs core's ops registered first (register_reference_kernels).
+// Registers linear.lora/aten (cpu + cuda, bf16/fp16, dense and packed W), attention/aten (cuda sm_80+,
+// bf16/fp16) and norm_rope/aten (cpu + cuda, fp32/bf16/fp16). Needs core's ops registered first
+// (register_reference_kernels).
 void register_aten_kernels(ax::Registry& registry);
 }  // namespace ax::ops
