@@ -140,7 +140,7 @@ class AtenAttention final : public Attention {
         /*return_debug_mask=*/false, scale_of(a), window_left(a), window_right(a));
     (void)debug_mask;
     if (lse.dim() != 2 || lse.size(0) != Hq || lse.size(1) != T)
-      throw std::runtime_error(str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
+      throw std::runtime_error(ax::str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
                                    lse.sizes(), ", expected [Hq, T] = [", Hq, ", ", T, "]"));
     return {emit(out, a.out), lse, {rng_state, unused}};
   }
@@ -155,7 +155,7 @@ class AtenAttention final : public Attention {
       return g;
     }
     if (b.saved.size() != 2)
-      throw std::runtime_error(str("attention/aten: backward needs the 2 tensors its forward saved, got ", b.saved.size()));
+      throw std::runtime_error(ax::str("attention/aten: backward needs the 2 tensors its forward saved, got ", b.saved.size()));
     const at::Tensor cu = a.cu_seqlens.contiguous();
     const int64_t L = seqlen_bound(a);
     DeterministicScope deterministic;
