@@ -72,20 +72,6 @@ __global__ void __launch_bounds__(MAXT) rms_bwd(RmsNormArgs a) {
   const T* w = static_cast<const T*>(a.w.p);
   T* dx = static_cast<T*>(a.dx.p);
   const int H = static_cast<int>(a.H);
-  float wp[E];  // w', loaded once per block
-#pragma unroll
-  for (int k = 0; k < NC; ++k) {
-    const int c0 = (threadIdx.x + k * blockDim.x) * VEC;
-    if (c0 < H) {
-      load<T, VEC>(w + c0 * a.w.s, wp + k * VEC);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j)
-        if (a.weight_offset) wp[k * VEC + j] += 1.f;
-    } else {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) wp[k * VEC + j] = 0.f;
-    }
-  }
   float acc[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) acc[e] = 0.f;
@@ -98,18 +84,20 @@ __global__ void __launch_bounds__(MAXT) rms_bwd(RmsNormArgs a) {
       const int c0 = (threadIdx.x + k * blockDim.x) * VEC;
       float* nv = n + k * VEC;
       float* gv = g + k * VEC;
+      float wv[VEC];  // w' is re-read per row (L1-resident): registers go to the row and the dweight sums
       if (c0 < H) {
         load<T, VEC>(sv + r * a.sum.ld + c0 * a.sum.si, nv);
         load<T, VEC>(gy + r * a.gy.ld + c0 * a.gy.si, gv);
+        load<T, VEC>(w + c0 * a.w.s, wv);
       } else {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) nv[j] = gv[j] = 0.f;
+        for (int j = 0; j < VEC; ++j) nv[j] = gv[j] = wv[j] = 0.f;
       }
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         nv[j] *= rstd;
         acc[k * VEC + j] += gv[j] * round_to<T>(nv[j]);  // y = w' · round(n): ∂y/∂w = round(n)
-        gv[j] *= wp[k * VEC + j];                        // dn
+        gv[j] *= a.weight_offset ? 1.f + wv[j] : wv[j];   // dn
         dot += gv[j] * nv[j];
       }
     }

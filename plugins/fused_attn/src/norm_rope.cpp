@@ -14,8 +14,9 @@ namespace ax::fused_attn {
 namespace {
 
 constexpr const char* kOp = "norm_rope";
-// Partial-sum blocks per SM of the backward: enough resident blocks to keep the loads in flight.
-constexpr int kBackwardBlocksPerSm = 8;
+// Partial-sum blocks per SM of the backward: the kernel holds ~64 registers per thread, so 4 blocks of
+// 256 threads are resident per SM; more would only add partial rows.
+constexpr int kBackwardBlocksPerSm = 4;
 
 // The output view: the caller's tensor when its lead dims collapse, else a contiguous buffer that
 // finish() copies into it.
