@@ -11,22 +11,20 @@
 #include "backends.hpp"
 
 // (Plain literals: a multi-line raw string inside a macro argument trips some preprocessors.)
-#define FUSED_ATTN_REQUIRES                                                                                         \
-  " \"graph_safe\": true, \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"fp32\", " \
-  "\"bf16\", \"fp16\"]}}"
+// clang-format off
+#define FUSED_ATTN_REQUIRES \
+  " \"graph_safe\": true," \
+  " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"fp32\", \"bf16\", \"fp16\"]}}"
 AXENGINE_PLUGIN_DESCRIPTOR(
     "{\"name\": \"fused_attn\", \"version\": \"0.1.0\","
-    " \"summary\": \"fused CUDA kernels of the transformer block's memory-bound ops: q/k norm + RoPE, residual "
-    "RMSNorm, "
-    "SwiGLU, LM head + cross-entropy\","
+    " \"summary\": \"fused CUDA kernels of the block's memory-bound ops: q/k norm + RoPE, residual RMSNorm, SwiGLU,"
+    " LM head + cross-entropy\","
     " \"providers\": ["
-    "{\"kind\": \"kernel\", \"op\": \"norm_rope\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES
-    ","
-    "{\"kind\": \"kernel\", \"op\": \"rms_norm\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES
-    ","
-    "{\"kind\": \"kernel\", \"op\": \"swiglu\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES
-    ","
+    "{\"kind\": \"kernel\", \"op\": \"norm_rope\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
+    "{\"kind\": \"kernel\", \"op\": \"rms_norm\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
+    "{\"kind\": \"kernel\", \"op\": \"swiglu\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
     "{\"kind\": \"kernel\", \"op\": \"linear_ce\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES "]}")
+// clang-format on
 
 AXENGINE_PLUGIN_REGISTER(reg) {
   using namespace ax::fused_attn;
