@@ -16,14 +16,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <axengine/engine.hpp>
+#include <axengine/ops/norm_rope.hpp>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <axengine/engine.hpp>
-#include <axengine/ops/norm_rope.hpp>
 
 #include "../src/backends.hpp"
 #include "../src/plan.hpp"
@@ -78,7 +77,8 @@ at::Tensor rotate_half(const at::Tensor& u) {
 }
 
 json ratios(json j, const std::string& base, std::initializer_list<const char*> others) {
-  for (const char* o : others) j[std::string("speedup_vs_") + o] = j[std::string(o) + "_ms"].get<double>() / j[base].get<double>();
+  for (const char* o : others)
+    j[std::string("speedup_vs_") + o] = j[std::string(o) + "_ms"].get<double>() / j[base].get<double>();
   return j;
 }
 
@@ -213,9 +213,12 @@ int main(int argc, char** argv) try {
   bool linear_ce = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--iters" && i + 1 < argc) t.iters = std::max(1, std::stoi(argv[++i]));
-    else if (arg == "--warmup" && i + 1 < argc) t.warmup = std::max(0, std::stoi(argv[++i]));
-    else if (arg == "--skip-linear-ce") linear_ce = false;
+    if (arg == "--iters" && i + 1 < argc)
+      t.iters = std::max(1, std::stoi(argv[++i]));
+    else if (arg == "--warmup" && i + 1 < argc)
+      t.warmup = std::max(0, std::stoi(argv[++i]));
+    else if (arg == "--skip-linear-ce")
+      linear_ce = false;
     else {
       std::cerr << "usage: fused_attn_bench [--iters 50] [--warmup 10] [--skip-linear-ce]\n";
       return 2;

@@ -2,12 +2,13 @@
 // that keeps a launch in bounds — vector path only when every row starts 16-byte aligned, register
 // arrays that cover every row the path admits, shared memory under the 48 KiB default, chunks that fit
 // the budget — is asserted here over the whole range the kernels accept.
+#include "../src/plan.hpp"
+
 #include <ATen/ATen.h>
 #include <doctest/doctest.h>
 
 #include <cstdint>
 
-#include "../src/plan.hpp"
 #include "../src/views.hpp"
 
 namespace plan = ax::fused_attn::plan;
@@ -37,11 +38,11 @@ TEST_CASE("fused_attn plan: vector path only for aligned rows of whole vectors")
   const plan::Operand ok{0x1000, 1, {128, 4096}};
   CHECK(plan::vectorisable(128, 2, {ok}));
   CHECK(plan::vectorisable(128, 4, {ok}));
-  CHECK_FALSE(plan::vectorisable(130, 2, {ok}));                  // a tail of 2 elements
-  CHECK(plan::vectorisable(132, 4, {plan::Operand{0x1000, 1, {132}}}));  // fp32: 4 per vector
-  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1002, 1, {128}}}));  // 2-byte offset
-  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1000, 2, {256}}}));  // every other column
-  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1000, 1, {132}}}));  // row 1 starts 8 bytes off
+  CHECK_FALSE(plan::vectorisable(130, 2, {ok}));                                // a tail of 2 elements
+  CHECK(plan::vectorisable(132, 4, {plan::Operand{0x1000, 1, {132}}}));         // fp32: 4 per vector
+  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1002, 1, {128}}}));   // 2-byte offset
+  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1000, 2, {256}}}));   // every other column
+  CHECK_FALSE(plan::vectorisable(128, 2, {plan::Operand{0x1000, 1, {132}}}));   // row 1 starts 8 bytes off
   CHECK_FALSE(plan::vectorisable(128, 2, {ok, plan::Operand{0x1008, 1, {}}}));  // any operand decides
 }
 
@@ -167,7 +168,7 @@ TEST_CASE("fused_attn plan: linear_ce chunks stay within the logits budget") {
   CHECK(tc == 832);
   CHECK(tc * 151936 * 2 <= budget);
   CHECK(plan::linear_ce_chunk_rows(100, 151936, 2, budget) == 100);   // all tokens in one chunk
-  CHECK(plan::linear_ce_chunk_rows(4096, 1 << 24, 4, budget) == 64);   // never below 64 rows
+  CHECK(plan::linear_ce_chunk_rows(4096, 1 << 24, 4, budget) == 64);  // never below 64 rows
   CHECK(plan::linear_ce_chunk_rows(0, 1000, 2, budget) == 0);
   for (int64_t V : {1000, 32000, 128256, 151936, 262144})
     for (int eb : {2, 4}) {
