@@ -24,7 +24,9 @@ set(AX_LAYER_BUILTINS_FILES builtins.cpp engine.cpp)
 #   train/optimizer_step.cpp — Optimizer::step(lr, found_inf) (optimizer.hpp), the default of a virtual;
 #   ops/quant/quant.cpp      — the weight formats in code (ops/quant.hpp): nf4 / mxfp4 / nvfp4 packing and
 #                              decoding, used by plugins (their tests, packed-weight backends), conformance,
-#                              the reference backends and the model loaders alike.
+#                              the reference backends and the model loaders alike; and the helpers of the
+#                              Quantizer interface (quantize_misfit, weight_bytes of ops/quantizer.hpp).
+#                              ops/quant/quantizer.cpp, the reference quantizer, stays a built-in.
 set(AX_LAYER_CORE_FILES data/batch.cpp train/optimizer_step.cpp ops/quant/quant.cpp)
 # Directories of core/src whose files are the conformance library.
 set(AX_LAYER_CONFORMANCE_DIRS conformance)
