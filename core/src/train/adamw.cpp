@@ -147,13 +147,16 @@ class AdamW final : public Optimizer {
     }
     for (const auto& [kind, ks] : by_kind) {
       std::vector<at::Tensor> ps, gs, ms, vs, steps;
+      // The kernel only reads the steps, so every parameter of the group shares one tensor: one fill
+      // kernel a step instead of one per parameter (~500 on a 36-layer LoRA model).
+      const at::Tensor step = at::full({}, static_cast<double>(step_), g.params[ks.front() - first].options().dtype(at::kFloat));
       for (std::size_t k : ks) {
         const auto& p = g.params[k - first];
         ps.push_back(p);
         gs.push_back(p.grad());
         ms.push_back(exp_avg_[k]);
         vs.push_back(exp_avg_sq_[k]);
-        steps.push_back(at::full({}, static_cast<double>(step_), p.options().dtype(at::kFloat)));
+        steps.push_back(step);
       }
       // found_inf must be a float on the parameters' device; the kernel leaves everything as is when it is 1.
       std::optional<at::Tensor> inf;
