@@ -20,15 +20,19 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
     order = prefs.prefer.at(op);
     res.list_source = "[kernels]";
   } else {
-    // Every registered backend: plugins' in name order, then core's own production backends (`aten`),
-    // `reference` last. A plugin's kernel is the specialised one, so a built-in must not shadow it by its
-    // name. An op the config leaves alone keeps its fallback even in strict mode (strict removes the
-    // implicit fallback from the lists the user wrote).
-    std::vector<std::pair<bool, std::string>> ranked;  // (built-in, name)
-    for (const Provider* p : registry.list(ProviderKind::kernel, op))
-      if (p->info.name != "reference") ranked.emplace_back(p->info.plugin == "builtin", p->info.name);
-    std::sort(ranked.begin(), ranked.end());
-    for (auto& [builtin, name] : ranked) order.push_back(std::move(name));
+    // Every registered backend: plugins' (by name), then core's production ones (`aten`, by name), then
+    // `reference`, the fp32 oracle, last. So a plugin kernel wins over aten and aten over reference. An op
+    // the config leaves alone keeps its fallback even in strict mode (strict removes the implicit fallback
+    // from the lists the user wrote).
+    std::vector<std::string> plugins, builtins;
+    for (const Provider* p : registry.list(ProviderKind::kernel, op)) {
+      if (p->info.name == "reference") continue;
+      (p->info.plugin == "builtin" ? builtins : plugins).push_back(p->info.name);
+    }
+    std::sort(plugins.begin(), plugins.end());
+    std::sort(builtins.begin(), builtins.end());
+    order = std::move(plugins);
+    order.insert(order.end(), builtins.begin(), builtins.end());
     if (registry.find(ProviderKind::kernel, op, "reference")) order.push_back("reference");
     res.list_source = "default (all registered)";
   }

@@ -1,7 +1,7 @@
-// The model parity goldens on a CUDA device through core's built-in backends as a run gets them (reference;
-// in bf16 the aten rms_norm, swiglu and linear_ce): fp32 to the CPU tolerances and bf16 to documented
-// looser ones. Without a CUDA device each case says so and passes; on the GPU
-// machine they are real.
+// The model parity goldens on a CUDA device through the reference backends: fp32 to the CPU tolerances
+// and bf16 to documented looser ones; and bf16 again through the default selection (core's production
+// `aten` linear.lora, flash attention, rms_norm, swiglu and linear_ce), to the same bf16 tolerances. Without a CUDA device each case
+// says so and passes; on the GPU machine they are real.
 //
 // bf16 tolerances (the goldens are fp32): weights, activations and LoRA factors are rounded to bf16
 // (8 bits of mantissa, relative step 2^-8 ≈ 0.4%) and errors compound over the layers, so:
@@ -29,7 +29,15 @@ bool no_cuda() {
   return true;
 }
 
-void check_on_cuda(const std::string& name, const std::string& dtype, double logit_tol, double loss_tol, double grad_tol) {
+// The reference backends only (the default list would pick `aten` for bf16).
+ax::KernelPreferences reference_only() {
+  ax::KernelPreferences p;
+  for (const char* op : {"linear.lora", "attention", "norm_rope", "moe.experts", "dequant", "rms_norm", "swiglu", "linear_ce"}) p.prefer[op] = {"reference"};
+  return p;
+}
+
+void check_on_cuda(const std::string& name, const std::string& dtype, double logit_tol, double loss_tol, double grad_tol,
+                   const ax::KernelPreferences& prefs) {
   CAPTURE(name);
   CAPTURE(dtype);
   ax::Registry reg;
@@ -40,9 +48,8 @@ void check_on_cuda(const std::string& name, const std::string& dtype, double log
   o.dtype = dtype;
   o.device = "cuda:0";
   o.adapter_dir = (dir / "adapter").string();
-  ax::DeviceInfo dev;
-  dev.type = ax::DeviceInfo::Type::cuda;
-  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, dev);
+  const ax::DeviceInfo dev = ax::detect_device("cuda");  // the real arch: attention/aten needs sm_80+
+  o.kernels = std::make_shared<ax::KernelSet>(reg, prefs, dev);
   auto model = ax::load_model(reg, o);
   auto g = ax::safetensors::File::open((dir / "golden.safetensors").string());
   ax::Batch b;
@@ -74,10 +81,15 @@ const char* kCases[] = {"llama", "qwen3", "qwen3_moe", "qwen3_moe_top1", "mixtra
 
 TEST_CASE("model parity on CUDA, fp32, reference backends") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "fp32", 1e-4, 1e-5, 1e-4);
+  for (const char* c : kCases) check_on_cuda(c, "fp32", 1e-4, 1e-5, 1e-4, reference_only());
 }
 
 TEST_CASE("model parity on CUDA, bf16, reference backends (documented tolerances)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, 1e-1);
+  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, 1e-1, reference_only());
+}
+
+TEST_CASE("model parity on CUDA, bf16, default selection (production aten backends)") {
+  if (no_cuda()) return;
+  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, 1e-1, ax::KernelPreferences{});
 }

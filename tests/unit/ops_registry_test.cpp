@@ -33,8 +33,12 @@ TEST_CASE("reference backends: one per known op, builtin origin, selected for ev
         Resolution r = resolve_backend(reg, prefs, "moe.experts", KernelQuery{dev, "bf16", fmt, layout});
         CHECK(r.chosen == "reference");
       }
-  for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4"})  // packed weights are dequantised inside the call
-    CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "bf16", fmt, ""}).chosen == "reference");
+  // linear.lora is not listed: bf16 goes to core's production `aten`, fp32 to the reference (packed weights
+  // are dequantised inside the call by both)
+  for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4"}) {
+    CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "bf16", fmt, ""}).chosen == "aten");
+    CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "fp32", fmt, ""}).chosen == "reference");
+  }
   prefs.prefer["dequant"] = {"reference"};
   Resolution no = resolve_backend(reg, prefs, "dequant", KernelQuery{DeviceInfo{}, "bf16", "dense", ""});
   CHECK(no.chosen.empty());  // strict: a dense weight has nothing to dequantise, and nothing else is listed

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "axengine/builtins.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/selection.hpp"
@@ -132,6 +133,51 @@ TEST_CASE("selection: an op the config does not mention tries plugins by name, t
   CHECK(r.candidates[0].backend == "scattermoe");  // name order
   CHECK(r.chosen == "scattermoe");
   CHECK(r.candidates[2].backend == "reference");
+}
+
+TEST_CASE("selection: the default list puts plugin backends before core's builtin ones, reference last") {
+  ax::Registry reg;
+  add(reg, "linear.lora", "zeta", {{"cpu"}, 0, 0, {"bf16"}, {}, {}});  // a plugin's (zeta_plugin)
+  ax::ProviderInfo info;  // a core backend like `aten`: plugin "builtin", sorted before zeta by name
+  info.kind = ax::ProviderKind::kernel;
+  info.op = "linear.lora";
+  info.name = "aten";
+  info.needs = {{"cpu"}, 0, 0, {"bf16", "fp16"}, {}, {}};
+  reg.add({info, std::make_shared<FakeBackend>()});
+  add(reg, "linear.lora", "reference", {});
+  auto r = ax::resolve_backend(reg, ax::KernelPreferences{}, "linear.lora", {ax::DeviceInfo{}, "bf16", "", ""});
+  REQUIRE(r.candidates.size() == 3);
+  CHECK(r.candidates[0].backend == "zeta");
+  CHECK(r.candidates[1].backend == "aten");
+  CHECK(r.candidates[2].backend == "reference");
+  CHECK(r.chosen == "zeta");
+  r = ax::resolve_backend(reg, ax::KernelPreferences{}, "linear.lora", {ax::DeviceInfo{}, "fp16", "", ""});
+  CHECK(r.chosen == "aten");
+  CHECK(verdict(r, "zeta") == "needs dtype bf16, asked for fp16");
+}
+
+TEST_CASE("selection: with the built-ins, linear.lora on a CPU bf16 query picks aten before reference") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  const ax::KernelPreferences none;
+  auto r = ax::resolve_backend(reg, none, "linear.lora", {ax::DeviceInfo{}, "bf16", "dense", ""});
+  CHECK(r.list_source == "default (all registered)");
+  REQUIRE(r.candidates.size() == 2);
+  CHECK(r.candidates[0].backend == "aten");
+  CHECK(r.chosen == "aten");
+  CHECK(verdict(r, "reference") == "not tried (aten chosen first)");
+  CHECK(ax::resolve_backend(reg, none, "linear.lora", {ax::DeviceInfo{}, "fp16", "nf4", ""}).chosen == "aten");
+  r = ax::resolve_backend(reg, none, "linear.lora", {ax::DeviceInfo{}, "fp32", "dense", ""});
+  CHECK(r.chosen == "reference");  // fp32 (the HF parity runs) stays with the oracle
+  CHECK(verdict(r, "aten") == "needs dtype bf16|fp16, asked for fp32");
+  // attention/aten is flash: CUDA sm_80+ only
+  CHECK(ax::resolve_backend(reg, none, "attention", {gpu(90), "bf16", "", ""}).chosen == "aten");
+  r = ax::resolve_backend(reg, none, "attention", {ax::DeviceInfo{}, "bf16", "", ""});
+  CHECK(r.chosen == "reference");
+  CHECK(verdict(r, "aten") == "needs cuda, device is cpu");
+  r = ax::resolve_backend(reg, none, "attention", {gpu(75), "fp16", "", ""});
+  CHECK(verdict(r, "aten") == "needs sm_80 or newer, device is sm_75");
+  CHECK(r.chosen == "reference");
 }
 
 TEST_CASE("selection: unregistered backends are reported, KernelSet caches per query") {

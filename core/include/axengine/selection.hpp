@@ -4,9 +4,9 @@
 // optionally overridden per device arch ([kernels.arch.sm_120] moe = [...]). The first backend in the
 // list that is registered and whose requirements admit the query (device, arch, dtype, weight format,
 // layout) wins. `reference` is appended as the last resort unless `strict`, in which case "nothing
-// matched" is an error. An op the config does not mention tries every registered backend, plugins in
-// name order first, then core's built-in production backends (`aten`), `reference` last (in strict mode
-// too).
+// matched" is an error. An op the config does not mention tries every registered backend: plugins' in
+// name order first, then core's production backends (`aten`) in name order, `reference` last (in strict
+// mode too).
 #pragma once
 #include <map>
 #include <memory>

@@ -159,7 +159,8 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
     t.finish();
   }
   {
-    TableBinder t = root.sub("kernels", "kernel backend preference per op: the first whose requirements fit the device wins");
+    TableBinder t = root.sub("kernels", "kernel backend preference per op: the first whose requirements fit the device wins. An op not listed "
+                                        "tries plugin backends, then core's production `aten`, then `reference` (the fp32 oracle)");
     bind_kernels(t, c.kernels, ctx.docs ? std::vector<PluginConfigTable>{} : tables);
     t.finish();
   }

@@ -1,0 +1,179 @@
+// Production attention: LibTorch's own FlashAttention-2 kernels in their varlen form
+// (at::_flash_attention_forward / _backward with cum_seq_q = cum_seq_k = cu_seqlens), bf16/fp16 on CUDA.
+// GQA is native (k/v keep their Hkv heads, nothing is repeated); the sliding window is flash's
+// window_size_left with window_size_right = 0 under causal. The forward's varlen lse is already the
+// contract's fp32 [Hq, T]; the forward's rng state (unused without dropout, but the backward's
+// signature wants it) travels in `saved`.
+//
+// What flash cannot do is computed here by the reference math, with one log line per process: head_dim
+// not a multiple of 8 or above 256, or v's head_dim differing from q's. (Refusing those in Requirements is
+// not possible: requirements see device, dtype and format, not shapes.) fp32 and pre-sm_80 GPUs are
+// refused in the Requirements instead (register.cpp), so selection falls through to `reference`.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/ops/_flash_attention_backward.h>
+#include <ATen/ops/_flash_attention_forward.h>
+
+#include "axengine/log.hpp"
+#include "axengine/ops/attention.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::ops {
+
+std::shared_ptr<Attention> make_reference_attention();  // ops/reference/attention.cpp
+
+namespace {
+
+// PyTorch's flash backward has no "deterministic" argument: it reads
+// at::globalContext().deterministicAlgorithms() (and ...WarnOnly()) inside the op, and only with the flag
+// on and warn-only off does it accumulate dq in per-split buffers summed in a fixed order instead of
+// with atomic adds whose order varies run to run. The contract demands bitwise-deterministic dq/dk/dv,
+// so the call runs with the flag on; the previous settings are restored when the scope ends (throw
+// included) so the rest of the program keeps its own choice. fillUninitializedMemory is switched off for
+// the same span: it is a debugging aid tied to deterministic mode that would NaN-fill every buffer the
+// backward allocates (extra kernels, no effect on results). The flags are process-wide, not per thread;
+// the mutex keeps our own concurrent calls from interleaving save/restore. Another thread launching an
+// op that has no deterministic implementation during this window would see the flag (in this engine
+// the training step is the only thread issuing CUDA work).
+class DeterministicScope {
+ public:
+  DeterministicScope() : lock_(mutex()) {
+    auto& ctx = at::globalContext();
+    algorithms_ = ctx.deterministicAlgorithms();
+    warn_only_ = ctx.deterministicAlgorithmsWarnOnly();
+    fill_ = ctx.deterministicFillUninitializedMemory();
+    ctx.setDeterministicAlgorithms(true, /*warn_only=*/false);
+    ctx.setDeterministicFillUninitializedMemory(false);
+  }
+  ~DeterministicScope() {
+    auto& ctx = at::globalContext();
+    ctx.setDeterministicAlgorithms(algorithms_, warn_only_);
+    ctx.setDeterministicFillUninitializedMemory(fill_);
+  }
+  DeterministicScope(const DeterministicScope&) = delete;
+  DeterministicScope& operator=(const DeterministicScope&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  std::lock_guard<std::mutex> lock_;
+  bool algorithms_ = false, warn_only_ = false, fill_ = true;
+};
+
+// Why flash cannot take this call, or empty when it can.
+std::string flash_unfit(const AttentionArgs& a) {
+  const int64_t D = a.q.size(2), Dv = a.v.size(2);
+  if (!a.q.is_cuda()) return "not on CUDA";
+  if (a.q.scalar_type() != at::kBFloat16 && a.q.scalar_type() != at::kHalf) return "dtype is not bf16/fp16";
+  if (D % 8 != 0 || D > 256) return str("head_dim ", D, " (flash needs a multiple of 8, at most 256)");
+  if (Dv != D) return str("v's head_dim ", Dv, " differs from q's ", D);
+  return {};
+}
+
+void note_fallback(const std::string& why) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    log::warn(str("attention/aten: ", why, ": this and any such call use the reference math (fp32, O(L^2) memory)"));
+}
+
+// Flash reads rows through 16-byte vector loads: the last dim must be dense and the row/head strides
+// multiples of 8 elements. Anything else (a strided view from the conformance suite or a fused qkv slice
+// that breaks the rule) is copied once.
+at::Tensor flash_layout(const at::Tensor& t) {
+  const bool ok = t.stride(2) == 1 && t.stride(1) % 8 == 0 && t.stride(0) % 8 == 0 &&
+                  reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  return ok ? t : t.contiguous();
+}
+
+// The bound flash sizes its grid by: the caller's, or derived from cu_seqlens (contract: 0 = derive it,
+// a device sync). Never below 2: with a bound of 1 and GQA, flash's varlen forward reshapes q as if
+// every sequence had exactly one row ("seqlenq_ngroups_swapped"), which breaks with empty sequences in
+// the pack; a looser bound only adds an idle tile row.
+int64_t seqlen_bound(const AttentionArgs& a) {
+  int64_t L = a.max_seqlen;
+  if (L == 0) {
+    at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong);
+    L = (cu.narrow(0, 1, cu.numel() - 1) - cu.narrow(0, 0, cu.numel() - 1)).max().item<int64_t>();
+  }
+  return std::max<int64_t>(L, 2);
+}
+
+double scale_of(const AttentionArgs& a) {
+  return a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(a.q.size(2)));
+}
+
+// window_size_left / _right as flash takes them: -1 = unlimited; causal is right = 0.
+int64_t window_left(const AttentionArgs& a) { return a.window_left >= 0 ? a.window_left : -1; }
+int64_t window_right(const AttentionArgs& a) { return a.causal ? 0 : -1; }
+
+at::Tensor emit(const at::Tensor& value, const at::Tensor& out) {
+  if (!out.defined()) return value;
+  out.copy_(value);
+  return out;
+}
+
+class AtenAttention final : public Attention {
+ protected:
+  AttentionResult run_forward(const AttentionArgs& a) override {
+    if (auto why = flash_unfit(a); !why.empty()) {
+      note_fallback(why);
+      return reference_->forward(a);  // validates again: only on this fallback path
+    }
+    const int64_t T = a.q.size(0), Hq = a.q.size(1);
+    if (T == 0) {
+      at::Tensor out = at::empty({0, Hq, a.v.size(2)}, a.q.options());
+      return {emit(out, a.out), at::empty({Hq, 0}, a.q.options().dtype(at::kFloat)), {}};
+    }
+    const at::Tensor cu = a.cu_seqlens.contiguous();
+    const int64_t L = seqlen_bound(a);
+    auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
+        flash_layout(a.q), flash_layout(a.k), flash_layout(a.v), cu, cu, L, L, /*dropout_p=*/0.0, a.causal,
+        /*return_debug_mask=*/false, scale_of(a), window_left(a), window_right(a));
+    (void)debug_mask;
+    if (lse.dim() != 2 || lse.size(0) != Hq || lse.size(1) != T)
+      throw std::runtime_error(ax::str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
+                                   lse.sizes(), ", expected [Hq, T] = [", Hq, ", ", T, "]"));
+    return {emit(out, a.out), lse, {rng_state, unused}};
+  }
+
+  AttentionGrads run_backward(const AttentionArgs& a, const AttentionBackwardArgs& b) override {
+    if (!flash_unfit(a).empty()) return reference_->backward(a, b);  // the forward fell back too
+    AttentionGrads g;
+    if (a.q.size(0) == 0) {
+      g.dq = emit(at::empty_like(a.q), b.grads_out.dq);
+      g.dk = emit(at::empty_like(a.k), b.grads_out.dk);
+      g.dv = emit(at::empty_like(a.v), b.grads_out.dv);
+      return g;
+    }
+    if (b.saved.size() != 2)
+      throw std::runtime_error(ax::str("attention/aten: backward needs the 2 tensors its forward saved, got ", b.saved.size()));
+    const at::Tensor cu = a.cu_seqlens.contiguous();
+    const int64_t L = seqlen_bound(a);
+    DeterministicScope deterministic;
+    auto [dq, dk, dv] = at::_flash_attention_backward(
+        b.grad_out, flash_layout(a.q), flash_layout(a.k), flash_layout(a.v), b.out, b.lse.contiguous(), cu, cu, L, L,
+        /*dropout_p=*/0.0, a.causal, b.saved[0], b.saved[1], scale_of(a), window_left(a), window_right(a));
+    g.dq = emit(dq, b.grads_out.dq);
+    g.dk = emit(dk, b.grads_out.dk);
+    g.dv = emit(dv, b.grads_out.dv);
+    return g;
+  }
+
+ private:
+  std::shared_ptr<Attention> reference_ = make_reference_attention();
+};
+
+}  // namespace
+
+std::shared_ptr<Attention> make_aten_attention() { return std::make_shared<AtenAttention>(); }
+
+}  // namespace ax::ops

@@ -1,0 +1,246 @@
+// fused_attn_bench: the fused_attn kernels against the reference backend and the eager ATen composites
+// (what transformers runs), fwd+bwd, on the current CUDA device. Prints one JSON object.
+//
+//   fused_attn_bench [--iters 50] [--warmup 10] [--skip-linear-ce]
+//
+// (a) norm_rope q [1, 4096, 32, 128] bf16: fused vs reference vs eager (fp32 rms, ·w, rotate_half, cat)
+// (b) linear_ce T=4096, H=4096, V=151936 bf16: fused (chunked) vs unfused (bf16 logits [T, V], .float(),
+//     at::cross_entropy_loss; backward by the explicit softmax formula) — ms and peak memory of each
+// (c) rms_norm with residual [4096, 4096] and swiglu [4096, 12288] bf16 vs their eager composites
+// Times: CUDA events around each fwd+bwd on the current stream, median of --iters after --warmup.
+// The kernels are called through the backends' bodies (src/backends.hpp), the reference through the
+// registry; arguments are well-formed, so nothing is validated here.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <axengine/engine.hpp>
+#include <axengine/ops/norm_rope.hpp>
+#include <functional>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../src/backends.hpp"
+#include "../src/plan.hpp"
+
+namespace {
+
+using nlohmann::json;
+namespace fa = ax::fused_attn;
+
+struct Timing {
+  int iters = 50, warmup = 10;
+};
+
+double median_ms(const Timing& t, const std::function<void()>& f) {
+  for (int i = 0; i < t.warmup; ++i) f();
+  cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
+  std::vector<cudaEvent_t> ev(2 * t.iters);
+  for (auto& e : ev) cudaEventCreate(&e);
+  for (int i = 0; i < t.iters; ++i) {
+    cudaEventRecord(ev[2 * i], s);
+    f();
+    cudaEventRecord(ev[2 * i + 1], s);
+  }
+  cudaStreamSynchronize(s);
+  std::vector<double> ms(t.iters);
+  for (int i = 0; i < t.iters; ++i) {
+    float v = 0;
+    cudaEventElapsedTime(&v, ev[2 * i], ev[2 * i + 1]);
+    ms[i] = v;
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::nth_element(ms.begin(), ms.begin() + t.iters / 2, ms.end());
+  return ms[t.iters / 2];
+}
+
+// Peak bytes the caching allocator held above what was allocated before f (one call after a sync).
+int64_t peak_extra_bytes(const std::function<void()>& f) {
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  const int dev = at::cuda::current_device();
+  at::cuda::getCurrentCUDAStream().synchronize();
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const int64_t before = alloc::getDeviceStats(dev).allocated_bytes[agg].current;
+  alloc::resetPeakStats(dev);
+  f();
+  at::cuda::getCurrentCUDAStream().synchronize();
+  return alloc::getDeviceStats(dev).allocated_bytes[agg].peak - before;
+}
+
+at::Tensor rotate_half(const at::Tensor& u) {
+  const int64_t h = u.size(-1) / 2;
+  return at::cat({-u.slice(-1, h), u.slice(-1, 0, h)}, -1);
+}
+
+json ratios(json j, const std::string& base, std::initializer_list<const char*> others) {
+  for (const char* o : others)
+    j[std::string("speedup_vs_") + o] = j[std::string(o) + "_ms"].get<double>() / j[base].get<double>();
+  return j;
+}
+
+json bench_norm_rope(const Timing& t, const ax::Registry& registry) {
+  const int64_t S = 4096, H = 32, D = 128;
+  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  ax::ops::NormRopeArgs a;
+  a.x = at::randn({1, S, H, D}, bf);
+  a.weight = at::rand({D}, bf) + 0.5;
+  a.position_ids = at::arange(S, bf.dtype(at::kLong)).unsqueeze(0);
+  a.inv_freq = at::pow(1e6, -at::arange(0, D, 2, bf.dtype(at::kFloat)) / static_cast<double>(D));
+  const at::Tensor g = at::randn({1, S, H, D}, bf);
+  ax::ops::NormRopeBackwardArgs b;
+  b.grad_y = g;
+
+  json j;
+  j["shape"] = "q [1, 4096, 32, 128] bf16, position_ids + inv_freq, fwd+bwd (dx, dweight)";
+  j["fused_ms"] = median_ms(t, [&] {
+    fa::norm_rope_forward(a);
+    fa::norm_rope_backward(a, b);
+  });
+  auto ref = registry.kernel<ax::ops::NormRope>("reference");
+  j["reference_ms"] = median_ms(t, [&] {
+    ref->forward(a);
+    ref->backward(a, b);
+  });
+  // transformers: q_norm (fp32 statistics, weight · normed.to(bf16)), bf16 cos/sin, rotate_half + cat.
+  j["eager_ms"] = median_ms(t, [&] {
+    at::Tensor x = a.x.detach().requires_grad_(true), w = a.weight.detach().requires_grad_(true);
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor n = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(at::kBFloat16);
+    at::Tensor h = w * n;
+    at::Tensor freqs = a.position_ids.to(at::kFloat).unsqueeze(-1) * a.inv_freq;
+    at::Tensor emb = at::cat({freqs, freqs}, -1);
+    at::Tensor cos = emb.cos().to(at::kBFloat16).unsqueeze(-2), sin = emb.sin().to(at::kBFloat16).unsqueeze(-2);
+    at::Tensor y = h * cos + rotate_half(h) * sin;
+    y.backward(g);
+  });
+  return ratios(j, "fused_ms", {"reference", "eager"});
+}
+
+json bench_linear_ce(const Timing& t) {
+  const int64_t T = 4096, H = 4096, V = 151936;
+  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  ax::ops::LinearCeArgs a;
+  a.h = at::randn({T, H}, bf);
+  a.weight = at::randn({V, H}, bf) * 0.02;
+  a.targets = at::randint(0, V, {T}, bf.dtype(at::kLong));
+  a.targets.slice(0, 0, 64).fill_(-100);  // a prompt's ignored tokens
+  a.check_values = false;
+  const at::Tensor grad_loss = at::full({T}, 1.0 / T, bf.dtype(at::kFloat));
+  const fa::Options opt;
+
+  auto fused = [&] {
+    ax::ops::LinearCeResult r = fa::linear_ce_forward(a, opt);
+    ax::ops::LinearCeBackwardArgs b{grad_loss, r.lse};
+    fa::linear_ce_backward(a, b, opt);
+  };
+  auto unfused = [&] {
+    at::Tensor logits = at::mm(a.h, a.weight.t()).to(at::kFloat);
+    at::Tensor loss = at::cross_entropy_loss(logits, a.targets, {}, at::Reduction::None, -100);
+    const at::Tensor ignored = a.targets.eq(-100);
+    at::Tensor gl = grad_loss.masked_fill(ignored, 0).unsqueeze(1);
+    at::Tensor p = at::softmax(logits, 1);
+    p.scatter_add_(1, a.targets.clamp_min(0).unsqueeze(1), -at::ones({T, 1}, p.options()));
+    at::Tensor dh = at::mm((p * gl).to(at::kBFloat16), a.weight);
+  };
+  json j;
+  j["shape"] = "T=4096, H=4096, V=151936 bf16, fwd+bwd (dh)";
+  j["chunk_rows"] = ax::fused_attn::plan::linear_ce_chunk_rows(T, V, 2, opt.linear_ce_chunk_mib << 20);
+  j["fused_ms"] = median_ms(t, fused);
+  j["unfused_ms"] = median_ms(t, unfused);
+  j["fused_peak_extra_mib"] = static_cast<double>(peak_extra_bytes(fused)) / (1 << 20);
+  j["unfused_peak_extra_mib"] = static_cast<double>(peak_extra_bytes(unfused)) / (1 << 20);
+  return ratios(j, "fused_ms", {"unfused"});
+}
+
+json bench_rms_norm(const Timing& t) {
+  const int64_t T = 4096, H = 4096;
+  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  ax::ops::RmsNormArgs a;
+  a.x = at::randn({T, H}, bf);
+  a.residual = at::randn({T, H}, bf);
+  a.weight = at::rand({H}, bf) + 0.5;
+  const at::Tensor g = at::randn({T, H}, bf), gs = at::randn({T, H}, bf);
+  json j;
+  j["shape"] = "[4096, 4096] bf16 with residual, fwd+bwd (dx with grad_sum, dweight)";
+  j["fused_ms"] = median_ms(t, [&] {
+    ax::ops::RmsNormResult r = fa::rms_norm_forward(a);
+    ax::ops::RmsNormBackwardArgs b;
+    b.grad_y = g;
+    b.grad_sum = gs;
+    b.sum = r.sum;
+    b.rstd = r.rstd;
+    fa::rms_norm_backward(a, b);
+  });
+  j["eager_ms"] = median_ms(t, [&] {
+    at::Tensor x = a.x.detach().requires_grad_(true), w = a.weight.detach().requires_grad_(true);
+    at::Tensor s = x + a.residual;
+    at::Tensor sf = s.to(at::kFloat);
+    at::Tensor y = w * (sf * at::rsqrt(sf.pow(2).mean(-1, true) + 1e-6)).to(at::kBFloat16);
+    y.backward(g, /*retain_graph=*/true);  // then the residual stream's own gradient
+    s.backward(gs);
+  });
+  return ratios(j, "fused_ms", {"eager"});
+}
+
+json bench_swiglu(const Timing& t) {
+  const int64_t T = 4096, I = 12288;
+  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  ax::ops::SwigluArgs a;
+  a.gate_up = at::randn({T, 2 * I}, bf);
+  const at::Tensor g = at::randn({T, I}, bf);
+  json j;
+  j["shape"] = "gate_up [4096, 2 x 12288] bf16, fwd+bwd";
+  j["fused_ms"] = median_ms(t, [&] {
+    fa::swiglu_forward(a);
+    fa::swiglu_backward(a, ax::ops::SwigluBackwardArgs{g});
+  });
+  j["eager_ms"] = median_ms(t, [&] {
+    at::Tensor gu = a.gate_up.detach().requires_grad_(true);
+    at::Tensor y = at::silu(gu.slice(1, 0, I)) * gu.slice(1, I);
+    y.backward(g);
+  });
+  return ratios(j, "fused_ms", {"eager"});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Timing t;
+  bool linear_ce = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--iters" && i + 1 < argc)
+      t.iters = std::max(1, std::stoi(argv[++i]));
+    else if (arg == "--warmup" && i + 1 < argc)
+      t.warmup = std::max(0, std::stoi(argv[++i]));
+    else if (arg == "--skip-linear-ce")
+      linear_ce = false;
+    else {
+      std::cerr << "usage: fused_attn_bench [--iters 50] [--warmup 10] [--skip-linear-ce]\n";
+      return 2;
+    }
+  }
+  if (!at::hasCUDA()) {
+    std::cerr << "fused_attn_bench: needs a CUDA device\n";
+    return 1;
+  }
+  ax::StartOptions start;
+  start.discover = false;  // the reference backends are built in
+  auto engine = ax::Engine::start(start);
+  json out;
+  out["device"] = at::cuda::getCurrentDeviceProperties()->name;
+  out["iters"] = t.iters;
+  out["norm_rope"] = bench_norm_rope(t, engine->registry);
+  out["rms_norm"] = bench_rms_norm(t);
+  out["swiglu"] = bench_swiglu(t);
+  if (linear_ce) out["linear_ce"] = bench_linear_ce(t);
+  std::cout << out.dump(2) << "\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "fused_attn_bench: " << e.what() << "\n";
+  return 1;
+}

@@ -1,0 +1,280 @@
+// norm_rope forward and backward (docs/ops/norm_rope.md): RMSNorm over head_dim, scale by w or 1 + w,
+// rotate-half RoPE over the first R columns. One launch each way (plus the dweight partial reduce).
+//
+// A block of 256 threads takes a group of tokens at a time (tokens_per_iteration: enough that the group's
+// rows fill the block). First it builds the group's cos/sin table in shared memory — computed in fp32
+// from position · inv_freq with sincosf (never read from memory), or converted from the given cos/sin —
+// so a token's rotation is made once, not once per head. Then each row [D] goes to a half-warp (D <= 128
+// in 16-byte vectors) or a warp: the lanes hold the row in registers (fp32), sum squares by a fixed
+// butterfly, and stage the values the rotation pairs across lanes (column i with i ± R/2) in a shared row,
+// so any R (even, <= D) works without lane arithmetic.
+//
+// Backward: dh = [g·cos − rotate_half(g·sin), g_pass], dn = dh·w', dx = rstd·(dn − n·mean(dn·n)).
+// dweight = Σ_rows dh·n: each lane accumulates its columns over the rows its block sees (a fixed grid,
+// fixed row order), the block sums its slots in ascending order into partial[block], and
+// launch_reduce_partials sums the blocks in ascending order: deterministic, no atomics.
+#include "../src/plan.hpp"
+#include "common.cuh"
+
+namespace ax::fused_attn {
+namespace {
+
+using namespace dev;
+
+template <int VEC, int L>
+struct Shape {
+  static constexpr int P = plan::kNormRopeThreads / L;  // rows in parallel per block
+  // Chunks of VEC columns per lane: a half-warp is only chosen when the row has <= 16 chunks.
+  static constexpr int NC = plan::norm_rope_chunk_cap(L, VEC);
+  static constexpr int E = NC * VEC;  // columns per lane
+};
+
+// The group's cos/sin table: tc[tt·R + i], ts[tt·R + i] for token t0 + tt.
+__device__ void fill_table(const NormRopeArgs& a, int64_t t0, int ntok, float* tc, float* ts) {
+  const int R = a.R, half = R / 2;
+  for (int k = threadIdx.x; k < ntok * R; k += blockDim.x) {
+    const int tt = k / R, i = k - tt * R;
+    const int64_t t = t0 + tt;
+    float c, s;
+    if (a.pos.p) {
+      const int64_t p = static_cast<const int64_t*>(a.pos.p)[t * a.pos.s];
+      const float f = static_cast<const float*>(a.inv_freq.p)[static_cast<int64_t>(i % half) * a.inv_freq.s];
+      sincosf(static_cast<float>(p) * f, &s, &c);  // as HF: fp32 position · inv_freq, then cos/sin
+      c *= a.scaling;
+      s *= a.scaling;
+    } else {
+      c = load_any(a.cos.p, a.cs_dtype, t * a.cos.ld + i * a.cos.si);
+      s = load_any(a.sin.p, a.cs_dtype, t * a.sin.ld + i * a.sin.si);
+    }
+    tc[k] = c;
+    ts[k] = s;
+  }
+}
+
+// The scale w' (w or 1 + w) in shared memory: any stride, read once per block.
+template <class T>
+__device__ void fill_weight(const NormRopeArgs& a, float* wsh) {
+  const T* w = static_cast<const T*>(a.w.p);
+  for (int i = threadIdx.x; i < a.D; i += blockDim.x) {
+    const float v = to_f(w[i * a.w.s]);
+    wsh[i] = a.weight_offset ? 1.f + v : v;
+  }
+}
+
+// The lane's columns of one row (zeros where inactive or past D).
+template <class T, int VEC, int L, int NC>
+__device__ __forceinline__ void load_row(const T* row, int64_t si, int D, int ln, bool active, float* v) {
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int c0 = (ln + k * L) * VEC;
+    if (active && c0 < D) {
+      load<T, VEC>(row + c0 * si, v + k * VEC);
+    } else {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) v[k * VEC + j] = 0.f;
+    }
+  }
+}
+
+template <class T, int VEC, int L, int NC>
+__device__ __forceinline__ void store_row(T* row, int64_t si, int D, int ln, const float* v) {
+#pragma unroll
+  for (int k = 0; k < NC; ++k) {
+    const int c0 = (ln + k * L) * VEC;
+    if (c0 < D) store<T, VEC>(row + c0 * si, v + k * VEC);
+  }
+}
+
+template <class T, int VEC, int L>
+__global__ void __launch_bounds__(plan::kNormRopeThreads) norm_rope_fwd(NormRopeArgs a, int tpi) {
+  using S = Shape<VEC, L>;
+  extern __shared__ float smem[];
+  const int D = a.D, R = a.R, half = R / 2;
+  float* tc = smem;
+  float* ts = tc + tpi * R;
+  float* stage = ts + tpi * R;
+  float* wsh = stage + S::P * D;
+  const int slot = threadIdx.x / L, ln = threadIdx.x % L;
+  float* mine = stage + slot * D;
+  const T* x = static_cast<const T*>(a.x.p);
+  T* y = static_cast<T*>(a.y.p);
+  fill_weight<T>(a, wsh);
+
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * tpi; t0 < a.tokens;
+       t0 += static_cast<int64_t>(gridDim.x) * tpi) {
+    const int ntok = static_cast<int>(min(static_cast<int64_t>(tpi), a.tokens - t0));
+    fill_table(a, t0, ntok, tc, ts);
+    __syncthreads();
+    const int rows = ntok * a.heads;
+    for (int qb = 0; qb < rows; qb += S::P) {  // uniform over the block: every lane reaches the shuffles
+      const int q = qb + slot;
+      const bool active = q < rows;
+      const int tt = active ? q / a.heads : 0, h = active ? q - tt * a.heads : 0;
+      const int64_t t = t0 + tt;
+      float v[S::E];
+      load_row<T, VEC, L, S::NC>(x + t * a.x.st + h * a.x.sh, a.x.si, D, ln, active, v);
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) ss += v[e] * v[e];
+      ss = group_sum<L>(ss);
+      const float rstd = active ? rsqrtf(ss / D + a.eps) : 0.f;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) {
+        const int col = (ln + (e / VEC) * L) * VEC + e % VEC;
+        if (col < D) {
+          v[e] = v[e] * rstd * wsh[col];
+          if (col < R) mine[col] = v[e];
+        }
+      }
+      __syncwarp();
+      const float* c = tc + tt * R;
+      const float* s = ts + tt * R;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) {
+        const int col = (ln + (e / VEC) * L) * VEC + e % VEC;
+        if (col < R) {
+          const float partner = col < half ? -mine[col + half] : mine[col - half];
+          v[e] = v[e] * c[col] + partner * s[col];
+        }
+      }
+      if (active) store_row<T, VEC, L, S::NC>(y + t * a.y.st + h * a.y.sh, a.y.si, D, ln, v);
+      __syncwarp();  // the staging row is rewritten by the next row
+    }
+    __syncthreads();  // the table is rewritten by the next group
+  }
+}
+
+template <class T, int VEC, int L>
+__global__ void __launch_bounds__(plan::kNormRopeThreads) norm_rope_bwd(NormRopeArgs a, int tpi) {
+  using S = Shape<VEC, L>;
+  extern __shared__ float smem[];
+  const int D = a.D, R = a.R, half = R / 2;
+  float* tc = smem;
+  float* ts = tc + tpi * R;
+  float* stage = ts + tpi * R;
+  float* wsh = stage + S::P * D;
+  const int slot = threadIdx.x / L, ln = threadIdx.x % L;
+  float* mine = stage + slot * D;
+  const T* x = static_cast<const T*>(a.x.p);
+  const T* gy = static_cast<const T*>(a.gy.p);
+  T* dx = static_cast<T*>(a.dx.p);
+  fill_weight<T>(a, wsh);
+  float acc[S::E];
+#pragma unroll
+  for (int e = 0; e < S::E; ++e) acc[e] = 0.f;
+
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * tpi; t0 < a.tokens;
+       t0 += static_cast<int64_t>(gridDim.x) * tpi) {
+    const int ntok = static_cast<int>(min(static_cast<int64_t>(tpi), a.tokens - t0));
+    fill_table(a, t0, ntok, tc, ts);
+    __syncthreads();
+    const int rows = ntok * a.heads;
+    for (int qb = 0; qb < rows; qb += S::P) {
+      const int q = qb + slot;
+      const bool active = q < rows;
+      const int tt = active ? q / a.heads : 0, h = active ? q - tt * a.heads : 0;
+      const int64_t t = t0 + tt;
+      float n[S::E], g[S::E];
+      load_row<T, VEC, L, S::NC>(x + t * a.x.st + h * a.x.sh, a.x.si, D, ln, active, n);
+      load_row<T, VEC, L, S::NC>(gy + t * a.gy.st + h * a.gy.sh, a.gy.si, D, ln, active, g);
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) ss += n[e] * n[e];
+      ss = group_sum<L>(ss);
+      const float rstd = active ? rsqrtf(ss / D + a.eps) : 0.f;  // inactive rows: all zeros, never NaN
+      const float* c = tc + tt * R;
+      const float* s = ts + tt * R;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) {
+        const int col = (ln + (e / VEC) * L) * VEC + e % VEC;
+        n[e] *= rstd;
+        if (col < R) mine[col] = g[e] * s[col];  // u = g·sin, read by the rotation partner
+      }
+      __syncwarp();
+      float dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < S::E; ++e) {
+        const int col = (ln + (e / VEC) * L) * VEC + e % VEC;
+        if (col >= D) continue;
+        float dh = g[e];
+        if (col < R) dh = g[e] * c[col] + (col < half ? mine[col + half] : -mine[col - half]);
+        acc[e] += dh * n[e];
+        g[e] = dh * wsh[col];  // dn
+        dot += g[e] * n[e];
+      }
+      if (dx) {
+        dot = group_sum<L>(dot) / D;
+#pragma unroll
+        for (int e = 0; e < S::E; ++e) g[e] = rstd * (g[e] - n[e] * dot);
+        if (active) store_row<T, VEC, L, S::NC>(dx + t * a.dx.st + h * a.dx.sh, a.dx.si, D, ln, g);
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+  }
+  if (a.partial) {  // the block's slots summed in ascending order (the staging rows are free now)
+#pragma unroll
+    for (int e = 0; e < S::E; ++e) {
+      const int col = (ln + (e / VEC) * L) * VEC + e % VEC;
+      if (col < D) stage[slot * D + col] = acc[e];
+    }
+    __syncthreads();
+    for (int col = threadIdx.x; col < D; col += blockDim.x) {
+      float sum = 0.f;
+      for (int p = 0; p < S::P; ++p) sum += stage[p * D + col];
+      a.partial[static_cast<int64_t>(blockIdx.x) * D + col] = sum;
+    }
+  }
+}
+
+template <class T, int VEC, int L>
+void launch(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
+  const plan::NormRopeShape sh = plan::norm_rope_shape(a.D, a.heads, VEC);
+  const int tpi = sh.tokens_per_iteration;
+  const size_t smem = plan::norm_rope_smem_bytes(tpi, a.R, sh.rows_in_parallel, a.D);
+  if (forward) {
+    const auto blocks = static_cast<unsigned>(plan::row_blocks(a.tokens, tpi));
+    norm_rope_fwd<T, VEC, L><<<blocks, plan::kNormRopeThreads, smem, stream>>>(a, tpi);
+  } else {
+    norm_rope_bwd<T, VEC, L><<<static_cast<unsigned>(a.blocks), plan::kNormRopeThreads, smem, stream>>>(a, tpi);
+  }
+}
+
+template <class T>
+void dispatch(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
+  constexpr int V = kVec<T>;
+  const int lanes = plan::norm_rope_lanes(a.D, a.vec ? V : 1);
+  if (a.vec) {
+    if (lanes == 16)
+      launch<T, V, 16>(a, forward, stream);
+    else
+      launch<T, V, 32>(a, forward, stream);
+  } else {
+    if (lanes == 16)
+      launch<T, 1, 16>(a, forward, stream);
+    else
+      launch<T, 1, 32>(a, forward, stream);
+  }
+}
+
+void run(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
+  if (a.tokens == 0 || a.heads == 0) return;
+  switch (a.dtype) {
+    case DType::bf16:
+      dispatch<__nv_bfloat16>(a, forward, stream);
+      break;
+    case DType::fp16:
+      dispatch<__half>(a, forward, stream);
+      break;
+    case DType::fp32:
+      dispatch<float>(a, forward, stream);
+      break;
+  }
+}
+
+}  // namespace
+
+void launch_norm_rope_forward(const NormRopeArgs& a, cudaStream_t stream) { run(a, true, stream); }
+void launch_norm_rope_backward(const NormRopeArgs& a, cudaStream_t stream) { run(a, false, stream); }
+
+}  // namespace ax::fused_attn

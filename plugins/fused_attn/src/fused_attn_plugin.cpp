@@ -1,0 +1,39 @@
+// The fused_attn plugin: CUDA backends (sm_80+) of four core ops, each certified by the conformance suite
+// (docs/plugins/fused_attn.md):
+//   norm_rope  RMSNorm over head_dim + rotate-half RoPE in one launch each way (kernels/norm_rope.cu)
+//   rms_norm   residual add + RMSNorm (kernels/rms_norm.cu)
+//   swiglu     silu(gate)·up, gate/up views or one gate_up tensor (kernels/swiglu.cu)
+//   linear_ce  LM head + cross-entropy in chunks of tokens, logits never whole (linear_ce.cpp)
+// Weight gradients reduce over rows through fixed-size per-block partials summed in a fixed order: every
+// output is bitwise reproducible. No host synchronisation on any path, hence graph_safe.
+#include <axengine/plugin.hpp>
+
+#include "backends.hpp"
+
+// (Plain literals: a multi-line raw string inside a macro argument trips some preprocessors.)
+// clang-format off
+#define FUSED_ATTN_REQUIRES \
+  " \"graph_safe\": true," \
+  " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"fp32\", \"bf16\", \"fp16\"]}}"
+AXENGINE_PLUGIN_DESCRIPTOR(
+    "{\"name\": \"fused_attn\", \"version\": \"0.1.0\","
+    " \"summary\": \"fused CUDA kernels of the block's memory-bound ops: q/k norm + RoPE, residual RMSNorm, SwiGLU,"
+    " LM head + cross-entropy\","
+    " \"providers\": ["
+    "{\"kind\": \"kernel\", \"op\": \"norm_rope\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
+    "{\"kind\": \"kernel\", \"op\": \"rms_norm\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
+    "{\"kind\": \"kernel\", \"op\": \"swiglu\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES ","
+    "{\"kind\": \"kernel\", \"op\": \"linear_ce\", \"name\": \"fused_attn\"," FUSED_ATTN_REQUIRES "]}")
+// clang-format on
+
+AXENGINE_PLUGIN_REGISTER(reg) {
+  using namespace ax::fused_attn;
+  auto ctx = std::make_shared<Context>();
+  reg.kernel<ax::ops::NormRope>("fused_attn", make_norm_rope());
+  reg.kernel<ax::ops::RmsNorm>("fused_attn", make_rms_norm());
+  reg.kernel<ax::ops::Swiglu>("fused_attn", make_swiglu());
+  reg.kernel<ax::ops::LinearCe>("fused_attn", make_linear_ce(ctx));
+  reg.backend_options<Options>("fused_attn",
+                               "options of the fused_attn backends; docs/plugins/fused_attn.md, section Options",
+                               bind_options, [ctx](const Options& o) { ctx->options = o; });
+}
