@@ -28,3 +28,12 @@ if(AXENGINE_FUZZ)
   endif()
   add_compile_options("$<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>")
 endif()
+
+# AXENGINE_NO_UNDEFINED_LINK: the link option that makes a shared library or plugin resolve every symbol it uses in
+# itself and what it links. The core libraries and the project's plugins use it to prove their dependencies
+# point one way (docs/architecture.md, "Layers"). Empty under sanitizers or fuzzing: clang leaves the sanitizer
+# runtime out of shared libraries (its symbols come from the executable).
+set(AXENGINE_NO_UNDEFINED_LINK)
+if(NOT AXENGINE_SANITIZE AND NOT AXENGINE_FUZZ)
+  set(AXENGINE_NO_UNDEFINED_LINK -Wl,--no-undefined)
+endif()

@@ -39,20 +39,29 @@ def axengine_row(log, metrics, B, S):
 
 
 def profile_line(path):
-    """axengine's 'kernel launches: N; host-synchronising calls: M (inside K step scopes)', totals over the
-    profiled steps, and per step (divided by K)."""
+    """The profiler's per-scope counts (core/src/profile/profiler.cpp): the line
+    '    axengine::step: 3x, 4692 launches (1564.0 each), 0 host syncs' gives the kernel launches and host syncs
+    of one whole training step (forward, backward, clipping, optimizer). The host syncs of the loop's reading of
+    the previous step's results (scope axengine::read_step, outside the step) are reported beside them."""
     if not path:
         return {"line": None, "note": "not profiled (run.sh profiles the MoE model; PROFILE_DENSE=1 the dense one)"}
     try:
         text = open(path).read()
     except OSError:
         return {"line": None, "note": f"{path} missing: the profiled run failed"}
-    m = re.search(r"kernel launches: (\d+); host-synchronising calls: (\d+) \(inside (\d+) step scopes?\)", text)
+    scope = r"    axengine::{}: (\d+)x, (\d+) launches \(([\d.]+) each\), (\d+) host syncs"
+    m = re.search(scope.format("step"), text)
     if not m:
-        return {"line": None, "note": "this axengine's profile summary has no launch/sync line"}
-    n, s, k = map(int, m.groups())
-    return {"line": m.group(0), "kernel_launches_per_step": round(n / k) if k else None,
-            "host_syncs_per_step": round(s / k, 2) if k else None}
+        return {"line": None, "note": "this axengine's profile summary has no 'axengine::step' scope line"}
+    k, n, _, s = m.groups()
+    k, n, s = int(k), int(n), int(s)
+    out = {"line": m.group(0).strip(), "kernel_launches_per_step": round(n / k) if k else None,
+           "host_syncs_per_step": round(s / k, 2) if k else None}
+    r = re.search(scope.format("read_step"), text)
+    if r:
+        out["read_step_line"] = r.group(0).strip()
+        out["host_syncs_per_read_step"] = round(int(r.group(4)) / int(r.group(1)), 2) if int(r.group(1)) else None
+    return out
 
 
 def device_name():

@@ -1,9 +1,17 @@
-# The CTest guard (cmake -P): every doctest case of EXE has exactly one CTest entry of the same name in the
-# build tree BUILD_DIR, and no entry names a case that does not exist. Each entry itself fails unless it ran
-# exactly its case (tests/unit/main.cpp, --ax-expect), so together: every case runs, exactly once.
+# The CTest guard (cmake -P): every doctest case of EXE (one executable, or several separated by '|': the core
+# tests and each plugin's) has exactly one CTest entry of the same name in the build tree BUILD_DIR, and no
+# name is registered twice. Each entry itself fails unless it ran exactly its case (tests/unit/main.cpp,
+# --ax-expect), so together: every case runs, exactly once.
 # Prints the counts; the issue's "count printed by the guard".
 include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/AxDoctestList.cmake)
-ax_doctest_list(${EXE} ${BUILD_DIR} cases)
+string(REPLACE "|" ";" exes "${EXE}")
+set(cases)
+foreach(exe IN LISTS exes)
+  ax_doctest_list(${exe} ${BUILD_DIR} exe_cases)
+  list(LENGTH exe_cases n)
+  message(STATUS "${exe}: ${n} doctest cases")
+  list(APPEND cases ${exe_cases})
+endforeach()
 execute_process(COMMAND ${CTEST} --test-dir ${BUILD_DIR} -N OUTPUT_VARIABLE entries RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ctest -N failed in ${BUILD_DIR}")

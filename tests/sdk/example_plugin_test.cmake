@@ -1,6 +1,7 @@
 # CTest script (cmake -P): install this build to a temporary prefix, build examples/plugin_minimal OUT OF
 # TREE against it with find_package(axengine), and certify the result with the INSTALLED
-# `axengine conformance --plugin`. Proves the SDK (headers, axengine::core, AxTorch/AxPlugin) is complete.
+# `axengine conformance --plugin`. Proves the SDK (headers, axengine::core, AxTorch/AxPlugin) is complete, and
+# that the package exports all three libraries (axengine::core, axengine::conformance, axengine::builtins).
 # Inputs: BUILD_DIR SOURCE_DIR WORK_DIR PYTHON GENERATOR [LAUNCHER]
 foreach(v BUILD_DIR SOURCE_DIR WORK_DIR PYTHON GENERATOR)
   if(NOT DEFINED ${v})
@@ -20,10 +21,17 @@ endfunction()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f bin/axengine include/axengine/plugin.hpp include/axengine/ops/linear_lora.hpp
+foreach(f bin/axengine include/axengine/plugin.hpp include/axengine/ops/linear_lora.hpp include/axengine/op_conformance.hpp
+          lib/libaxengine.so lib/libaxengine_conformance.so lib/libaxengine_builtins.so
           lib/cmake/axengine/axengineConfig.cmake lib/cmake/axengine/AxPlugin.cmake lib/cmake/axengine/AxTorch.cmake)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "the install lacks ${f}")
+  endif()
+endforeach()
+file(READ ${prefix}/lib/cmake/axengine/axengineTargets.cmake targets)
+foreach(t core conformance builtins)
+  if(NOT targets MATCHES "add_library\\(axengine::${t} SHARED IMPORTED\\)")
+    message(FATAL_ERROR "the CMake package does not export axengine::${t}")
   endif()
 endforeach()
 

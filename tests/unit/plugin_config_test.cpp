@@ -2,7 +2,7 @@
 // then binds the whole config once, so a plugin's keys are held to the rules of core keys (types, locations,
 // unknown keys with the closest one), a table no loaded plugin owns is an error naming it, and the bound
 // options reach the backend. tests/plugins/loader/options_plugin.cpp is the plugin; scattermoe's own table
-// is checked too where it was built.
+// is checked with the plugin (plugins/scattermoe/tests/scattermoe_options_test.cpp).
 #include <doctest/doctest.h>
 
 #include <ATen/ATen.h>
@@ -122,37 +122,4 @@ TEST_CASE("plugin config: plugins list names the tables a plugin owns") {
   CHECK(contains(r.output, "[loaded] test_options 1.0.0"));
   CHECK(contains(r.output, "config table [kernels.options.test_options]"));
   CHECK(contains(r.output, "config table [test_options]"));
-}
-
-TEST_CASE("plugin config: scattermoe options are checked like core keys") {
-  const std::string so = std::string(AXENGINE_PLUGIN_DIR) + "/axengine_scattermoe.so";
-  if (!fs::exists(so)) {
-    MESSAGE("scattermoe was not built (no nvcc): its table is not checked here");
-    return;
-  }
-  TempDir dir;
-  auto r = validate(dir, "[kernels.options.scattermoe]\npth = \"split\"\n");
-  INFO(r.output);
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "run.toml:2:1: unknown key 'kernels.options.scattermoe.pth' (did you mean 'kernels.options.scattermoe.path'?)"));
-  r = validate(dir, "[kernels.options.scattermoe]\npath = \"splt\"\n");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "run.toml:2:8: 'kernels.options.scattermoe.path' is \"splt\", expected one of auto, fused, split, "
-                           "split_gmm (did you mean \"split\"?)"));
-  r = validate(dir, "[kernels.options.scattermoe]\ntile = \"64x12\"\n");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "run.toml:2:8: 'kernels.options.scattermoe.tile': unknown tile configuration '64x12'"));
-  CHECK(contains(r.output, "did you mean '64x128'?"));
-  r = validate(dir, "[kernels.options.scattermoe]\ntile = \"64x128,128x64\"\n");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "force the same kind of GEMM"));
-  r = validate(dir, "[kernels.options.scattermoe]\ntune = \"yes\"\n");
-  CHECK(r.exit_code == 2);
-  CHECK(contains(r.output, "'kernels.options.scattermoe.tune' must be true or false, not a string"));
-  r = validate(dir, "[kernels.options.scattermoe]\npath = \"split_gmm\"\ntile = \"64x128,gram128x32\"\ntune = true\n"
-                    "tuning_cache = \"tuning.json\"\n");
-  CHECK(contains(r.output, "[model] path is required"));  // bound; the run's own checks come next
-  CHECK_FALSE(contains(r.output, "kernels.options."));
-  r = run(axengine() + " plugins list");
-  CHECK(contains(r.output, "config table [kernels.options.scattermoe]"));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -323,10 +324,40 @@ at::Tensor DecoderModel::linear(const at::Tensor& x, const std::string& module) 
     at::Tensor xd = at::dropout(x.to(m->a.scalar_type()), p, true);
     return base + (at::matmul(at::matmul(xd, m->a.t()), m->b.t()) * m->scaling).to(base.scalar_type());
   }
-  args.lora_a = m->a.to(x.scalar_type());
-  args.lora_b = m->b.to(x.scalar_type());
+  std::tie(args.lora_a, args.lora_b) = lora_factors(*m);
   args.scaling = m->scaling;
   return autograd::linear_lora(op, std::move(args));
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::lora_factors(const LoraModule& m) const {
+  auto it = lora_cast_.find(&m);
+  if (it != lora_cast_.end()) return it->second;
+  return {m.a.to(dtype_), m.b.to(dtype_)};
+}
+
+// fp32 LoRA factors (lora.dtype = "fp32", peft's default) are cast to the compute dtype every forward. Cast
+// one by one that is a copy kernel per factor forward and another backward (~190 launches a step on the bench
+// MoE model); here all factors are concatenated (one kernel), cast (one) and split back into views, and the
+// backward is one concatenation of their gradients, one cast and views again (the split's backward). The
+// values are the same casts, bit for bit. Not used under activation checkpointing: a recomputed layer must
+// reach its parameters through its own graph, not through nodes of the outer one.
+void DecoderModel::cast_lora_factors() {
+  lora_cast_.clear();
+  if (lora_.modules.empty() || lora_.modules.front().a.scalar_type() == dtype_) return;
+  std::vector<at::Tensor> flat;
+  std::vector<int64_t> sizes;
+  for (const auto& m : lora_.modules)
+    for (const at::Tensor* t : {&m.a, &m.b}) {
+      if (t->scalar_type() != lora_.modules.front().a.scalar_type()) return;  // mixed: per-module casts
+      flat.push_back(t->reshape({-1}));
+      sizes.push_back(t->numel());
+    }
+  std::vector<at::Tensor> parts = at::split_with_sizes(at::cat(flat).to(dtype_), sizes);
+  std::size_t k = 0;
+  for (const auto& m : lora_.modules) {
+    at::Tensor a = parts[k++].view(m.a.sizes()), b = parts[k++].view(m.b.sizes());
+    lora_cast_[&m] = {std::move(a), std::move(b)};
+  }
 }
 
 at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu,
@@ -409,8 +440,7 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   };
   auto lora_args = [&](ops::MoeExpertsArgs& a, const std::string& module) {
     if (const LoraModule* m = lora_.find(module)) {
-      a.lora_a = m->a.to(x.scalar_type());
-      a.lora_b = m->b.to(x.scalar_type());
+      std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
       a.scaling = m->scaling;
     }
   };
@@ -506,6 +536,8 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
+  if (recompute) lora_cast_.clear();
+  else cast_lora_factors();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     if (!recompute) {
       h = layer(i, h, pos, cu, max_len, router_logits);

@@ -58,6 +58,10 @@ class DecoderModel : public Model {
   // without LoRA and nobody wants the logits; undefined when the op does not apply.
   at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);
   at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
+  // The LoRA factors in the compute dtype: {a, b} of module m, from this forward's batched cast
+  // (cast_lora_factors) when there is one, else cast here.
+  std::pair<at::Tensor, at::Tensor> lora_factors(const LoraModule& m) const;
+  void cast_lora_factors();
   // One decoder layer; appends the router logits of a MoE layer to router_logits.
   at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                    std::vector<at::Tensor>& router_logits);
@@ -71,6 +75,7 @@ class DecoderModel : public Model {
   WeightStats stats_;
   at::Tensor inv_freq_;
   LoraSet lora_;
+  std::map<const LoraModule*, std::pair<at::Tensor, at::Tensor>> lora_cast_;  // this forward's; see cast_lora_factors
   bool training_ = true;
   bool recompute_layers_ = false;
 };

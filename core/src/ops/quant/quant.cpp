@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
+#include "axengine/ops/quantizer.hpp"
 #include "axengine/strings.hpp"
 #include "ops/check.hpp"
 
@@ -332,6 +334,41 @@ at::Tensor dequantize(const WeightTensor& w, at::ScalarType dtype, const at::Ten
   blk.push_back(w.blocksize);
   at::Tensor out = (vals.reshape(blk) * scale.unsqueeze(-1)).reshape(vals.sizes());
   return out.movedim(-1, a).to(dtype).contiguous();
+}
+
+// The helpers of quantizer.hpp: mechanism a plugin quantizer calls (core/layers.cmake keeps this file in core).
+std::string quantize_misfit(const std::vector<int64_t>& shape, const QuantizeSpec& spec) {
+  if (shape.empty()) return "a scalar has no blocks";
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  switch (spec.format) {
+    case WeightFormat::dense: return "";
+    case WeightFormat::nf4:
+      if (numel % spec.blocksize != 0) return str(numel, " elements are not a multiple of blocksize ", spec.blocksize);
+      return "";
+    case WeightFormat::mxfp4:
+    case WeightFormat::nvfp4: {
+      const int64_t block = spec.format == WeightFormat::mxfp4 ? 32 : 16;
+      const int64_t n = static_cast<int64_t>(shape.size());
+      const int64_t axis = spec.axis < 0 ? spec.axis + n : spec.axis;
+      if (axis < 0 || axis >= n) return str("axis ", spec.axis, " is outside a ", n, "-dim tensor");
+      if (shape[static_cast<size_t>(axis)] % block != 0)
+        return str("dim ", axis, " (", shape[static_cast<size_t>(axis)], ") is not a multiple of ", block);
+      return "";
+    }
+  }
+  return "unknown format";
+}
+
+int64_t weight_bytes(const WeightTensor& w) {
+  int64_t total = 0;
+  std::set<const void*> seen;  // fields may share a storage
+  for (const at::Tensor* t : {&w.values, &w.codes, &w.scales, &w.nested_scales, &w.nested_code, &w.global_scale}) {
+    if (!t->defined()) continue;
+    const auto& st = t->storage();
+    if (seen.insert(st.data()).second) total += static_cast<int64_t>(st.nbytes());
+  }
+  return total;
 }
 
 }  // namespace ax::ops

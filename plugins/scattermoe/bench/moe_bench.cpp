@@ -18,7 +18,7 @@
 #include <axengine/engine.hpp>
 #include <axengine/error.hpp>
 
-#include "../core/cli/moe_block_bench.hpp"
+#include "moe_block_bench.hpp"  // core/cli: shared with `axengine bench moe`
 
 int main(int argc, char** argv) try {
   ax::bench::MoeBenchOptions opt;

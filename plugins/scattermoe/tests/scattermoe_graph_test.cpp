@@ -2,7 +2,7 @@
 // and replayed. Replays must give bitwise the eager results — also after new inputs AND a new routing are
 // copied into the captured tensors, which proves that routing is read on the device and that no value
 // was synchronised to the host at capture time (a host sync during capture fails the capture itself).
-// Built only with CUDA (plugins/scattermoe/CMakeLists.txt); skips without a GPU.
+// Built only with CUDA (plugins/scattermoe/tests/CMakeLists.txt); skips without a GPU.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/detail/CUDAHooksInterface.h>

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <string>
 
-// The cache and the heuristic are plain C++ compiled into the plugin; the plugin directory is only
-// configured when nvcc is found, so this test compiles their sources itself and runs on every build.
-#include "../../plugins/scattermoe/src/tile_heuristic.cpp"
-#include "../../plugins/scattermoe/src/tuning_cache.cpp"
+// The cache and the heuristic are plain C++ compiled into the plugin; the plugin itself needs nvcc, so the
+// test executable compiles these two sources itself (plugins/scattermoe/tests/CMakeLists.txt) and runs on every build.
 #include "axengine/crash_point.hpp"
+#include "tile_heuristic.hpp"
+#include "tuning_cache.hpp"
 #include "test_util.hpp"
 
 namespace sm = ax::scattermoe;

@@ -3,7 +3,7 @@
 // "threads" of every tile of every expert — fetch() then store(), aligned path and element-wise path,
 // forward (W_e) and dX (W_eᵀ) orientation, EKN and ENK, both tile widths — and each decoded tile must
 // equal ops::dequantize(w) rounded to bf16 bit for bit, with zeros outside the matrix. It cannot check
-// the kernel's pipelining (tests/unit/scattermoe_test.cpp does that on a GPU), only the index and bit
+// the kernel's pipelining (tests/scattermoe_test.cpp does that on a GPU), only the index and bit
 // arithmetic of decoding, which is where a format bug would hide.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,0 +1,2 @@
+// conformance including a built-ins header: a violation
+#include <axengine/builtins.hpp>

@@ -1,0 +1,2 @@
+// built-ins may include conformance: no violation
+#include "conformance/harness.hpp"
