@@ -162,7 +162,7 @@ TEST_CASE("op spec: a plugin defines a new op with its reference and its kernels
 
 TEST_CASE("op spec: the descriptor of an op-defining plugin is checked strictly") {
   auto parse = [](const std::string& providers) {
-    return ax::parse_descriptor(R"({"axengine_plugin": 1, "abi": "3.0", "fingerprint": {"torch": "2.11.0", "cuda": "none",)"
+    return ax::parse_descriptor(R"({"axengine_plugin": 1, "abi": "2.0", "fingerprint": {"torch": "2.11.0", "cuda": "none",)"
                                 R"( "compiler": "gcc 12", "cxx11_abi": "1"}, "plugin": {"name": "p", "version": "1",)"
                                 R"( "providers": [)" + providers + "]}}");
   };

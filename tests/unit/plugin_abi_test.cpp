@@ -223,12 +223,11 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "16/8: dx@0 dweight@8");
   CHECK(AX_LAYOUT(NormRopeBackwardArgs, AX_FIELD(grad_y) AX_FIELD(need_dx) AX_FIELD(need_dweight) AX_FIELD(out)) ==
         "32/8: grad_y@0 need_dx@8 need_dweight@9 out@16");
-  // ABI 3.0: a batch carries its next-token targets (built on the host, not in every forward).
   CHECK(AX_LAYOUT(Batch, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(position_ids) AX_FIELD(cu_seqlens)
-                             AX_FIELD(targets) AX_FIELD(max_seqlen) AX_FIELD(extras) AX_FIELD(cu_seqlens_host)
-                                 AX_FIELD(min_token_id) AX_FIELD(max_token_id)) ==
-        "120/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 targets@32 max_seqlen@40 extras@48 "
-        "cu_seqlens_host@96 min_token_id@104 max_token_id@112");
+                             AX_FIELD(max_seqlen) AX_FIELD(extras) AX_FIELD(cu_seqlens_host) AX_FIELD(min_token_id)
+                                 AX_FIELD(max_token_id)) ==
+        "112/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 max_seqlen@32 extras@40 cu_seqlens_host@88 "
+        "min_token_id@96 max_token_id@104");
   CHECK(AX_LAYOUT(ModelOutput, AX_FIELD(logits) AX_FIELD(loss) AX_FIELD(aux_loss)) ==
         "24/8: logits@0 loss@8 aux_loss@16");
   CHECK(AX_LAYOUT(LoraSpec, AX_FIELD(targets) AX_FIELD(r) AX_FIELD(alpha) AX_FIELD(dropout) AX_FIELD(rslora)

@@ -23,10 +23,6 @@ struct Batch {
   at::Tensor labels;        // [B, S] int64, -100 = ignored
   at::Tensor position_ids;  // [B, S] int64, restarting at 0 for every packed sample
   at::Tensor cu_seqlens;    // [n+1] int32 cumulative sample lengths over the flattened B*S tokens
-  // [B, S] int64: what each position predicts, next_token_targets(labels, position_ids). Optional: to()
-  // fills it in on the host when labels are there, so a forward does not rebuild it on the device each step.
-  // Derived data: whoever rewrites labels or position_ids of a moved batch in place rewrites it too.
-  at::Tensor targets;
   int64_t max_seqlen = 0;
   // Named extra inputs collated by the dataset type (DatasetType::collate): images, pixel values, grids,
   // per-token position ids of several axes... A model family reads the names it knows and ignores the
@@ -42,11 +38,6 @@ struct Batch {
   // `device`: from pinned host memory, non_blocking, so the copies overlap the previous step's work.
   Batch to(const at::Device& device) const;
 };
-
-// The causal-LM targets of HF's ForCausalLMLoss: labels [B, S] shifted left by one, -100 at the end of each
-// row and wherever the next token starts a packed sample (position 0: it is not predicted from the previous
-// sample). position_ids may be undefined (every row one sample). Same device as labels, int64.
-at::Tensor next_token_targets(const at::Tensor& labels, const at::Tensor& position_ids);
 
 struct ModelOutput {
   at::Tensor logits;    // [B, S, V] (may be left undefined when only the loss is asked for)

@@ -30,27 +30,12 @@ Batch Batch::to(const at::Device& device) const {
     b.min_token_id = b.input_ids.min().item<int64_t>();  // host tensors: no device involved
     b.max_token_id = b.input_ids.max().item<int64_t>();
   }
-  if (!b.targets.defined() && b.labels.defined() && b.labels.is_cpu() && b.labels.dim() == 2 &&
-      (!b.position_ids.defined() || (b.position_ids.is_cpu() && b.position_ids.sizes() == b.labels.sizes())))
-    b.targets = next_token_targets(b.labels, b.position_ids);  // on the host, once per batch
   b.input_ids = moved(b.input_ids, device);
   b.labels = moved(b.labels, device);
-  b.targets = moved(b.targets, device);
   b.position_ids = moved(b.position_ids, device);
   b.cu_seqlens = moved(b.cu_seqlens, device);
   for (auto& [name, t] : b.extras) t = moved(t, device);
   return b;
-}
-
-at::Tensor next_token_targets(const at::Tensor& labels, const at::Tensor& position_ids) {
-  const int64_t B = labels.size(0), S = labels.size(1);
-  at::Tensor lab = labels.to(at::kLong);
-  at::Tensor tgt = at::full({B, S}, -100, lab.options());
-  if (S < 2) return tgt;
-  tgt.narrow(1, 0, S - 1).copy_(lab.narrow(1, 1, S - 1));
-  if (position_ids.defined())
-    tgt.narrow(1, 0, S - 1).masked_fill_(position_ids.narrow(1, 1, S - 1).eq(0), -100);
-  return tgt;
 }
 
 std::map<std::string, at::Tensor> DatasetType::collate(const BatchLayout& layout) const {

@@ -94,6 +94,19 @@ at::Tensor expert_counts(const at::Tensor& expert_idx, int64_t E) {
   return at::zeros({E}, expert_idx.options().dtype(at::kLong)).scatter_add_(0, expert_idx, at::ones_like(expert_idx, at::kLong));
 }
 
+// The causal-LM targets [B, S]: labels shifted left by one, -100 at the end of each row and where the next
+// token starts a packed sample (position 0). Four kernels, no host sync. (Building them once per batch on the
+// host would need a Batch field: a plugin ABI major bump, not worth these launches.)
+at::Tensor next_token_targets(const at::Tensor& labels, const at::Tensor& position_ids) {
+  const int64_t B = labels.size(0), S = labels.size(1);
+  at::Tensor tgt = at::full({B, S}, -100, labels.options());
+  if (S < 2) return tgt;
+  at::Tensor head = tgt.narrow(1, 0, S - 1);
+  head.copy_(labels.narrow(1, 1, S - 1));
+  head.masked_fill_(position_ids.narrow(1, 1, S - 1).eq(0), -100);
+  return tgt;
+}
+
 std::string with_expert(std::string pattern, int64_t e) {
   auto pos = pattern.find("{e}");
   return pattern.replace(pos, 3, std::to_string(e));
@@ -495,8 +508,6 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   };
   same_shape(batch.labels, "labels");
   same_shape(batch.position_ids, "position_ids");
-  same_shape(batch.targets, "targets");
-  if (batch.targets.defined() && !batch.labels.defined()) throw UsageError("model forward: targets given without labels");
   // Validation reads host data only: what the batch recorded while it was on the CPU (make_batch,
   // Batch::to), or the tensors themselves when they are on the CPU. Only a device batch built without those
   // facts is read back, a host sync that stalls the GPU and cannot be captured in a CUDA graph.
@@ -547,12 +558,9 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   ModelOutput out;
   at::Tensor tgt;
   if (batch.labels.defined()) {
-    // HF's ForCausalLMLoss: labels shifted left by one (next_token_targets: -100 where the next token starts
-    // a packed sample), fp32 logits, mean over non-ignored targets. Batch::to built the targets on the host;
-    // a batch that did not go through it gets them here, on the device.
-    tgt = batch.targets.defined()
-              ? batch.targets.to(device_, at::kLong).reshape({T})
-              : next_token_targets(batch.labels.to(device_, at::kLong).reshape({B, S}), pos.reshape({B, S})).reshape({T});
+    // HF's ForCausalLMLoss: labels shifted left by one, fp32 logits, mean over non-ignored targets. A target
+    // that starts a packed sample (position 0) is not predicted from the previous sample.
+    tgt = next_token_targets(batch.labels.to(device_, at::kLong).reshape({B, S}), pos.reshape({B, S})).reshape({T});
   }
   // The LM head and the loss in one op (the [T, V] logits never exist whole) when only the loss is wanted.
   if (tgt.defined() && !want_logits) out.loss = fused_loss(h, tgt);
