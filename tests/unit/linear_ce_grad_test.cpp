@@ -144,12 +144,17 @@ TEST_CASE("linear_ce adapter: grad_in_forward exactly when a backward will follo
   at::Tensor h = leaf(h0);
   at::Tensor loss = autograd::linear_ce(spy, LinearCeArgs{h, w, tgt, -100, false});
   REQUIRE(spy->forward_flags == std::vector<bool>{true});
-  (loss * gl).sum().backward();
+  (loss * gl).sum().backward({}, /*retain_graph=*/true);
   CHECK(spy->backward_saved == std::vector<std::size_t>{1});
   LinearCeArgs plain{h0, w, tgt, -100, true};
   at::Tensor want = ref->backward(plain, {gl, ref->forward(plain).lse});
   CHECK(test::rel_err(h.grad(), want) < 1e-6);
   CHECK(test::rel_err(loss.detach(), ref->forward(plain).loss) < 1e-6);
+  // The unit gradient was released after its one use: a second backward through the retained graph
+  // recomputes, to the same gradient (accumulated: twice).
+  (loss * gl).sum().backward();
+  CHECK(spy->backward_saved == std::vector<std::size_t>{1, 0});
+  CHECK(test::rel_err(h.grad(), want * 2) < 1e-6);
 
   {  // evaluation: no grad mode, even for an h that requires grad
     at::NoGradGuard no_grad;

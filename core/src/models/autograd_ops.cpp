@@ -1,5 +1,6 @@
 #include "models/autograd_ops.hpp"
 
+#include <iterator>
 #include <optional>
 
 #include <ATen/core/grad_mode.h>
@@ -214,7 +215,10 @@ struct LinearCeFn : torch::autograd::Function<LinearCeFn> {
     ops::LinearCeBackwardArgs bwd;
     bwd.grad_loss = grads[0].contiguous();
     bwd.lse = st->saved[0];
-    bwd.saved.assign(st->saved.begin() + 1, st->saved.end());
+    // The unit gradient ([T, H]) is used once: released here rather than with the graph, after the whole
+    // backward. A second backward through a retained graph finds it gone and recomputes (same contract).
+    bwd.saved.assign(std::make_move_iterator(st->saved.begin() + 1), std::make_move_iterator(st->saved.end()));
+    st->saved.resize(1);
     return {st->op->backward(st->args, bwd), at::Tensor()};
   }
 };
