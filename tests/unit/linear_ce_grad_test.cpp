@@ -84,8 +84,8 @@ TEST_CASE("linear_ce grad_in_forward: aten's saved unit gradient gives the recom
     CHECK(at::equal(got.lse, base.lse));
     REQUIRE(got.saved.size() == 1);
     const at::Tensor unit = got.saved[0];
-    CHECK(unit.sizes() == h.sizes());
-    CHECK(unit.scalar_type() == h.scalar_type());
+    CHECK((unit.sizes() == h.sizes()));
+    CHECK((unit.scalar_type() == h.scalar_type()));
     CHECK(unit[0].abs().sum().item<float>() == 0.0f);
 
     LinearCeBackwardArgs b{gl, got.lse, got.saved};
@@ -124,9 +124,9 @@ TEST_CASE("linear_ce grad_in_forward: bf16 saved path within the contract tolera
   LinearCeArgs a{h, w, tgt, -100, true, true};
   auto r = op->forward(a);
   REQUIRE(r.saved.size() == 1);
-  CHECK(r.saved[0].scalar_type() == at::kBFloat16);
+  CHECK((r.saved[0].scalar_type() == at::kBFloat16));
   at::Tensor dh = op->backward(a, {gl, r.lse, r.saved});
-  CHECK(dh.scalar_type() == at::kBFloat16);
+  CHECK((dh.scalar_type() == at::kBFloat16));
   at::Tensor want = ref->backward(a, {gl, ref->forward(a).lse});
   CHECK(test::rel_err(dh.to(at::kFloat), want.to(at::kFloat)) < 2e-2);  // the bf16 backward tolerance
   CHECK(dh[5].abs().sum().item<float>() == 0.0f);
