@@ -171,7 +171,9 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
       {"saved_shape", "saved",
        [=](const Backend& be) { bwd(be, [&](auto& b) { b.saved = {at::zeros({s.T, s.H + 1}, good.h.options())}; }); }},
       {"saved_dtype", "saved",
-       [=](const Backend& be) { bwd(be, [&](auto& b) { b.saved = {at::zeros({s.T, s.H}, good.h.options().dtype(at::kDouble))}; }); }},
+       [=](const Backend& be) {
+         bwd(be, [&](auto& b) { b.saved = {at::zeros({s.T, s.H}, good.h.options().dtype(at::kDouble))}; });
+       }},
   };
 }
 
