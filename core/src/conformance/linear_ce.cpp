@@ -1,7 +1,10 @@
 // The conformance problems of linear_ce (docs/ops/linear_ce.md): loss, lse and dh against the reference,
 // with ignored targets (some, all, a custom ignore_index), rows whose target is the row's largest logit,
 // logits of ±30..40 (exp overflows fp16 and a naive bf16 sum), V no multiple of 8, T=1, a non-contiguous h;
-// determinism, repeat and bad input. The checks themselves are the suite's generic ones (suite.cpp).
+// determinism, repeat and bad input. Every problem also runs as training does: forward(grad_in_forward),
+// then backward with the forward's `saved` ("fwd+bwd/…/grad_in_forward": loss, lse and dh against the
+// reference, which ignores the flag and recomputes; a backend that ignores it passes the same way).
+// The checks themselves are the suite's generic ones (suite.cpp).
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/strings.hpp"
 #include "conformance/harness.hpp"
@@ -25,12 +28,14 @@ struct Variant {
   bool large = false;        // logits of about ±30..40
   bool noncontig = false;
   int64_t ignore_index = -100;
+  bool in_forward = false;  // forward with grad_in_forward, backward from its `saved`
   std::string name() const {
     std::vector<std::string> p{all_ignored ? "all_ignored" : ignore ? "ignore" : "targets"};
     if (ignore_index != -100) p.push_back(ax::str("ignore_index=", ignore_index));
     if (max_target) p.push_back("max_target");
     if (large) p.push_back("large_logits");
     if (noncontig) p.push_back("noncontig");
+    if (in_forward) p.push_back("grad_in_forward");
     return join(p, ",");
   }
 };
@@ -67,6 +72,7 @@ LinearCeArgs make_args(const Data& p, const Variant& v, at::ScalarType dt, at::D
   a.weight = p.w.to(dev, dt);
   a.targets = p.targets.to(dev);
   a.ignore_index = v.ignore_index;
+  a.grad_in_forward = v.in_forward;
   return a;
 }
 
@@ -98,6 +104,7 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
         LinearCeBackwardArgs bwd;
         bwd.grad_loss = grad;
         bwd.lse = r.lse;
+        bwd.saved = r.saved;  // empty unless grad_in_forward was asked for and honoured
         res.emplace_back("dh", op.backward(*args, bwd));
       }
       return res;
@@ -115,6 +122,19 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     };
   } else if (phase == "bwd") {
     p.compare = {{"dh", tol.backward}};
+  } else if (v.in_forward) {
+    // The training path: the forward's loss and lse come from another kernel path than the plain
+    // forward's, and dh from the saved unit gradient (one rounding more, within the same tolerance).
+    p.compare = {{"loss", tol.forward}, {"lse", tol.forward}, {"dh", tol.backward}};
+    p.extra = [](const Tensors& got, const Tensors& want) -> std::string {
+      at::Tensor zero = output(want, "loss").eq(0);
+      if (output(got, "loss").masked_select(zero).ne(0).any().item<bool>()) fail("loss must be exactly 0 at ignored targets");
+      // The reference's dh rows are exactly 0 at ignored targets only (structure, not cancellation).
+      at::Tensor zero_rows = output(want, "dh").ne(0).any(1).logical_not();
+      if (output(got, "dh").ne(0).any(1).logical_and(zero_rows).any().item<bool>())
+        fail("dh must be exactly 0 at ignored targets");
+      return "exact zeros at ignored targets";
+    };
   }
   return p;
 }
@@ -148,6 +168,12 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
        }},
       {"grad_loss_dtype", "grad_loss", [=](const Backend& be) { bwd(be, [](auto& b) { b.grad_loss = b.grad_loss.to(at::kHalf); }); }},
       {"lse_shape", "lse", [=](const Backend& be) { bwd(be, [](auto& b) { b.lse = b.lse.narrow(0, 0, 4); }); }},
+      {"saved_shape", "saved",
+       [=](const Backend& be) { bwd(be, [&](auto& b) { b.saved = {at::zeros({s.T, s.H + 1}, good.h.options())}; }); }},
+      {"saved_dtype", "saved",
+       [=](const Backend& be) {
+         bwd(be, [&](auto& b) { b.saved = {at::zeros({s.T, s.H}, good.h.options().dtype(at::kDouble))}; });
+       }},
   };
 }
 
@@ -168,12 +194,16 @@ void linear_ce_problems(Suite& suite) {
   for (const auto& dtype : suite.dtypes()) {
     for (std::size_t i = 0; i < shapes.size(); ++i)
       for (std::size_t j = 0; j < vs.size(); ++j)
-        for (const char* phase : {"fwd", "bwd"}) {
-          Problem p = problem(suite, phase, dtype, shapes[i], vs[j]);
+        for (const char* phase : {"fwd", "bwd", "fwd+bwd"}) {
+          Variant v = vs[j];
+          v.in_forward = std::string(phase) == "fwd+bwd";
+          Problem p = problem(suite, phase, dtype, shapes[i], v);
           p.graph = i == 0 && (j == 1 || j == 3);
           suite.accuracy(p);
         }
     suite.determinism(problem(suite, "fwd+bwd", dtype, {70, 128, 1003}, {.ignore = true, .large = true}));
+    suite.determinism(
+        problem(suite, "fwd+bwd", dtype, {70, 128, 1003}, {.ignore = true, .large = true, .in_forward = true}));
     suite.repeat(problem(suite, "fwd+bwd", dtype, {70, 128, 1003}, {.ignore = true}),
                  problem(suite, "fwd+bwd", dtype, {5, 64, 96}, {}));
     suite.bad_inputs(dtype, bad_inputs(suite, dtype));

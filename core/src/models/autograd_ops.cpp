@@ -1,7 +1,9 @@
 #include "models/autograd_ops.hpp"
 
+#include <iterator>
 #include <optional>
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace ax::autograd {
@@ -200,7 +202,10 @@ struct LinearCeFn : torch::autograd::Function<LinearCeFn> {
     st->args.weight = st->args.weight.detach();
     st->needs = {h.requires_grad()};
     auto r = st->op->forward(st->args);
-    st->saved = {r.lse};  // internal (not an output): no reference cycle through the state
+    // Internal (not outputs): no reference cycle through the state. saved[0] is lse, then the backend's
+    // own `saved` (the unit gradient when it honoured grad_in_forward).
+    st->saved = {r.lse};
+    st->saved.insert(st->saved.end(), r.saved.begin(), r.saved.end());
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     return r.loss;
   }
@@ -210,6 +215,10 @@ struct LinearCeFn : torch::autograd::Function<LinearCeFn> {
     ops::LinearCeBackwardArgs bwd;
     bwd.grad_loss = grads[0].contiguous();
     bwd.lse = st->saved[0];
+    // The unit gradient ([T, H]) is used once: released here rather than with the graph, after the whole
+    // backward. A second backward through a retained graph finds it gone and recomputes (same contract).
+    bwd.saved.assign(std::make_move_iterator(st->saved.begin() + 1), std::make_move_iterator(st->saved.end()));
+    st->saved.resize(1);
     return {st->op->backward(st->args, bwd), at::Tensor()};
   }
 };
@@ -237,6 +246,10 @@ at::Tensor linear_ce(const std::shared_ptr<ops::LinearCe>& op, ops::LinearCeArgs
   auto st = c10::make_intrusive<CeState>();
   st->op = op;
   at::Tensor h = args.h;
+  // A backward will follow exactly when autograd records this call: then the backend may compute the
+  // gradient while the logits exist (one GEMM less). Decided here, not in forward(), where apply() has
+  // already switched grad mode off. Evaluation (no grad mode, or a frozen h) pays no extra GEMM.
+  args.grad_in_forward = at::GradMode::is_enabled() && h.requires_grad();
   st->args = std::move(args);
   return LinearCeFn::apply(h, st);
 }

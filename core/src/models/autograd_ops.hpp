@@ -43,7 +43,8 @@ RmsNormOutput rms_norm(const std::shared_ptr<ops::RmsNorm>& op, ops::RmsNormArgs
 at::Tensor swiglu(const std::shared_ptr<ops::Swiglu>& op, ops::SwigluArgs args);
 
 // Per-token cross-entropy of the LM head h · Wᵀ: fp32 [T], 0 at ignored targets. h may require grad (W is
-// frozen).
+// frozen). args.grad_in_forward is set here, whatever the caller passed: on exactly when grad mode is on and
+// h requires grad (a backward is expected), so the backend may compute the gradient in the forward.
 at::Tensor linear_ce(const std::shared_ptr<ops::LinearCe>& op, ops::LinearCeArgs args);
 
 }  // namespace ax::autograd

@@ -48,6 +48,14 @@ void validate_backward(const LinearCeArgs& a, const LinearCeBackwardArgs& b) {
   check::shape(kOp, "lse", b.lse, {T});
   check::dtype(kOp, "lse", b.lse, st);
   check::same_device(kOp, "lse", b.lse, "h", a.h.device());
+  // The forward's unit gradient (ops/linear_ce.hpp): a mismatch means it came from another call.
+  if (!b.saved.empty()) {
+    if (b.saved.size() != 1)
+      check::fail(kOp, "saved", str("must hold the forward's one unit gradient, got ", b.saved.size(), " tensors"));
+    check::shape(kOp, "saved", b.saved[0], {T, a.h.size(1)});
+    check::dtype(kOp, "saved", b.saved[0], a.h.scalar_type());
+    check::same_device(kOp, "saved", b.saved[0], "h", a.h.device());
+  }
 }
 
 }  // namespace ax::ops

@@ -4,8 +4,10 @@
 //   fused_attn_bench [--iters 50] [--warmup 10] [--skip-linear-ce]
 //
 // (a) norm_rope q [1, 4096, 32, 128] bf16: fused vs reference vs eager (fp32 rms, ·w, rotate_half, cat)
-// (b) linear_ce T=4096, H=4096, V=151936 bf16: fused (chunked) vs unfused (bf16 logits [T, V], .float(),
-//     at::cross_entropy_loss; backward by the explicit softmax formula) — ms and peak memory of each
+// (b) linear_ce T=4096, H=4096, V=151936 bf16: fused (chunked) with the gradient in the forward
+//     (grad_in_forward: what training runs, 2 GEMMs) and with the recomputing backward (3 GEMMs) vs
+//     unfused (bf16 logits [T, V], .float(), at::cross_entropy_loss; backward by the explicit softmax
+//     formula, 2 GEMMs) — ms and peak memory of each
 // (c) rms_norm with residual [4096, 4096] and swiglu [4096, 12288] bf16 vs their eager composites
 // Times: CUDA events around each fwd+bwd on the current stream, median of --iters after --warmup.
 // The kernels are called through the backends' bodies (src/backends.hpp), the reference through the
@@ -132,7 +134,14 @@ json bench_linear_ce(const Timing& t) {
   const at::Tensor grad_loss = at::full({T}, 1.0 / T, bf.dtype(at::kFloat));
   const fa::Options opt;
 
-  auto fused = [&] {
+  ax::ops::LinearCeArgs in_fwd = a;
+  in_fwd.grad_in_forward = true;
+  auto fused = [&] {  // the training path: the autograd adapter sets grad_in_forward
+    ax::ops::LinearCeResult r = fa::linear_ce_forward(in_fwd, opt);
+    ax::ops::LinearCeBackwardArgs b{grad_loss, r.lse, r.saved};
+    fa::linear_ce_backward(in_fwd, b, opt);
+  };
+  auto fused_recompute = [&] {
     ax::ops::LinearCeResult r = fa::linear_ce_forward(a, opt);
     ax::ops::LinearCeBackwardArgs b{grad_loss, r.lse};
     fa::linear_ce_backward(a, b, opt);
@@ -149,11 +158,19 @@ json bench_linear_ce(const Timing& t) {
   json j;
   j["shape"] = "T=4096, H=4096, V=151936 bf16, fwd+bwd (dh)";
   j["chunk_rows"] = ax::fused_attn::plan::linear_ce_chunk_rows(T, V, 2, opt.linear_ce_chunk_mib << 20);
+  {  // the two fused paths agree to rounding (the conformance suite holds each to the reference)
+    ax::ops::LinearCeResult r = fa::linear_ce_forward(in_fwd, opt);
+    const at::Tensor d1 = fa::linear_ce_backward(in_fwd, {grad_loss, r.lse, r.saved}, opt).to(at::kFloat);
+    const at::Tensor d0 = fa::linear_ce_backward(a, {grad_loss, r.lse}, opt).to(at::kFloat);
+    j["dh_rel_diff_grad_in_forward_vs_recompute"] = ((d1 - d0).norm() / d0.norm()).item<double>();
+  }
   j["fused_ms"] = median_ms(t, fused);
+  j["fused_recompute_ms"] = median_ms(t, fused_recompute);
   j["unfused_ms"] = median_ms(t, unfused);
   j["fused_peak_extra_mib"] = static_cast<double>(peak_extra_bytes(fused)) / (1 << 20);
+  j["fused_recompute_peak_extra_mib"] = static_cast<double>(peak_extra_bytes(fused_recompute)) / (1 << 20);
   j["unfused_peak_extra_mib"] = static_cast<double>(peak_extra_bytes(unfused)) / (1 << 20);
-  return ratios(j, "fused_ms", {"unfused"});
+  return ratios(j, "fused_ms", {"fused_recompute", "unfused"});
 }
 
 json bench_rms_norm(const Timing& t) {

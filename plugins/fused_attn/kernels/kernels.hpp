@@ -91,14 +91,28 @@ struct CeArgs {
   DType dtype = DType::bf16;
   int64_t rows = 0, V = 0, t0 = 0;
   bool vec = false;
-  View2 logits;   // forward: read; backward: overwritten in place with the gradient
+  View2 logits;   // forward: read (and with unit_grad overwritten); backward: overwritten with the gradient
   View1 targets;  // int64 [T]
   int64_t ignore_index = -100;
   float* lse = nullptr;     // forward: written [T] contiguous
   float* loss = nullptr;    // forward: written [T] contiguous
+  bool unit_grad = false;   // forward: then overwrite the logits with softmax − onehot (grad_loss = 1)
   View1 lse_in, grad_loss;  // backward: fp32 [T]
 };
 void launch_ce_forward(const CeArgs& a, cudaStream_t stream);
 void launch_ce_backward(const CeArgs& a, cudaStream_t stream);
+
+// linear_ce's backward from the forward's unit gradient: dh[t] = round(grad_loss[t] · unit[t]) (fp32
+// multiply), rows at ignore_index exactly 0.
+struct CeScaleArgs {
+  DType dtype = DType::bf16;
+  int64_t rows = 0, H = 0;
+  bool vec = false;
+  View2 unit, dh;  // [rows, H]
+  View1 targets;   // int64 [rows]
+  int64_t ignore_index = -100;
+  View1 grad_loss;  // fp32 [rows]
+};
+void launch_ce_scale(const CeScaleArgs& a, cudaStream_t stream);
 
 }  // namespace ax::fused_attn
