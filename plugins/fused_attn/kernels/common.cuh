@@ -9,7 +9,26 @@
 
 #include "kernels.hpp"
 
-namespace ax::fused_attn::dev {
+namespace ax::fused_attn {
+
+// Calls f with a value of the element type `dt` names (host side: picks the kernel instantiation), e.g.
+//   with_element_type(a.dtype, [&](auto zero) { launch<decltype(zero)>(a, stream); });
+template <class F>
+void with_element_type(DType dt, F&& f) {
+  switch (dt) {
+    case DType::bf16:
+      f(__nv_bfloat16{});
+      break;
+    case DType::fp16:
+      f(__half{});
+      break;
+    case DType::fp32:
+      f(0.f);
+      break;
+  }
+}
+
+namespace dev {
 
 __device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -101,4 +120,5 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
-}  // namespace ax::fused_attn::dev
+}  // namespace dev
+}  // namespace ax::fused_attn

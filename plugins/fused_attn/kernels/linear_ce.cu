@@ -165,17 +165,7 @@ void dispatch(const CeArgs& a, bool forward, cudaStream_t stream) {
 
 void run(const CeArgs& a, bool forward, cudaStream_t stream) {
   if (a.rows == 0) return;
-  switch (a.dtype) {
-    case DType::bf16:
-      dispatch<__nv_bfloat16>(a, forward, stream);
-      break;
-    case DType::fp16:
-      dispatch<__half>(a, forward, stream);
-      break;
-    case DType::fp32:
-      dispatch<float>(a, forward, stream);
-      break;
-  }
+  with_element_type(a.dtype, [&](auto zero) { dispatch<decltype(zero)>(a, forward, stream); });
 }
 
 }  // namespace
@@ -193,17 +183,7 @@ void launch_ce_scale(const CeScaleArgs& a, cudaStream_t stream) {
     else
       ce_scale<T, 1><<<blocks, kScaleThreads, 0, stream>>>(a, a.H);
   };
-  switch (a.dtype) {
-    case DType::bf16:
-      go(__nv_bfloat16{});
-      break;
-    case DType::fp16:
-      go(__half{});
-      break;
-    case DType::fp32:
-      go(0.f);
-      break;
-  }
+  with_element_type(a.dtype, go);
 }
 
 }  // namespace ax::fused_attn

@@ -35,17 +35,9 @@ void launch_reduce_partials(const float* partial, int blocks, int64_t cols, DTyp
   if (cols == 0) return;
   const auto grid = static_cast<unsigned>((cols + kCols - 1) / kCols);
   const dim3 block(kCols, kGroups);
-  switch (dtype) {
-    case DType::bf16:
-      reduce_partials<__nv_bfloat16><<<grid, block, 0, stream>>>(partial, blocks, cols, out);
-      break;
-    case DType::fp16:
-      reduce_partials<__half><<<grid, block, 0, stream>>>(partial, blocks, cols, out);
-      break;
-    case DType::fp32:
-      reduce_partials<float><<<grid, block, 0, stream>>>(partial, blocks, cols, out);
-      break;
-  }
+  with_element_type(dtype, [&](auto zero) {
+    reduce_partials<decltype(zero)><<<grid, block, 0, stream>>>(partial, blocks, cols, out);
+  });
 }
 
 }  // namespace ax::fused_attn

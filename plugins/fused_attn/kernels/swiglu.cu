@@ -85,17 +85,7 @@ void dispatch(const SwigluArgs& a, bool forward, cudaStream_t stream) {
 
 void run(const SwigluArgs& a, bool forward, cudaStream_t stream) {
   if (a.rows == 0 || a.I == 0) return;
-  switch (a.dtype) {
-    case DType::bf16:
-      dispatch<__nv_bfloat16>(a, forward, stream);
-      break;
-    case DType::fp16:
-      dispatch<__half>(a, forward, stream);
-      break;
-    case DType::fp32:
-      dispatch<float>(a, forward, stream);
-      break;
-  }
+  with_element_type(a.dtype, [&](auto zero) { dispatch<decltype(zero)>(a, forward, stream); });
 }
 
 }  // namespace
