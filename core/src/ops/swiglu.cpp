@@ -21,6 +21,12 @@ std::vector<int64_t> out_shape(const SwigluArgs& a) {
 }
 }  // namespace
 
+std::pair<at::Tensor, at::Tensor> gate_and_up(const SwigluArgs& a) {
+  if (!a.gate_up.defined()) return {a.gate, a.up};
+  const int64_t I = a.gate_up.size(-1) / 2;
+  return {a.gate_up.narrow(-1, 0, I), a.gate_up.narrow(-1, I, I)};
+}
+
 void validate(const SwigluArgs& a) {
   const bool split = a.gate.defined() || a.up.defined();
   if (split && a.gate_up.defined()) check::fail(kOp, "gate_up", "give either gate and up or gate_up, not both");

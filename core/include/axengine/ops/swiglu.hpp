@@ -1,6 +1,8 @@
 // swiglu — the gated activation of SwiGLU MLPs: y = silu(gate) · up, silu(g) = g · sigmoid(g).
 // Contract: docs/ops/swiglu.md. Computed in fp32 and rounded once to the compute dtype.
 #pragma once
+#include <utility>
+
 #include <ATen/core/Tensor.h>
 
 #include "axengine/kernel_op.hpp"
@@ -26,6 +28,8 @@ struct SwigluBackwardArgs {
 };
 
 void validate(const SwigluArgs& args);
+// {gate, up} of either input form: the given tensors, or the two [*, I] halves (views) of gate_up.
+std::pair<at::Tensor, at::Tensor> gate_and_up(const SwigluArgs& args);
 void validate_backward(const SwigluArgs& args, const SwigluBackwardArgs& bwd);
 
 // Determinism: elementwise, so bitwise identical across identical calls.

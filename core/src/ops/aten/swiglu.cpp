@@ -10,16 +10,10 @@
 namespace ax::ops {
 namespace {
 
-std::pair<at::Tensor, at::Tensor> halves(const SwigluArgs& a) {
-  if (!a.gate_up.defined()) return {a.gate, a.up};
-  const int64_t I = a.gate_up.size(-1) / 2;
-  return {a.gate_up.narrow(-1, 0, I), a.gate_up.narrow(-1, I, I)};
-}
-
 class AtenSwiglu final : public Swiglu {
  protected:
   at::Tensor run_forward(const SwigluArgs& a) override {
-    auto [gate, up] = halves(a);
+    auto [gate, up] = gate_and_up(a);
     at::Tensor act = gate.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
     at::silu_(act);
     at::Tensor y = at::empty(gate.sizes(), gate.options());
@@ -27,7 +21,7 @@ class AtenSwiglu final : public Swiglu {
   }
 
   SwigluGrads run_backward(const SwigluArgs& a, const SwigluBackwardArgs& b) override {
-    auto [gate, up] = halves(a);
+    auto [gate, up] = gate_and_up(a);
     const int64_t I = gate.size(-1);
     at::Tensor gf = gate.to(at::kFloat);
     at::Tensor sig = at::sigmoid(gf);

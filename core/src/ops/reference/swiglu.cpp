@@ -10,22 +10,16 @@
 namespace ax::ops {
 namespace {
 
-std::pair<at::Tensor, at::Tensor> halves(const SwigluArgs& a) {
-  if (!a.gate_up.defined()) return {a.gate, a.up};
-  const int64_t I = a.gate_up.size(-1) / 2;
-  return {a.gate_up.narrow(-1, 0, I), a.gate_up.narrow(-1, I, I)};
-}
-
 class ReferenceSwiglu final : public Swiglu {
  protected:
   at::Tensor run_forward(const SwigluArgs& a) override {
-    auto [gate, up] = halves(a);
+    auto [gate, up] = gate_and_up(a);
     const auto ct = ref::compute_type(gate.scalar_type());
     return (at::silu(gate.to(ct)) * up.to(ct)).to(gate.scalar_type()).contiguous();
   }
 
   SwigluGrads run_backward(const SwigluArgs& a, const SwigluBackwardArgs& b) override {
-    auto [gate, up] = halves(a);
+    auto [gate, up] = gate_and_up(a);
     const auto dt = gate.scalar_type();
     const auto ct = ref::compute_type(dt);
     at::Tensor gf = gate.to(ct), uf = up.to(ct), g = b.grad_y.to(ct);
