@@ -89,13 +89,13 @@ TEST_CASE("nf4 plugin: loads and registers dequant, linear.lora and the nf4 quan
   CHECK(r.providers.size() == 3);
 }
 
-TEST_CASE("nf4: chunks are 4 Mi elements, whole multiples of 64 rows or columns, within the dimension") {
+TEST_CASE("nf4: chunks are 8 Mi elements, whole multiples of 128 rows or columns, within the dimension") {
   using ax::nf4::chunk_extent;
-  CHECK(chunk_extent(4096, 4096, ax::nf4::kChunkElems) == 1024);
-  CHECK(chunk_extent(12288, 4096, ax::nf4::kChunkElems) == 1024);
-  CHECK(chunk_extent(4096, 12288, ax::nf4::kChunkElems) == 320);  // 341 rounded down to 64s
-  CHECK(chunk_extent(100, 64, ax::nf4::kChunkElems) == 100);      // the whole dimension
-  CHECK(chunk_extent(1000, 1 << 24, ax::nf4::kChunkElems) == 64); // never below 64
+  CHECK(chunk_extent(4096, 4096, ax::nf4::kChunkElems) == 2048);
+  CHECK(chunk_extent(12288, 4096, ax::nf4::kChunkElems) == 2048);
+  CHECK(chunk_extent(4096, 12288, ax::nf4::kChunkElems) == 640);    // 682 rounded down to 128s
+  CHECK(chunk_extent(100, 64, ax::nf4::kChunkElems) == 100);        // the whole dimension
+  CHECK(chunk_extent(1000, 1 << 24, ax::nf4::kChunkElems) == 128);  // never below 128
 }
 
 TEST_CASE("nf4: the entry points refuse CPU tensors with a usage error") {
@@ -229,8 +229,8 @@ TEST_CASE("nf4 linear.lora (CUDA): chunked forward/backward agree with the aten 
       a.scaling = 2.0;
       ax::ops::LinearLoraBackwardArgs b;
       b.grad_y = at::randn({3, 11, N}, g, at::kFloat).to(o);
-      // 64 rows of K (5 chunks forward), 64 columns of N (3 chunks backward)
-      const int64_t small = 64 * K;
+      // 128 rows of K (3 chunks forward, the last short), 128 columns of N (2 chunks backward, the last short)
+      const int64_t small = 128 * K;
       const at::Tensor y = ax::nf4::linear_forward_chunked(a, small);
       const at::Tensor y1 = ax::nf4::linear_forward_chunked(a, int64_t{1} << 40);
       const at::Tensor y_ref = aten->forward(a);
