@@ -24,6 +24,9 @@ struct DequantLaunch {
   const float* nested_scales = nullptr;   // double quant
   float nested_offset = 0.0f;
   int64_t nested_blocksize = 256;
+  // log2 of nested_blocksize when it is a power of two (bitsandbytes always uses 256), else -1: a shift
+  // instead of a 64-bit division per item (the division alone made the double-quant path compute-bound).
+  int log2_nested_blocksize = 8;
   int log2_blocksize = 6;                 // blocksize is a power of two, 16..4096
   int64_t start = 0, count = 0;
   void* out = nullptr;

@@ -58,9 +58,11 @@ __global__ void quantize_nf4_kernel(QuantizeNf4Launch p) {
   if constexpr (kGroup > 32) {
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = m;
     __syncthreads();
-    m = partial[0];
+    // A 256-thread block holds 256 / kGroup quantisation blocks: reduce this thread's group's warps.
+    const int w0 = static_cast<int>(threadIdx.x) / kGroup * (kGroup / 32);
+    m = partial[w0];
 #pragma unroll
-    for (int w = 1; w < kGroup / 32; ++w) m = nan_max(m, partial[w]);
+    for (int w = 1; w < kGroup / 32; ++w) m = nan_max(m, partial[w0 + w]);
   }
   if (!valid) return;
   if (threadIdx.x % kGroup == 0) p.absmax[(t * kPer) >> p.log2_blocksize] = m;

@@ -40,6 +40,9 @@ DequantLaunch launch_args(const ops::WeightTensor& w, const at::Tensor& out, con
     // ops::dequantize adds the double to an fp32 tensor: ATen rounds the scalar to fp32 first.
     p.nested_offset = static_cast<float>(w.nested_offset);
     p.nested_blocksize = w.nested_blocksize;
+    p.log2_nested_blocksize = -1;
+    for (int k = 0; k < 62; ++k)
+      if ((int64_t{1} << k) == w.nested_blocksize) p.log2_nested_blocksize = k;
   } else {
     p.absmax = f.scales.data_ptr<float>();
   }
