@@ -18,6 +18,15 @@ namespace ax::nf4 {
 // need not be block-aligned (a chunk of rows of an [N, K] weight is a range).
 void dequantize_range(const ops::WeightTensor& w, int64_t start, const at::Tensor& out);
 
+// The selective form of dequant: out [S, shape[1:]...] (contiguous, on w's device) = w[experts] for int64
+// experts [S] on w's device, in one launch that reads the ids on the device (no host sync: graph-safe).
+// Each expert's element count must be a multiple of the blocksize; the ids are not range-checked here.
+void dequantize_experts(const ops::WeightTensor& w, const at::Tensor& experts, const at::Tensor& out);
+
+// Columns [k0, k0 + out.size(1)) of a 2-dim nf4 weight [N, K] into out [N, kc] (contiguous, on w's device,
+// fp32/bf16/fp16): the operand of a GEMM over a block of K. Bit-exact like dequantize_range.
+void dequantize_columns(const ops::WeightTensor& w, int64_t k0, const at::Tensor& out);
+
 // ops::quantize_nf4(w, blocksize, double_quant) for a CUDA tensor `w` (fp32/bf16/fp16): the packed fields
 // equal those of the reference on the same device bit for bit.
 ops::WeightTensor quantize(const at::Tensor& w, int64_t blocksize, bool double_quant);
