@@ -55,7 +55,12 @@ class Dequantize(unittest.TestCase):
         for device, dtype, dq, bs in itertools.product(devices, DTYPES, (False, True), (64, 128, 256)):
             with self.subTest(device=device, dtype=dtype, double_quant=dq, blocksize=bs):
                 x = torch.randn(96, 160, generator=g).to(dtype).to(device)
-                codes, state = bnbf.quantize_4bit(x, blocksize=bs, quant_type="nf4", compress_statistics=dq)
+                try:
+                    codes, state = bnbf.quantize_4bit(x, blocksize=bs, quant_type="nf4", compress_statistics=dq)
+                except Exception as e:  # e.g. a bnb wheel without kernels for this CUDA: bnb's problem, not ours
+                    if device == "cpu":
+                        raise
+                    self.skipTest(f"bitsandbytes cannot quantise on {device} here ({e})")
                 w = Weight.from_bnb(codes, state)
                 got = ops.nf4_dequantize(dtype=dtype, **w.kwargs())
                 self.assertTrue(torch.equal(got, bnbf.dequantize_4bit(codes, state)), "differs from bitsandbytes")

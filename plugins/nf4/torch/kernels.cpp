@@ -4,6 +4,7 @@
 // host synchronisation, so a call can be captured in a CUDA graph. Shapes and fields are checked by core's
 // validators (ops::validate_weight, ops::validate), whose messages name the argument at fault.
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "axengine/ops/linear_lora.hpp"
@@ -116,6 +117,7 @@ at::Tensor dequantize_kernel(const at::Tensor& codes, const at::Tensor& absmax, 
                              int64_t blocksize, at::ScalarType dtype, const OptTensor& nested_absmax,
                              const OptTensor& nested_code, double offset, int64_t nested_blocksize) {
   const c10::DeviceGuard guard(codes.device());
+  const at::AutoDispatchBelowADInplaceOrView plain;  // see linear_kernel
   return dequantized(weight_of(codes, absmax, shape, blocksize, nested_absmax, nested_code, offset, nested_blocksize),
                      dtype);
 }
@@ -125,6 +127,9 @@ at::Tensor linear_kernel(const at::Tensor& x, const at::Tensor& codes, const at:
                          const OptTensor& nested_code, double offset, int64_t nested_blocksize,
                          const OptTensor& bias, const OptTensor& lora_a, const OptTensor& lora_b, double scaling) {
   const c10::DeviceGuard guard(x.device());
+  // The ATen calls below compute values, never a graph: nf4_linear_backward has no Autograd kernel, and a
+  // direct call with tensors that require grad would otherwise reach out= variants under autograd.
+  const at::AutoDispatchBelowADInplaceOrView plain;
   const ops::LinearLoraArgs a = linear_args(
       x, weight_of(codes, absmax, shape, blocksize, nested_absmax, nested_code, offset, nested_blocksize), bias,
       lora_a, lora_b, scaling);
@@ -137,6 +142,7 @@ Grads linear_backward_kernel(const at::Tensor& grad_y, const at::Tensor& x, cons
                              int64_t nested_blocksize, const OptTensor& lora_a, const OptTensor& lora_b,
                              double scaling, std::array<bool, 2> output_mask) {
   const c10::DeviceGuard guard(x.device());
+  const at::AutoDispatchBelowADInplaceOrView plain;  // see linear_kernel
   const ops::LinearLoraArgs a = linear_args(
       x, weight_of(codes, absmax, shape, blocksize, nested_absmax, nested_code, offset, nested_blocksize),
       std::nullopt, lora_a, lora_b, scaling);
