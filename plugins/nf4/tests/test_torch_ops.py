@@ -66,14 +66,25 @@ class Dequantize(unittest.TestCase):
                 self.assertTrue(torch.equal(got, bnbf.dequantize_4bit(codes, state)), "differs from bitsandbytes")
 
     def test_bad_arguments(self):
-        w = Weight.random([64, 128], 64, True)
-        kw = w.kwargs()
-        with self.assertRaisesRegex(RuntimeError, "nested_absmax and nested_code"):
-            ops.nf4_dequantize(dtype=torch.float32, **{**kw, "nested_code": None})
-        with self.assertRaisesRegex(RuntimeError, "blocksize"):
-            ops.nf4_dequantize(dtype=torch.float32, **{**kw, "blocksize": 48})
-        with self.assertRaisesRegex(RuntimeError, "codes"):
-            ops.nf4_dequantize(dtype=torch.float32, **{**kw, "codes": w.codes[:10]})
+        """On CPU (core's validators) and on meta tensors (the Meta kernel: what a trace meets)."""
+        for device in ("cpu", "meta"):
+            w = Weight.random([64, 128], 64, True, device=device)
+            kw = w.kwargs()
+            with self.subTest(device=device):
+                with self.assertRaisesRegex(RuntimeError, "nested_absmax and nested_code"):
+                    ops.nf4_dequantize(dtype=torch.float32, **{**kw, "nested_code": None})
+                with self.assertRaisesRegex(RuntimeError, "blocksize"):
+                    ops.nf4_dequantize(dtype=torch.float32, **{**kw, "blocksize": 48})
+                with self.assertRaisesRegex(RuntimeError, "codes"):
+                    ops.nf4_dequantize(dtype=torch.float32, **{**kw, "codes": w.codes[:10]})
+                with self.assertRaisesRegex(RuntimeError, "absmax"):
+                    ops.nf4_dequantize(dtype=torch.float32, **{**kw, "absmax": w.absmax.float()})
+                x = torch.zeros(3, 100, device=device)
+                with self.assertRaisesRegex(RuntimeError, "features|K = "):
+                    ops.nf4_linear(x, **kw)
+                x = torch.zeros(3, 128, device=device)
+                with self.assertRaisesRegex(RuntimeError, "lora"):
+                    ops.nf4_linear(x, **kw, lora_a=torch.zeros(4, 128, device=device))
 
     def opcheck_on(self, device):
         for shape, bs, dq, nbs in WEIGHTS:

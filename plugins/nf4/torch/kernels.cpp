@@ -1,8 +1,9 @@
 // CPU and CUDA kernels of the axengine::nf4_* operators (ops.hpp). CPU runs core's reference: ops::dequantize,
 // and for the linear the ATen math of core/src/ops/aten/linear_lora.cpp on the dequantised weight. CUDA runs
 // the plugin's kernels (nf4.hpp) — the ones the engine's nf4 backends use — on the current stream, with no
-// host synchronisation, so a call can be captured in a CUDA graph. Shapes and fields are checked by core's
-// validators (ops::validate_weight, ops::validate), whose messages name the argument at fault.
+// host synchronisation, so a call can be captured in a CUDA graph. Arguments are checked as the Meta kernels
+// check them (checks.cpp), then by core's validators (ops::validate_weight, ops::validate) as every caller of
+// core is.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/DeviceGuard.h>
@@ -37,6 +38,7 @@ bool fused(const at::Tensor& x) {
 
 ops::LinearLoraArgs linear_args(const at::Tensor& x, ops::WeightTensor w, const OptTensor& bias,
                                 const OptTensor& lora_a, const OptTensor& lora_b, double scaling) {
+  check_linear(x, c10::fromIntArrayRefSlow(w.shape), bias, lora_a, lora_b);
   ops::LinearLoraArgs a;
   a.x = x.contiguous();  // the fused kernels read rows of K; a no-op for the usual contiguous activations
   a.weight = std::move(w);
@@ -95,15 +97,14 @@ ops::LinearLoraGrads aten_backward(const ops::LinearLoraArgs& a, const ops::Line
 ops::WeightTensor weight_of(const at::Tensor& codes, const at::Tensor& absmax, c10::IntArrayRef shape,
                             int64_t blocksize, const OptTensor& nested_absmax, const OptTensor& nested_code,
                             double offset, int64_t nested_blocksize) {
+  check_weight(codes, absmax, c10::fromIntArrayRefSlow(shape), blocksize, nested_absmax, nested_code,
+               nested_blocksize);
   ops::WeightTensor w;
   w.format = ops::WeightFormat::nf4;
   w.shape = shape.vec();
   w.codes = codes;
   w.scales = absmax;
   w.blocksize = blocksize;
-  TORCH_CHECK(nested_absmax.has_value() == nested_code.has_value(),
-              "axengine nf4: a double-quantised weight needs both nested_absmax and nested_code (bnb's "
-              "quant_state.state2.absmax and .code); got only ", nested_absmax ? "nested_absmax" : "nested_code");
   if (nested_absmax) {
     w.nested_scales = *nested_absmax;
     w.nested_code = *nested_code;
@@ -118,6 +119,7 @@ at::Tensor dequantize_kernel(const at::Tensor& codes, const at::Tensor& absmax, 
                              const OptTensor& nested_code, double offset, int64_t nested_blocksize) {
   const c10::DeviceGuard guard(codes.device());
   const at::AutoDispatchBelowADInplaceOrView plain;  // see linear_kernel
+  check_out_dtype(dtype);
   return dequantized(weight_of(codes, absmax, shape, blocksize, nested_absmax, nested_code, offset, nested_blocksize),
                      dtype);
 }

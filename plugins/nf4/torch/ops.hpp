@@ -33,6 +33,14 @@ ops::WeightTensor weight_of(const at::Tensor& codes, const at::Tensor& absmax, c
                             int64_t blocksize, const OptTensor& nested_absmax, const OptTensor& nested_code,
                             double offset, int64_t nested_blocksize);
 
+// Argument checks (checks.cpp), run by every kernel: TORCH_CHECK failures naming the operator's arguments.
+void check_weight(const at::Tensor& codes, const at::Tensor& absmax, c10::SymIntArrayRef shape, int64_t blocksize,
+                  const OptTensor& nested_absmax, const OptTensor& nested_code, int64_t nested_blocksize);
+// x [*, K] against the [N, K] weight; bias, lora_a, lora_b (optional) in x's dtype.
+void check_linear(const at::Tensor& x, c10::SymIntArrayRef shape, const OptTensor& bias, const OptTensor& lora_a,
+                  const OptTensor& lora_b);
+void check_out_dtype(at::ScalarType dtype);  // nf4_dequantize's dtype
+
 // nf4_dequantize: the whole weight, shape `shape`, dtype `dtype`, on codes' device.
 at::Tensor dequantize_kernel(const at::Tensor& codes, const at::Tensor& absmax, c10::IntArrayRef shape,
                              int64_t blocksize, at::ScalarType dtype, const OptTensor& nested_absmax,
