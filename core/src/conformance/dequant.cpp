@@ -153,7 +153,7 @@ void large_case(Suite& suite, const std::string& dtype) {
 void dequant_problems(Suite& suite) {
   weight_cache().clear();
   std::vector<std::string> variants;
-  for (const char* v : {"nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"})
+  for (const char* v : {"nf4", "nf4-dq", "nf4-b16", "nf4-dq-b32", "mxfp4", "nvfp4", "nvfp4-pe"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   for (const auto& dtype : suite.dtypes()) {
     for (const auto& variant : variants) {

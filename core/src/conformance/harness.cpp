@@ -189,6 +189,9 @@ ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& v, int64
   if (v == "dense") return ops::WeightTensor::dense(w32.to(dtype));
   if (v == "nf4") return ops::quantize_nf4(w32, 64, false);
   if (v == "nf4-dq") return ops::quantize_nf4(w32, 64, true);
+  // Other blocksizes (bitsandbytes allows powers of two 16..4096): a kernel that assumes 64 fails these.
+  if (v == "nf4-b16") return ops::quantize_nf4(w32, 16, false);
+  if (v == "nf4-dq-b32") return ops::quantize_nf4(w32, 32, true);
   if (v == "mxfp4") return ops::quantize_mxfp4(w32, axis);
   if (v == "nvfp4") return ops::quantize_nvfp4(w32, axis, false);
   if (v == "nvfp4-pe") return ops::quantize_nvfp4(w32, axis, true);

@@ -53,7 +53,7 @@ void check_args(const ops::LinearLoraArgs& a, const char* fn) {
 
 int64_t chunk_extent(int64_t dim, int64_t other, int64_t chunk_elems) {
   int64_t e = chunk_elems / std::max<int64_t>(other, 1);
-  e = std::max<int64_t>(64, e / 64 * 64);
+  e = std::max<int64_t>(128, e / 128 * 128);
   return std::min(e, dim);
 }
 
