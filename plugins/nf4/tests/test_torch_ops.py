@@ -4,6 +4,11 @@ shapes), values against a direct torch implementation of bnb's algorithm (and bi
 imports), and nf4_linear's gradients against torch.autograd on the reference. CPU always; the same on
 CUDA when there is a GPU (skipped with a message otherwise)."""
 import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import torch
@@ -99,6 +104,23 @@ class Dequantize(unittest.TestCase):
     @unittest.skipIf(CUDA_SKIP, CUDA_SKIP)
     def test_opcheck_cuda(self):
         self.opcheck_on("cuda")
+
+
+class Loading(unittest.TestCase):
+    def test_second_copy(self):
+        """A second copy of the .so (another path) loads with a warning instead of aborting the process at
+        its static registration, and the operators keep working."""
+        lib = os.environ["AXENGINE_NF4_LIBRARY"]
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = os.path.join(tmp, "axengine_nf4.so")
+            shutil.copy(lib, copy)
+            script = ("import torch; torch.ops.load_library(%r); torch.ops.load_library(%r); "
+                      "print(torch.ops.axengine.nf4_dequantize(torch.full((32,), 0xF0, dtype=torch.uint8), "
+                      "torch.ones(1), [64], 64, torch.float32)[:2].tolist())" % (lib, copy))
+            run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("already registered", run.stderr)
+        self.assertEqual(run.stdout.strip(), "[1.0, -1.0]")  # high nibble first: code 15 (1.0), then 0 (-1.0)
 
 
 class Linear(unittest.TestCase):
