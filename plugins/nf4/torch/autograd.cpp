@@ -59,7 +59,8 @@ class Nf4LinearFunction : public torch::autograd::Function<Nf4LinearFunction> {
     ctx->saved_data["nested_blocksize"] = nested_blocksize;
     ctx->saved_data["scaling"] = scaling;
 
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("axengine::nf4_linear", "").typed<LinearSig>();
+    static const auto op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("axengine::nf4_linear", "").typed<LinearSig>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return op.call(x, codes, absmax, shape, blocksize, nested_absmax, nested_code, offset, nested_blocksize, bias,
                    lora_a, lora_b, scaling);
