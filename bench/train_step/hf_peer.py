@@ -237,7 +237,8 @@ def main():
         except Exception as e:  # ImportError, or a broken native library: either way no QLoRA peer here
             reason = f"bitsandbytes is not importable ({type(e).__name__}: {e}); the HF QLoRA peer is skipped"
             print(f"hf_peer: {reason}", flush=True)
-            json.dump({"rows": [], "skipped": reason, "qlora": True}, open(args.out, "w"), indent=1)
+            json.dump({"rows": [], "skipped": reason, "qlora": True, "batch": [c["batch"], c["seq_len"]]},
+                      open(args.out, "w"), indent=1)
             return
 
     t = time.perf_counter()
