@@ -111,8 +111,8 @@ def bnb_config(c, double_quant):
 def base_stats(model):
     """The frozen base as it sits in memory, counted as axengine's `base weights` line counts it: parameters in
     total and in bnb 4-bit (logical counts: a 4-bit [N, K] weight is N*K), and the bytes of every tensor that
-    holds them (packed codes, absmax, the nested absmax and its fp32 scales, code tables, offsets; storages
-    shared between tensors, like bnb's cached code table, once)."""
+    holds them (packed codes, absmax, the nested absmax and its fp32 scales, code tables, offsets; a storage
+    shared between tensors once, so tied weights count once)."""
     import bitsandbytes as bnb
     seen = set()
 
