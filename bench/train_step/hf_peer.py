@@ -6,6 +6,17 @@ max_grad_norm) and trains the model as an HF user would: transformers (bf16, att
 MoE experts "grouped_mm") + peft LoRA + fused torch AdamW + clip_grad_norm_. Variants: eager, and
 torch.compile of each decoder layer. Writes a JSON of rows to --out.
 
+--qlora: the QLoRA peer of axengine's `model.weight_format = "nf4"` run. transformers loads the model with
+bitsandbytes (BitsAndBytesConfig load_in_4bit, nf4, double quant as --double-quant, blocksize 64, compute
+dtype = the config's dtype): every nn.Linear but lm_head becomes a bnb Linear4bit, which is exactly the set
+axengine packs on a dense model (embeddings, lm_head and norms stay bf16 on both). On a transformers-5 MoE
+model the experts are fused nn.Parameters, not nn.Linear, so bnb leaves them (and the router) in bf16: only
+attention is 4-bit there, and the row's `base` says how many parameters that is. peft's
+prepare_model_for_kbit_training is deliberately NOT called: it casts every non-quantised parameter (norms,
+embeddings, lm_head) to fp32 and turns on gradient checkpointing, neither of which axengine's run does; the
+LoRA adapters are fp32 on both sides (peft's autocast_adapter_dtype). If bitsandbytes cannot be imported the
+peer says so, writes a JSON with no rows and a `skipped` reason, and exits 0.
+
 Batches: axengine's own packed rows (packed_rows.py), fed as [B, S] input_ids + labels + position_ids that
 restart at 0 per sample. transformers then builds a block-diagonal causal mask from the position_ids
 (masking_utils.find_packed_sequence_indices), so every sample attends only to itself, as in axengine's
@@ -14,7 +25,8 @@ masked (memory-efficient) kernel; a plain causal [B, S] batch would let samples 
 not the same computation.
 
 usage: hf_peer.py CONFIG.toml --out peer.json [--variants eager,compile] [--device cuda] [--warmup 5] [--steps N]
-       [--max-warmup 25] [--model DIR --data JSONL --seq-len N --batch N]   (overrides, for a small test on CPU)
+       [--max-warmup 25] [--qlora [--double-quant 0|1]]
+       [--model DIR --data JSONL --seq-len N --batch N]   (overrides, for a small test on CPU)
 """
 import argparse
 import json
@@ -86,13 +98,60 @@ def lora_config(c, is_moe):
                       bias="none", task_type="CAUSAL_LM", **kw)
 
 
-def load_model(c, device):
+def bnb_config(c, double_quant):
+    """bitsandbytes 4-bit as axengine's weight_format = "nf4" packs: nf4 codes, blocks of 64 (bnb's fixed 4-bit
+    blocksize, axengine's default quant_blocksize), absmax double-quantised or not, the compute in the
+    config's dtype. transformers keeps lm_head out by default (its modules_to_not_convert), as axengine does."""
+    import transformers
+    return transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                           bnb_4bit_use_double_quant=double_quant, bnb_4bit_compute_dtype=c["dtype"],
+                                           bnb_4bit_quant_storage=torch.uint8)
+
+
+def base_stats(model):
+    """The frozen base as it sits in memory, counted as axengine's `base weights` line counts it: parameters in
+    total and in bnb 4-bit (logical counts: a 4-bit [N, K] weight is N*K), and the bytes of every tensor that
+    holds them (packed codes, absmax, the nested absmax and its fp32 scales, code tables, offsets; a storage
+    shared between tensors once, so tied weights count once)."""
+    import bitsandbytes as bnb
+    seen = set()
+
+    def nbytes(t):
+        if t is None or not torch.is_tensor(t):
+            return 0
+        key = (t.device, t.untyped_storage().data_ptr())
+        if key in seen:
+            return 0
+        seen.add(key)
+        return t.untyped_storage().nbytes()
+
+    params = packed = total = packed_bytes = 0
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            continue
+        qs = p.quant_state if isinstance(p, bnb.nn.Params4bit) else None
+        if qs is None:
+            params, total = params + p.numel(), total + nbytes(p)
+            continue
+        b = nbytes(p) + nbytes(qs.absmax) + nbytes(qs.code) + nbytes(getattr(qs, "offset", None))
+        if qs.nested:
+            b += nbytes(qs.state2.absmax) + nbytes(qs.state2.code)
+        n = qs.shape.numel()
+        params, packed, total, packed_bytes = params + n, packed + n, total + b, packed_bytes + b
+    return {"format": "bnb nf4", "params": params, "packed_params": packed, "bytes": total,
+            "bytes_per_param": round(total / params, 4) if params else None,
+            "packed_bytes_per_param": round(packed_bytes / packed, 4) if packed else None}
+
+
+def load_model(c, device, qlora=False, double_quant=True):
     import transformers
     from peft import get_peft_model
 
     mcfg = json.load(open(os.path.join(c["model"], "config.json")))
     is_moe = bool(mcfg.get("num_experts") or mcfg.get("num_local_experts"))
     kw = {"experts_implementation": "grouped_mm"} if is_moe else {}
+    if qlora:
+        kw["quantization_config"] = bnb_config(c, double_quant)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         c["model"], dtype=c["dtype"], attn_implementation="sdpa", device_map=device, **kw)
     model.config.use_cache = False
@@ -158,6 +217,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, help="timed steps (default: the config's max_steps - warmup, as axengine)")
     ap.add_argument("--max-warmup", type=int, default=25, help="warm-up steps at most, waiting for compiles to end")
+    ap.add_argument("--qlora", action="store_true", help="the base in bitsandbytes nf4 (HF + peft + bitsandbytes QLoRA)")
+    ap.add_argument("--double-quant", type=int, choices=(0, 1), default=1,
+                    help="with --qlora: bnb_4bit_use_double_quant, as axengine's model.double_quant")
     ap.add_argument("--model")
     ap.add_argument("--data")
     ap.add_argument("--seq-len", type=int)
@@ -169,6 +231,15 @@ def main():
     if steps <= 0:
         sys.exit("hf_peer: no timed steps (give --steps, or a config with max_steps > --warmup)")
     torch.manual_seed(c["seed"])
+    if args.qlora:
+        try:
+            import bitsandbytes
+        except Exception as e:  # ImportError, or a broken native library: either way no QLoRA peer here
+            reason = f"bitsandbytes is not importable ({type(e).__name__}: {e}); the HF QLoRA peer is skipped"
+            print(f"hf_peer: {reason}", flush=True)
+            json.dump({"rows": [], "skipped": reason, "qlora": True, "batch": [c["batch"], c["seq_len"]]},
+                      open(args.out, "w"), indent=1)
+            return
 
     t = time.perf_counter()
     data = AxengineBatches(c["data"], c["model"], c["seq_len"], c["batch"], c["seed"])
@@ -182,19 +253,31 @@ def main():
     print(f"hf_peer: {len(data.samples)} samples -> {len(data.rows)} rows of {c['seq_len']} ({time.perf_counter() - t:.1f} s)")
 
     t = time.perf_counter()
-    model, params, is_moe = load_model(c, device)
+    model, params, is_moe = load_model(c, device, args.qlora, bool(args.double_quant))
     lora_init = [p.detach().clone() for p in params]
     n_trainable = sum(p.numel() for p in params)
     print(f"hf_peer: loaded {c['model']} in {time.perf_counter() - t:.1f} s; {len(params)} LoRA tensors, {n_trainable} parameters")
 
     import peft
     import transformers
-    res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    suffix = ""
+    if args.qlora:
+        import bitsandbytes
+        versions["bitsandbytes"] = bitsandbytes.__version__
+        suffix = "+bnb"
+    res = {"versions": versions, "qlora": args.qlora,
            "device": torch.cuda.get_device_name() if cuda else "cpu",
            "model": c["model"], "batch": [c["batch"], c["seq_len"]], "trainable_params": n_trainable,
            "lora_dtype": str(params[0].dtype).replace("torch.", ""),  # peft keeps adapters in fp32, as axengine
            "experts_implementation": "grouped_mm" if is_moe else None,
            "attention": "sdpa; packed rows, block-diagonal causal mask from position_ids", "rows": []}
+    if args.qlora:
+        res["base"] = base_stats(model)
+        res["quantization"] = (f"bitsandbytes nf4, blocksize 64, double_quant {bool(args.double_quant)}, compute "
+                               f"{str(c['dtype']).replace('torch.', '')}; "
+                               "no prepare_model_for_kbit_training (it upcasts the rest of the base to fp32)")
+        print(f"hf_peer: base {res['base']}")
     for variant in args.variants.split(","):
         with torch.no_grad():  # every variant starts from the same adapter
             for p, p0 in zip(params, lora_init):
@@ -211,7 +294,7 @@ def main():
                                                  args.max_warmup)
         ms = 1e3 * statistics.median(times)
         res["rows"].append({
-            "system": "hf+peft" if variant == "eager" else "hf+peft+compile", "ms_per_step": round(ms, 2),
+            "system": "hf+peft" + suffix + ("" if variant == "eager" else "+compile"), "ms_per_step": round(ms, 2),
             "tokens_per_s": round(c["batch"] * c["seq_len"] / ms * 1e3),
             "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
             "steps_timed": len(times), "warmup_steps": warm, "first_loss": losses[0], "final_loss": losses[-1],

@@ -3,8 +3,14 @@
 (hf_peer.py's JSON), axengine's step time as a ratio of each peer's, and the launches/syncs line of axengine's
 profiled run.
 
+QLoRA (a model named <model>-nf4; --ax-bf16-log/--ax-bf16-metrics given): the timed axengine run has its base
+in nf4 (row `axengine+nf4`), the bf16 LoRA run of the same model is the row `axengine`, the peer's rows are
+HF + peft + bitsandbytes (`hf+peft+bnb`). The nf4 row carries the ratios to both (ax QLoRA / ax bf16 LoRA,
+ax QLoRA / HF QLoRA) and every row the frozen base's bytes and bytes/param (axengine: the run log's
+`base weights` line; the peer: its own count, hf_peer.py base_stats).
+
 usage: summarize.py --name moe --config X.toml --ax-log L --ax-metrics M [--ax-profile SUMMARY] --peer P.json
-                    --command CMD --out OUT.json
+                    [--ax-bf16-log L --ax-bf16-metrics M] --command CMD --out OUT.json
 """
 import argparse
 import datetime
@@ -20,22 +26,43 @@ GOALS = {
             "kernel_launches_per_step_max": 1500, "host_syncs_per_step_max": 0},
     "dense": {"ratio_vs_hf_eager_max": 0.5},
 }
+# QLoRA (issue 18): the frozen base at most 0.6 bytes per packed parameter, the step within 1.25x of bf16 LoRA.
+QLORA_GOALS = {"base_packed_bytes_per_param_max": 0.6, "ratio_vs_axengine_bf16_max": 1.25}
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 # Skip steps 1..5 (allocator and kernel warm-up): the same 5 the peer's eager run skips.
 WARMUP = 5
 
 
-def axengine_row(log, metrics, B, S):
+def base_weights(text):
+    """The run log's summary line (core/src/train/run.cpp), e.g.
+    '  base weights    nf4: 119.4 KiB resident (122296 bytes), peak 151.2 KiB (154808 bytes) while loading;
+    73728 of 94528 parameters packed at 0.530 bytes/param'. Bytes per parameter over the whole base too: the
+    embeddings and lm_head stay in the compute dtype, so it is above the packed figure."""
+    m = re.search(r"base weights +(\w+): [^(]*\((\d+) bytes\), peak [^(]*\((\d+) bytes\) while loading"
+                  r"(?:; (\d+) of (\d+) parameters packed at ([\d.]+) bytes/param)?", text)
+    if not m:
+        return None
+    fmt, resident, peak, packed, params, per = m.groups()
+    out = {"format": fmt, "bytes": int(resident), "peak_bytes": int(peak)}
+    if params:
+        out.update(params=int(params), packed_params=int(packed), packed_bytes_per_param=float(per),
+                   bytes_per_param=round(int(resident) / int(params), 4),
+                   peak_bytes_per_param=round(int(peak) / int(params), 4))
+    return out
+
+
+def axengine_row(log, metrics, B, S, system="axengine"):
     recs = [json.loads(l) for l in open(metrics) if '"loss"' in l and '"elapsed_s"' in l]
     dts = [(b["elapsed_s"] - a["elapsed_s"]) * 1e3 for a, b in zip(recs, recs[1:]) if a["step"] >= WARMUP]
     ms = statistics.median(dts)
     text = open(log).read()
     m = re.search(r"peak (?:CUDA )?memory\s+([\d.]+)\s*(TiB|GiB|MiB|KiB|B)\b", text)
     p = re.search(r"trainable tensors, (\d+) parameters", text)
-    return {"system": "axengine", "ms_per_step": round(ms, 2), "tokens_per_s": round(B * S / ms * 1e3),
+    return {"system": system, "ms_per_step": round(ms, 2), "tokens_per_s": round(B * S / ms * 1e3),
             "peak_memory_gb": round(float(m.group(1)) * UNITS[m.group(2)] / 1e9, 2) if m else None,
             "steps_timed": len(dts), "warmup_steps": WARMUP, "first_loss": recs[0]["loss"], "final_loss": recs[-1]["loss"],
-            "trainable_params": int(p.group(1)) if p else None}, [r["tokens"] for r in recs]
+            "trainable_params": int(p.group(1)) if p else None, "base_weights": base_weights(text)}, \
+        [r["tokens"] for r in recs]
 
 
 def profile_line(path):
@@ -72,12 +99,19 @@ def device_name():
         return "cpu"
 
 
+def ratio(a, b, key):
+    return round(a[key] / b[key], 3) if b and a.get(key) and b.get(key) else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("name", "config", "ax-log", "ax-metrics", "peer", "command", "out"):
         ap.add_argument("--" + a, required=True)
     ap.add_argument("--ax-profile", default="", help="profile/summary.txt of the profiled run; none: not profiled")
+    ap.add_argument("--ax-bf16-log", default="", help="QLoRA: the log of the bf16 LoRA run of the same model")
+    ap.add_argument("--ax-bf16-metrics", default="", help="QLoRA: its metrics.jsonl")
     args = ap.parse_args()
+    qlora = bool(args.ax_bf16_log)
     cfg = tomllib.load(open(args.config, "rb"))
     try:
         peer = json.load(open(args.peer))
@@ -85,37 +119,61 @@ def main():
         peer = {"rows": [], "note": "the peer wrote no result (see its log)"}
     # The batch shape the peer ran (it reads the config; a test may override both sides), else the config's.
     B, S = peer.get("batch") or (cfg["train"]["micro_batch_size"], cfg["data"]["sequence_len"])
-    try:
-        ax, ax_tokens = axengine_row(args.ax_log, args.ax_metrics, B, S)
-    except (OSError, ValueError, statistics.StatisticsError, IndexError):
-        ax, ax_tokens = {"system": "axengine", "ms_per_step": None, "note": "no timed steps (see axengine.log)"}, []
+
+    def ax_row(log, metrics, system):
+        try:
+            return axengine_row(log, metrics, B, S, system)
+        except (OSError, ValueError, statistics.StatisticsError, IndexError):
+            return {"system": system, "ms_per_step": None, "note": f"no timed steps (see {log})"}, []
+
+    ax, ax_tokens = ax_row(args.ax_log, args.ax_metrics, "axengine+nf4" if qlora else "axengine")
     rows = [ax] + peer["rows"]
     by = {r["system"]: r for r in peer["rows"]}
-    for key, system in (("ratio_vs_hf_eager", "hf+peft"), ("ratio_vs_hf_compile", "hf+peft+compile")):
-        ax[key] = round(ax["ms_per_step"] / by[system]["ms_per_step"], 3) if system in by and ax["ms_per_step"] else None
-    if "hf+peft" in by and ax.get("peak_memory_gb") and by["hf+peft"]["peak_memory_gb"]:
-        ax["peak_memory_vs_hf_eager"] = round(ax["peak_memory_gb"] / by["hf+peft"]["peak_memory_gb"], 3)
+    hf = "hf+peft+bnb" if qlora else "hf+peft"
+    ax["ratio_vs_hf_eager"] = ratio(ax, by.get(hf), "ms_per_step")
+    ax["ratio_vs_hf_compile"] = ratio(ax, by.get(hf + "+compile"), "ms_per_step")
+    ax["peak_memory_vs_hf_eager"] = ratio(ax, by.get(hf), "peak_memory_gb")
+    if qlora:
+        bf16, _ = ax_row(args.ax_bf16_log, args.ax_bf16_metrics, "axengine")
+        rows.insert(0, bf16)
+        ax["ratio_vs_axengine_bf16"] = ratio(ax, bf16, "ms_per_step")
+        ax["peak_memory_vs_axengine_bf16"] = ratio(ax, bf16, "peak_memory_gb")
+        bw, nw = bf16.get("base_weights"), ax.get("base_weights")
+        if bw and nw and "params" in nw and "params" not in bw:  # a dense base logs no count: the same model's
+            bw.update(params=nw["params"], bytes_per_param=round(bw["bytes"] / nw["params"], 4),
+                      peak_bytes_per_param=round(bw["peak_bytes"] / nw["params"], 4))
+        for r in peer["rows"]:  # the peer's base, beside axengine's on each row
+            r["base_weights"] = peer.get("base")
     # The same tokens: every step both ran trained on the same number of real (non-padding) tokens.
     same = {r["system"]: r["step_real_tokens"][:len(ax_tokens)] == ax_tokens[:len(r["step_real_tokens"])]
             for r in peer["rows"]}
     for r in peer["rows"]:
         del r["step_real_tokens"]
     dev = device_name()
+    goals = GOALS.get(args.name, {})
+    if qlora:
+        goals = dict(QLORA_GOALS, note="base_packed_bytes_per_param: the axengine+nf4 row's base_weights."
+                     "packed_bytes_per_param (the packed projections, scales included); its bytes_per_param counts "
+                     "the bf16 embeddings and lm_head too")
     res = {
-        "bench": f"train_step {args.name}: {args.config.rsplit('/', 1)[-1]}, batch {B}x{S} packed tokens, bf16, "
-                 f"LoRA r={cfg['lora'].get('r', 16)} on {', '.join(cfg['lora'].get('targets', []))}",
+        "bench": f"train_step {args.name}: {args.config.rsplit('/', 1)[-1]}, batch {B}x{S} packed tokens, "
+                 + ("base nf4 (QLoRA), compute bf16" if qlora else "bf16") +
+                 f", LoRA r={cfg['lora'].get('r', 16)} on {', '.join(cfg['lora'].get('targets', []))}",
         "device": dev, "device_kind": dev.lower().replace(" ", "-"),
         "date": datetime.date.today().isoformat(), "command": args.command,
         "rows": rows,
         "axengine_profile": profile_line(args.ax_profile),
         "peer": {k: v for k, v in peer.items() if k != "rows"},
         "same_tokens_per_step": same,
-        "goals": GOALS.get(args.name, {}),
+        "goals": goals,
         "method": "ms_per_step: median wall time of the steps after warm-up, each ending with its GPU work done "
                   "(the peer synchronises; axengine's metrics.jsonl elapsed_s); tokens_per_s counts the B x S "
                   "slots of a step, padding included; peak_memory_gb: the CUDA caching allocator's peak allocated "
                   "bytes (axengine: whole run; peer eager: whole process, compile: from its first step); ratios "
-                  "are axengine / peer, lower is better.",
+                  "are axengine / peer, lower is better."
+                  + (" QLoRA: ratio_vs_axengine_bf16 is the nf4 run over the bf16 LoRA run of the same model; "
+                     "base_weights.bytes counts every tensor of the frozen base, bytes_per_param over all its "
+                     "parameters, packed_bytes_per_param over the 4-bit ones." if qlora else ""),
     }
     json.dump(res, open(args.out, "w"), indent=1)
     print(json.dumps(res, indent=1))
