@@ -16,7 +16,7 @@ const char* const kStateFp4 = ".quant_state.bitsandbytes__fp4";
 std::string shape_str(const std::vector<int64_t>& s) {
   std::vector<std::string> v;
   for (auto d : s) v.push_back(std::to_string(d));
-  return "[" + join(v, ", ") + "]";
+  return str("[", join(v, ", "), "]");
 }
 
 // One field of a packed weight, checked for dtype and element count; a CPU tensor, flattened.

@@ -184,18 +184,18 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   std::shared_ptr<ops::Quantizer> quantizer;
   if (plan.format() != ops::WeightFormat::dense && !bnb.present) quantizer = kernels_->quantizer(policy.format);
   std::set<std::string> used;
-  at::Tensor nested_code;  // the double-quant code, one tensor for every weight of the checkpoint
+  at::Tensor nested_code, nested_code_dev;  // the double-quant code, one per checkpoint (on the CPU) and device
   // In the checkpoint's dtype on the device: a packed projection is quantised from exactly the stored values.
   auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
     const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
+    if (!bnb.present && bnb_packed(ckpt, key))
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' is packed by bitsandbytes (it has a quant state) but ",
+                           cfg_.source, " has no bitsandbytes 4-bit quantization_config"));
     if (info.shape != shape)
       throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ",
                            cfg_.source, " implies ", shape_str(shape)));
     if (!at::isFloatingType(info.scalar_type))
-      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype,
-                           bnb_packed(ckpt, key) ? str(" (packed by bitsandbytes, but ", cfg_.source,
-                                                       " has no bitsandbytes 4-bit quantization_config)")
-                                                 : std::string()));
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
     used.insert(key);
     return ckpt.get(key).to(device_);
   };
@@ -259,6 +259,10 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       return;
     }
     q = q.to(device_);
+    if (q.nested_code.defined()) {
+      if (!nested_code_dev.defined()) nested_code_dev = q.nested_code;
+      q.nested_code = nested_code_dev;
+    }
     if (name.find("mlp.experts.") != std::string::npos && (numel / q.shape[0]) % q.blocksize != 0)
       throw UsageError(str(ckpt.source(), ": '", name, "': an expert's ", numel / q.shape[0],
                            " elements are not a multiple of its blocksize ", q.blocksize, " (moe.experts dequantises per expert)"));
