@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axengine/builtins.hpp"
+#include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
 #include "axengine/ops/quant.hpp"
@@ -341,5 +342,22 @@ TEST_CASE("bnb checkpoint: per-expert packed MoE weights load as one fused nf4 w
     const at::Tensor ids = at::arange(2 * 9, at::kLong).reshape({2, 9}).remainder(60);
     CHECK(at::allclose(logits_of(*packed, ids), logits_of(*twin, ids), 1e-5, 1e-6));
   }
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("bnb checkpoint: a run's kernel plan asks for nf4 kernels and no quantizer") {
+  const fs::path dir = ax::test::scratch_dir("bnb_plan");
+  std::ofstream(dir / "run.toml") << "[model]\npath = \"" << case_dir("qwen3_nf4_dq").string() << "\"\n";
+  ax::StartOptions o;
+  o.config_file = (dir / "run.toml").string();
+  o.discover = false;
+  auto engine = ax::Engine::start(o);
+  bool nf4_linear = false, quantizer = false;
+  for (const auto& r : engine->resolve_all()) {
+    nf4_linear = nf4_linear || (r.op == "linear.lora" && r.query.format == "nf4");
+    quantizer = quantizer || r.op == "quantize";
+  }
+  CHECK(nf4_linear);
+  CHECK_FALSE(quantizer);  // nothing is packed at load
   ax::test::remove_tree(dir);
 }
