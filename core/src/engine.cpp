@@ -1,6 +1,7 @@
 #include "axengine/engine.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 
 #include "axengine/builtins.hpp"
@@ -9,6 +10,8 @@
 #include "axengine/op_spec.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "models/bnb_config.hpp"
+#include "models/hf_config.hpp"
 
 namespace ax {
 
@@ -39,11 +42,31 @@ std::unique_ptr<Engine> Engine::start(const std::string& config_file, const std:
   return start(o);
 }
 
+namespace {
+
+// Whether the model directory holds a pre-quantised (bitsandbytes 4-bit) checkpoint: its projections are nf4 when
+// weight_format is unset, and nothing is quantised at load (docs/weights.md). A config.json that cannot be read
+// or parsed is not judged here: the model load reports it with its file and key.
+bool prequantised(const ModelSection& m) {
+  if (m.path.empty()) return false;
+  const auto path = (std::filesystem::path(m.path) / "config.json").string();
+  if (!std::filesystem::is_regular_file(path)) return false;
+  try {
+    return models::parse_bnb_config(models::read_json_file(path), path).present;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 std::vector<Resolution> Engine::resolve_all() const {
   // What a model of this config asks for (models/decoder.cpp): linear.lora for lm_head (always dense) and for
   // the projections in weight_format, moe.experts in weight_format (ENK, the HF layout), and the quantizer
   // that packs the base. The dequant op is left out: no model calls it (backends dequantise inside).
-  const std::string fmt = config.model.weight_format;
+  // A pre-quantised checkpoint holds nf4 projections under weight_format dense or nf4, and needs no quantizer.
+  const bool stored_nf4 = config.model.weight_format == "dense" && prequantised(config.model);
+  const std::string fmt = stored_nf4 ? "nf4" : config.model.weight_format;
   std::vector<Resolution> out;
   for (const OpSpec* op : registry.ops()) {
     if (op->id == "dequant") continue;
@@ -63,7 +86,8 @@ std::vector<Resolution> Engine::resolve_all() const {
     }
     out.push_back(resolve_backend(registry, config.kernels, op->id, q));
   }
-  if (fmt != "dense") out.push_back(resolve_quantizer(registry, KernelQuery{device, "", fmt, ""}));
+  if (fmt != "dense" && !stored_nf4 && !(fmt == "nf4" && prequantised(config.model)))
+    out.push_back(resolve_quantizer(registry, KernelQuery{device, "", fmt, ""}));
   return out;
 }
 

@@ -16,6 +16,7 @@ set(AX_FUZZ_CORE_SOURCES
   error.cpp
   input_file.cpp
   kernel_op.cpp
+  models/bnb_config.cpp
   models/hf_config.cpp
   models/lora.cpp
   ops/check.cpp

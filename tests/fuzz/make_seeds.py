@@ -187,6 +187,30 @@ put("hf_config", "llama_rope_llama3", json.dumps(v, indent=1))
 v = dict(llama, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}, sliding_window=128,
          head_dim=16, eos_token_id=[1, 2])
 put("hf_config", "llama_rope_params_v5", json.dumps(v, indent=1))
+# the pre-quantised (bitsandbytes 4-bit) checkpoints' configs: quantization_config, and variants of its keys
+for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
+    put("hf_config", "bnb_" + name, read(os.path.join(DATA, "bnb", name, "config.json")))
+bnbcfg = json.loads(read(os.path.join(DATA, "bnb/qwen3_nf4_dq/config.json")))
+v = dict(bnbcfg, quantization_config={"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "llm_int8_skip_modules": ["lm_head"]})
+put("hf_config", "bnb_no_quant_method", json.dumps(v, indent=1))
+
+# --- bnb_quant_state: the JSON each packed weight of the pre-quantised checkpoints carries, and variants
+def safetensors_tensor(path, name):
+    raw = read(path)
+    n = struct.unpack("<Q", raw[:8])[0]
+    info = json.loads(raw[8:8 + n])[name]
+    a, b = info["data_offsets"]
+    return raw[8 + n + a:8 + n + b]
+for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
+    key = "model.layers.0.mlp.down_proj.weight.quant_state.bitsandbytes__nf4"
+    put("bnb_quant_state", name, safetensors_tensor(os.path.join(DATA, "bnb", name, "model.safetensors"), key))
+qs = {"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [64, 96], "nested_blocksize": 256,
+      "nested_dtype": "float32", "nested_offset": 0.053254157304763794}
+put("bnb_quant_state", "bf16_nested", json.dumps(qs))
+put("bnb_quant_state", "fp4", json.dumps(dict(qs, quant_type="fp4")))
+put("bnb_quant_state", "blocksize_4096_3d", json.dumps(dict(qs, blocksize=4096, shape=[4, 64, 128])))
+put("bnb_quant_state", "offset_huge", json.dumps(dict(qs, nested_offset=1e300)))
+put("bnb_quant_state", "shape_overflow", json.dumps(dict(qs, shape=[2**40, 2**40])))
 
 # --- plugin_descriptor: the descriptors of the repository's plugins, as AXENGINE_PLUGIN_DESCRIPTOR wraps them
 descs = []

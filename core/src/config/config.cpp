@@ -136,7 +136,8 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
     t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU");
     t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"},
              "format the frozen base projections are packed into at load (QLoRA when not dense); embeddings, lm_head, "
-             "routers and norms stay in the compute dtype (docs/weights.md)");
+             "routers and norms stay in the compute dtype; a pre-quantised (bitsandbytes nf4) checkpoint loads packed as "
+             "stored under dense or nf4 (docs/weights.md)");
     t.field("skip_modules", c.model.skip_modules,
             "projections kept in the compute dtype although weight_format packs the rest: module names matched as "
             "dotted segments of the path (\"o_proj\", \"experts\", \"layers.0\"); each must match a module");

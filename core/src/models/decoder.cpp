@@ -16,6 +16,7 @@
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
+#include "models/bnb_load.hpp"
 #include "models/recompute.hpp"
 #include "models/weight_policy.hpp"
 
@@ -127,6 +128,20 @@ std::string bytes_per_param(int64_t bytes, int64_t params) {
   return buf;
 }
 
+// The [model] weight keys against a pre-quantised checkpoint: unset ("dense", the default) or "nf4" takes it as
+// stored; "nf4" with quant keys that contradict it, or another format (a second quantisation), is an error.
+void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const std::string& source) {
+  auto yes = [](bool v) { return v ? "true" : "false"; };
+  if (p.format != "dense" && p.format != "nf4")
+    throw UsageError(str(source, ": the checkpoint is pre-quantised in nf4 (bitsandbytes); model.weight_format = \"",
+                         p.format, "\" would quantise it a second time. Leave weight_format unset (or \"nf4\") to use "
+                         "it as stored"));
+  if (p.format == "nf4" && p.double_quant != b.double_quant)
+    throw UsageError(str(source, ": quantization_config.bnb_4bit_use_double_quant is ", yes(b.double_quant),
+                         " but the config has model.double_quant = ", yes(p.double_quant),
+                         " (set it to match, or leave weight_format unset to take the checkpoint as stored)"));
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& c) {
@@ -162,12 +177,20 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   for (const auto& [name, shape] : tensors)
     if (is_projection(name)) modules.push_back(module_path(name));
   const WeightPlan plan(policy, modules);
+  // A bitsandbytes 4-bit checkpoint (docs/weights.md, "Pre-quantised checkpoints") is taken as it is stored:
+  // its packed projections stay nf4 whatever the policy, and nothing else is packed at load.
+  const BnbConfig& bnb = cfg_.quant;
+  if (bnb.present) check_prequantised_policy(policy, bnb, cfg_.source);
   std::shared_ptr<ops::Quantizer> quantizer;
-  if (plan.format() != ops::WeightFormat::dense) quantizer = kernels_->quantizer(policy.format);
+  if (plan.format() != ops::WeightFormat::dense && !bnb.present) quantizer = kernels_->quantizer(policy.format);
   std::set<std::string> used;
+  at::Tensor nested_code, nested_code_dev;  // the double-quant code, one per checkpoint (on the CPU) and device
   // In the checkpoint's dtype on the device: a packed projection is quantised from exactly the stored values.
   auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
     const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
+    if (!bnb.present && bnb_packed(ckpt, key))
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' is packed by bitsandbytes (it has a quant state) but ",
+                           cfg_.source, " has no bitsandbytes 4-bit quantization_config"));
     if (info.shape != shape)
       throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ",
                            cfg_.source, " implies ", shape_str(shape)));
@@ -183,6 +206,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     stats_.params += raw.numel();
     std::string why;
     const ops::QuantizeSpec spec = plan.spec_for(name, raw.sizes().vec(), why);
+    if (bnb.present) why = "stored unpacked in the pre-quantised checkpoint";
     if (why.empty()) {
       ops::WeightTensor q = quantizer->quantize(raw, spec);
       int64_t b = 0;
@@ -203,15 +227,60 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       return;
     }
     // lm_head is dense by policy; list the projections kept against the format (skip_modules, misfits).
-    if (plan.format() != ops::WeightFormat::dense && name != "lm_head.weight")
+    if ((plan.format() != ops::WeightFormat::dense || bnb.present) && name != "lm_head.weight")
       stats_.kept.push_back(str(module_path(name), " (", why, ")"));
     frozen_[name] = ops::WeightTensor::dense(std::move(v));
+  };
+  // A weight stored packed (bitsandbytes): read as nf4, byte for byte. Where the model holds a plain tensor
+  // (lm_head, a router) or skip_modules names the projection, it is dequantised instead: exactly the values
+  // bitsandbytes computes from the checkpoint, in the compute dtype.
+  auto read_packed = [&](const std::string& key, const std::vector<int64_t>& shape) {
+    for (const auto& k : bnb_field_keys(ckpt, key)) used.insert(k);
+    ops::WeightTensor q = read_bnb_nf4(ckpt, key, shape, nested_code);
+    if (policy.format == "nf4" && q.blocksize != policy.blocksize)
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' is packed with blocksize ", q.blocksize,
+                           " but the config asks for model.quant_blocksize = ", policy.blocksize,
+                           " (leave weight_format unset to take the checkpoint as stored)"));
+    return q;
+  };
+  auto hold_packed = [&](const std::string& name, ops::WeightTensor q) {
+    const int64_t numel = q.numel();
+    stats_.params += numel;
+    std::string skip;
+    for (const auto& entry : policy.skip_modules)
+      if (skip.empty() && skip_entry_matches(module_path(name), entry)) skip = entry;
+    if (!is_projection(name) || name == "lm_head.weight" || !skip.empty()) {
+      at::Tensor v = ops::dequantize(q.to(device_), dtype_);
+      stats_.peak_bytes = std::max(stats_.peak_bytes, resident + tensor_bytes({v}) + ops::weight_bytes(q));
+      resident += tensor_bytes({v});
+      if (!skip.empty()) stats_.kept.push_back(str(module_path(name), " (skip_modules '", skip, "', dequantised)"));
+      if (is_projection(name)) frozen_[name] = ops::WeightTensor::dense(std::move(v));
+      else weights_[name] = std::move(v);
+      return;
+    }
+    q = q.to(device_);
+    if (q.nested_code.defined()) {
+      if (!nested_code_dev.defined()) nested_code_dev = q.nested_code;
+      q.nested_code = nested_code_dev;
+    }
+    if (name.find("mlp.experts.") != std::string::npos && (numel / q.shape[0]) % q.blocksize != 0)
+      throw UsageError(str(ckpt.source(), ": '", name, "': an expert's ", numel / q.shape[0],
+                           " elements are not a multiple of its blocksize ", q.blocksize, " (moe.experts dequantises per expert)"));
+    int64_t b = 0;
+    for (const at::Tensor* t : {&q.codes, &q.scales, &q.nested_scales, &q.nested_code})
+      if (t->defined() && packed_storages.insert(t->storage().data()).second) b += static_cast<int64_t>(t->storage().nbytes());
+    resident += b;
+    stats_.peak_bytes = std::max(stats_.peak_bytes, resident);
+    stats_.packed_params += numel;
+    stats_.packed_bytes += b;
+    frozen_[name] = std::move(q);
   };
   for (auto& [name, shape] : tensors) {
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     if (!router && !experts) {
-      hold(name, take(name, shape), 0);
+      if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
+      else hold(name, take(name, shape), 0);
       continue;
     }
     std::string p = name.substr(0, name.find("mlp."));
@@ -219,14 +288,32 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     bool block_sparse = cfg_.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
     ExpertKeys k = expert_keys(cfg_, p, block_sparse);
     if (router) {
-      hold(name, take(k.router, shape), 0);
+      if (bnb.present && bnb_packed(ckpt, k.router)) hold_packed(name, read_packed(k.router, shape));
+      else hold(name, take(k.router, shape), 0);
       continue;
     }
     if (ckpt.has(name)) {
-      hold(name, take(name, shape), 0);
+      if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
+      else hold(name, take(name, shape), 0);
       continue;
     }
     const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size, H = cfg_.hidden_size;
+    // Per-expert weights packed by bitsandbytes: one nf4 weight of the fused shape, in the same order as the
+    // dense path stacks them (gate then up of each expert).
+    const std::string first = name.find("gate_up_proj") != std::string::npos ? with_expert(k.gate, 0) : with_expert(k.down, 0);
+    if (bnb.present && bnb_packed(ckpt, first)) {
+      std::vector<ops::WeightTensor> parts;
+      for (int64_t e = 0; e < E; ++e) {
+        if (name.find("gate_up_proj") != std::string::npos) {
+          parts.push_back(read_packed(with_expert(k.gate, e), {I, H}));
+          parts.push_back(read_packed(with_expert(k.up, e), {I, H}));
+        } else {
+          parts.push_back(read_packed(with_expert(k.down, e), {H, I}));
+        }
+      }
+      hold_packed(name, concat_nf4(parts, shape, str(ckpt.source(), ": '", name, "'")));
+      continue;
+    }
     std::vector<at::Tensor> parts;
     if (name.find("gate_up_proj") != std::string::npos) {
       for (int64_t e = 0; e < E; ++e)
@@ -251,8 +338,8 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     for (const at::Tensor* t : {&wt.values, &wt.codes, &wt.scales, &wt.nested_scales, &wt.nested_code, &wt.global_scale})
       if (t->defined()) all.push_back(*t);
   stats_.bytes = tensor_bytes(all);
-  stats_.format = policy.format;
-  if (plan.format() != ops::WeightFormat::dense) {
+  stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense") : policy.format;
+  if (stats_.format != "dense") {
     log::info(str("base weights: ", stats_.packed_params, " of ", stats_.params, " parameters in ", stats_.format, " (",
                   bytes_per_param(stats_.packed_bytes, stats_.packed_params), " bytes/param incl. scales); resident ",
                   stats_.bytes, " bytes, peak ", stats_.peak_bytes, " while loading"));

@@ -192,6 +192,7 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   } else {
     c.intermediate_size = r.positive("intermediate_size");
   }
+  c.quant = parse_bnb_config(j, source);
   return c;
 }
 

@@ -10,6 +10,8 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "models/bnb_config.hpp"
+
 namespace ax::models {
 
 struct RopeConfig {
@@ -39,6 +41,8 @@ struct HfConfig {
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
+
+  BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
 
   bool is_moe_layer(int64_t layer) const;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;

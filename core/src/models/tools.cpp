@@ -19,7 +19,9 @@
 #include "axengine/safetensors.hpp"
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
+#include "models/bnb_load.hpp"
 #include "models/decoder.hpp"
+#include "models/weight_policy.hpp"
 
 namespace ax {
 namespace fs = std::filesystem;
@@ -177,12 +179,52 @@ std::string inspect_model_dir(const std::string& dir) {
   os << "parameters     " << human(total) << " total (" << total << "), " << human(active) << " active per token ("
      << active << ")\n";
 
-  os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
   std::set<std::string> expected;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
+  // A bitsandbytes 4-bit checkpoint: its packed weights (with their quant-state fields) and how they are packed.
+  std::map<std::string, models::BnbQuantState> packed;
+  if (c.quant.present) {
+    int64_t linears = 0, packed_linears = 0;
+    std::set<int64_t> blocksizes;
+    int64_t nested = 0;
+    std::vector<std::string> unpacked;
+    for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) {
+      const bool linear = models::is_projection(n) || (n.find(".experts.") != std::string::npos && n.size() > 7 &&
+                                                       n.compare(n.size() - 7, 7, ".weight") == 0);
+      if (!models::bnb_packed(ckpt, n)) {
+        if (linear) unpacked.push_back(models::module_path(n));
+        linears += linear;
+        continue;
+      }
+      const auto st = models::read_bnb_quant_state(ckpt, n);
+      packed[n] = st;
+      linears += linear;
+      packed_linears += linear;
+      blocksizes.insert(st.blocksize);
+      nested += st.nested;
+      for (const auto& f : models::bnb_field_keys(ckpt, n)) expected.insert(f);
+    }
+    std::vector<std::string> bs;
+    for (auto b : blocksizes) bs.push_back(std::to_string(b));
+    const int64_t np = static_cast<int64_t>(packed.size());
+    os << "weights        nf4 (bitsandbytes, "
+       << (nested == 0 ? "" : nested == np ? "double quant, " : str("double quant on ", nested, " of ", np, ", "))
+       << "blocksize " << join(bs, "/") << "), pre-quantised: " << packed_linears << " of " << linears
+       << " projections packed";
+    if (np > packed_linears) os << ", " << np - packed_linears << " other tensors (dequantised at load)";
+    if (!unpacked.empty()) {
+      const std::size_t shown = std::min<std::size_t>(unpacked.size(), 8);
+      os << "; stored unpacked: " << join(std::vector<std::string>(unpacked.begin(), unpacked.begin() + shown), ", ")
+         << (unpacked.size() > shown ? str(" and ", unpacked.size() - shown, " more") : "");
+    }
+    os << "\n";
+  }
+  os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
   for (const auto& n : ckpt.names()) {
     const auto& t = ckpt.info(n);
-    os << "  " << n << "  " << t.dtype << " " << shape_str(t.shape) << (expected.count(n) ? "" : "  (not used)") << "\n";
+    auto p = packed.find(n);
+    os << "  " << n << "  " << t.dtype << " " << shape_str(t.shape)
+       << (p != packed.end() ? "  nf4 " + shape_str(p->second.shape) : "") << (expected.count(n) ? "" : "  (not used)") << "\n";
   }
 
   os << "LoRA targets   (name: modules it matches)\n";
@@ -215,9 +257,14 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
   if (!dm) throw UsageError(str(model_dir, ": merge-lora supports the built-in decoder families only"));
 
   at::ScalarType out_dtype;
-  if (dtype.empty()) {  // as the base checkpoint
+  if (dtype.empty()) {  // as the base checkpoint: its first floating tensor (packed weights are uint8)
     auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
-    out_dtype = ckpt.info(ckpt.names().front()).scalar_type;
+    out_dtype = at::kFloat;
+    for (const auto& n : ckpt.names())
+      if (at::isFloatingType(ckpt.info(n).scalar_type)) {
+        out_dtype = ckpt.info(n).scalar_type;
+        break;
+      }
   } else {
     auto d = ops::parse_dtype(dtype);
     if (!d || *d == at::kDouble) throw UsageError(str("merge-lora: dtype must be fp32, bf16 or fp16, got '", dtype, "'"));
@@ -230,6 +277,7 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
   json cfg = models::read_json_file((fs::path(model_dir) / "config.json").string());
   cfg["dtype"] = out_dtype == at::kFloat ? "float32" : out_dtype == at::kBFloat16 ? "bfloat16" : "float16";
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
+  cfg.erase("quantization_config");  // a pre-quantised base was dequantised: the merged model is dense
   safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
   for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "chat_template.jinja"}) {
@@ -241,7 +289,8 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
     safetensors::write_file_atomic((d / f).string(), text, w);  // fsynced like the rest, unlike a copy
   }
   out.commit();
-  log::info(str("merged ", adapter_dir, " into ", model_dir, weights.format == "dense" ? "" : " (" + weights.format + " base, dequantised)",
+  const std::string base_format = model->weight_stats().format;
+  log::info(str("merged ", adapter_dir, " into ", model_dir, base_format == "dense" ? "" : " (" + base_format + " base, dequantised)",
                 " -> ", out_dir));
 }
 
