@@ -45,11 +45,14 @@ PACKED = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight"
 
 
 def nf4_roundtrip(w, blocksize):
-    """bitsandbytes quantize_4bit(quant_type="nf4") then dequantize_4bit, on the flattened tensor."""
+    """bitsandbytes quantize_4bit(quant_type="nf4") then dequantize_4bit, on the flattened tensor. bitsandbytes
+    0.50 refuses blocksize 16 (axengine admits it): that one, like a missing bitsandbytes, takes the same
+    algorithm written in torch below."""
     try:
         import bitsandbytes.functional as bnbf
-        q, state = bnbf.quantize_4bit(w.float().contiguous(), blocksize=blocksize, quant_type="nf4")
-        return bnbf.dequantize_4bit(q, state).reshape(w.shape).to(w.dtype)
+        if blocksize >= 32:
+            q, state = bnbf.quantize_4bit(w.float().contiguous(), blocksize=blocksize, quant_type="nf4")
+            return bnbf.dequantize_4bit(q, state).reshape(w.shape).to(w.dtype)
     except ImportError:
         pass
     blocks = w.float().reshape(-1, blocksize)
