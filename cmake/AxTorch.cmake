@@ -38,7 +38,10 @@ target_compile_definitions(ax_torch INTERFACE
   _GLIBCXX_USE_CXX11_ABI=${_ax_cxx11_abi} AXENGINE_TORCH_CUDA="${AXENGINE_TORCH_CUDA}")
 # libtorch.so exports its own copies of std::filesystem symbols, and calling them crashes. Symbol lookup
 # follows the order of DT_NEEDED entries, so libstdc++ must be needed before any torch library.
-target_link_libraries(ax_torch INTERFACE "-Wl,--push-state,--no-as-needed" stdc++ "-Wl,--pop-state"
+# The shared libstdc++ by its file name, not -lstdc++: a toolchain whose library dir holds only libstdc++.a
+# (the GPU machine's /opt/gcc) would link that archive's objects into each library, and a second, private
+# std::locale/ios_base in libaxengine.so crashed a Python process on the first formatted error message.
+target_link_libraries(ax_torch INTERFACE "-Wl,--push-state,--no-as-needed" "-l:libstdc++.so.6" "-Wl,--pop-state"
   ${_ax_tlib}/libtorch.so ${_ax_tlib}/libtorch_cpu.so ${_ax_tlib}/libc10.so)
 if(NOT AXENGINE_TORCH_CUDA STREQUAL "none" AND EXISTS ${_ax_tlib}/libtorch_cuda.so)
   # Nothing calls into libtorch_cuda directly, but loading it is what registers ATen's CUDA kernels:
