@@ -36,6 +36,24 @@ CASES = {
                  tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
+    # qwen2: q/k/v bias (no o_proj bias), sliding window 3 (< the 7 tokens) from max_window_layers 1: layer 0
+    # full, layers 1-2 sliding; head_dim 6 = hidden/heads (Qwen2 derives it), GQA 3/1.
+    "qwen2": dict(
+        cls="Qwen2ForCausalLM",
+        cfg=dict(model_type="qwen2", vocab_size=59, hidden_size=18, intermediate_size=22, num_hidden_layers=3,
+                 num_attention_heads=3, num_key_value_heads=1, rms_norm_eps=1e-6, use_sliding_window=True,
+                 sliding_window=3, max_window_layers=1,
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"],
+    ),
+    # mistral: sliding window 4 on every layer, head_dim 8 != 24/4, GQA 4/2, untied.
+    "mistral": dict(
+        cls="MistralForCausalLM",
+        cfg=dict(model_type="mistral", vocab_size=51, hidden_size=24, intermediate_size=26, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5, sliding_window=4,
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=False),
+        targets=["q_proj", "v_proj", "gate_proj", "down_proj"],
+    ),
     # qwen3: q/k norm, kv_heads = 1, head_dim 10 != 24/3, untied.
     "qwen3": dict(
         cls="Qwen3ForCausalLM",
@@ -131,12 +149,43 @@ def make_case(name, spec):
     print(f"{name}: loss {out.loss.item():.6f}, {total} bytes")
 
 
+def make_aux_mask_golden(name):
+    """The router aux loss with padding left out, as transformers computes it from an attention mask
+    (load_balancing_loss_func): <case>/aux_mask.safetensors holds input_ids [B, S], attention_mask (row 0 ends in
+    3 padding tokens, row 1 in 1) and aux_loss. Reads the saved model dir, so the case's other files stay as
+    they are."""
+    d = os.path.join(OUT, name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    model.config._experts_implementation = "eager"
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, model.config.vocab_size, (B, S), generator=g)
+    mask = torch.ones(B, S, dtype=torch.long)
+    mask[0, S - 3:] = 0
+    mask[1, S - 1:] = 0
+    with torch.no_grad():
+        # Padding ends each row, so the real tokens (causal) route the same with or without the mask; the
+        # mask only takes the padding out of the aux loss.
+        pos = torch.arange(S).repeat(B, 1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_router_logits=True)
+        unmasked = model(input_ids=ids, position_ids=pos, output_router_logits=True).aux_loss
+    save_file({"input_ids": ids, "attention_mask": mask, "aux_loss": out.aux_loss.detach().reshape(1),
+               "aux_loss_unmasked": unmasked.detach().reshape(1)}, os.path.join(d, "aux_mask.safetensors"))
+    print(f"{name}: aux loss {out.aux_loss.item():.6f} with padding left out, {unmasked.item():.6f} with it")
+
+
 def main():
     assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
     torch.set_grad_enabled(True)
     names = sys.argv[1:] or list(CASES)
+    if names == ["aux_mask"]:  # only the aux-loss masks, from the committed model dirs
+        for n in ("qwen3_moe", "qwen3_moe_top1"):
+            make_aux_mask_golden(n)
+        return
     for n in names:
         make_case(n, CASES[n])
+    for n in ("qwen3_moe", "qwen3_moe_top1"):
+        if n in names:
+            make_aux_mask_golden(n)
 
 
 if __name__ == "__main__":

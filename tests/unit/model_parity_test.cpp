@@ -116,6 +116,14 @@ TEST_CASE("model parity: llama (GQA, head_dim != hidden/heads, llama3 rope, tied
   check_case("llama", "reference");
   check_case("llama", "naive");
 }
+TEST_CASE("model parity: qwen2 (q/k/v bias, sliding window on layers from max_window_layers, tied) vs transformers+peft") {
+  check_case("qwen2", "reference");
+  check_case("qwen2", "naive");
+}
+TEST_CASE("model parity: mistral (sliding window on every layer, head_dim != hidden/heads) vs transformers+peft") {
+  check_case("mistral", "reference");
+  check_case("mistral", "naive");
+}
 TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
   check_case("qwen3", "reference");
   check_case("qwen3", "naive");

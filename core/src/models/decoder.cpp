@@ -45,12 +45,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const
     out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
     out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
     out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
-    if (c.attention_bias) {
+    if (c.qkv_bias) {
       out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
       out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
       out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
-      out.push_back({p + "self_attn.o_proj.bias", {H}});
     }
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
     if (c.qk_norm) {
       out.push_back({p + "self_attn.q_norm.weight", {D}});
       out.push_back({p + "self_attn.k_norm.weight", {D}});
@@ -487,7 +487,8 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.max_seqlen = max_len;
   a.softmax_scale = 1.0 / std::sqrt(double(D));
   a.causal = true;
-  a.window_left = cfg_.sliding_window > 0 ? cfg_.sliding_window - 1 : -1;
+  // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
+  a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
   at::Tensor o = autograd::attention(op, std::move(a));
@@ -558,19 +559,26 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   return autograd::moe_experts(down_op, std::move(down));  // [T, H]
 }
 
-at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) const {
-  // transformers' load_balancing_loss_func without an attention mask: E · Σ_e f_e · P_e over all layers'
-  // tokens, f_e = share of top-k assignments, P_e = mean router probability.
+at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const {
+  // transformers' load_balancing_loss_func: E · Σ_e f_e · P_e over all layers' tokens, f_e = share of top-k
+  // assignments, P_e = mean router probability; with an attention mask (fp32 [T], 0 at padding) both are
+  // weighted by it, so padding counts neither in the sums nor in the token count.
   const int64_t E = cfg_.num_experts;
   at::Tensor counts = at::zeros({E}, at::TensorOptions().dtype(at::kFloat).device(device_));
   at::Tensor prob_sum = at::zeros({E}, counts.options());
-  double rows = 0;
+  at::Tensor rows = at::zeros({}, counts.options());
   for (const auto& l : router_logits) {
     at::Tensor rw = at::softmax(l, -1);
     at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
-    counts = counts + expert_counts(sel, E).to(at::kFloat);
-    prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
-    rows += double(l.size(0));
+    if (mask.defined()) {
+      counts = counts + at::zeros({E}, counts.options()).scatter_add_(0, sel, mask.repeat_interleave(cfg_.top_k));
+      prob_sum = prob_sum + (rw.to(at::kFloat) * mask.unsqueeze(-1)).sum(0);
+      rows = rows + mask.sum();
+    } else {
+      counts = counts + expert_counts(sel, E).to(at::kFloat);
+      prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
+      rows = rows + double(l.size(0));
+    }
   }
   return (counts / rows * (prob_sum / rows)).sum() * double(E);
 }
@@ -661,7 +669,16 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
     out.loss = at::where(tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));
   }
   if (!router_logits.empty()) {
-    out.aux_loss = aux_loss(router_logits);
+    // make_batch marks padding in extras["attention_mask"] (1 = token, 0 = padding): left out of the aux
+    // loss as transformers leaves it out given the attention mask.
+    at::Tensor mask;
+    if (auto it = batch.extras.find("attention_mask"); it != batch.extras.end()) {
+      if (it->second.sizes() != batch.input_ids.sizes())
+        throw UsageError(str("model forward: extras[\"attention_mask\"] has shape ", shape_str(it->second.sizes().vec()),
+                             ", input_ids ", shape_str(batch.input_ids.sizes().vec())));
+      mask = it->second.to(device_, at::kFloat).reshape({T});
+    }
+    out.aux_loss = aux_loss(router_logits, mask);
     if (out.loss.defined() && cfg_.output_router_logits) out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss;
   }
   if (want_logits) out.logits = logits.view({B, S, cfg_.vocab_size});

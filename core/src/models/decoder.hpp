@@ -1,4 +1,4 @@
-// The decoder-only transformer behind llama, qwen3, qwen3_moe and mixtral: one implementation driven by
+// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe and mixtral: one implementation driven by
 // HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
@@ -57,7 +57,7 @@ class DecoderModel : public Model {
   // Mean token cross-entropy of lm_head(h) through the linear_ce op, when lm_head is a dense frozen weight
   // without LoRA and nobody wants the logits; undefined when the op does not apply.
   at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);
-  at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
+  at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const;  // mask: fp32 [T] or undefined
   // The LoRA factors in the compute dtype: {a, b} of module m, from this forward's batched cast
   // (cast_lora_factors) when there is one, else cast here.
   std::pair<at::Tensor, at::Tensor> lora_factors(const LoraModule& m) const;

@@ -58,7 +58,7 @@ struct Reader {
   }
 };
 
-RopeConfig parse_rope(const json& j, const Reader& r) {
+RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
   RopeConfig rope;
   // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x wrote rope_theta and rope_scaling.
   const json* params = nullptr;
@@ -70,7 +70,7 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
     params = &j["rope_scaling"];
     where = "rope_scaling";
   }
-  rope.theta = r.number_or("rope_theta", 10000.0);
+  rope.theta = r.number_or("rope_theta", default_theta);
   if (!params) {
     if (!(rope.theta > 0) || !std::isfinite(rope.theta))
       throw r.bad("rope_theta", str("must be a finite number > 0, got ", rope.theta));
@@ -100,6 +100,34 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
     if (rope.high_freq_factor == rope.low_freq_factor) throw r.bad(sub("high_freq_factor"), "must differ from low_freq_factor");
   }
   return rope;
+}
+
+// Qwen2Config: sliding_window counts only with use_sliding_window (default 4096 when the key is missing);
+// layer_types, when given, says which layers slide, else layers from max_window_layers (default 28) on do.
+std::vector<int64_t> parse_qwen2_windows(const json& j, const Reader& r, int64_t num_layers) {
+  int64_t window = -1;
+  if (r.boolean_or("use_sliding_window", false))
+    window = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1) : 4096;
+  std::vector<int64_t> out(num_layers, -1);
+  if (r.has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != num_layers)
+      throw r.bad("layer_types", str("must be a list of num_hidden_layers = ", num_layers, " entries"));
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const std::string v = lt[i].is_string() ? lt[i].get<std::string>() : "";
+      if (v == "full_attention") continue;
+      if (v != "sliding_attention")
+        throw r.bad(str("layer_types[", i, "]"), str("must be \"full_attention\" or \"sliding_attention\", got ", lt[i].dump()));
+      // transformers' create_sliding_window_causal_mask raises on this too.
+      if (window < 0) throw r.bad(str("layer_types[", i, "]"), "is sliding_attention but no sliding window is set (use_sliding_window, sliding_window)");
+      out[i] = window;
+    }
+    return out;
+  }
+  if (window < 0) return {};
+  const int64_t from = r.has("max_window_layers") ? r.integer("max_window_layers") : 28;
+  for (int64_t i = std::max<int64_t>(from, 0); i < num_layers; ++i) out[i] = window;
+  return out;
 }
 
 }  // namespace
@@ -142,26 +170,53 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   }
   if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  c.rope = parse_rope(j, r);
+  // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6).
+  c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : 10000.0);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  c.attention_bias = r.boolean_or("attention_bias", false);
-  c.mlp_bias = r.boolean_or("mlp_bias", false);
   std::string act = r.string_or("hidden_act", "silu");
   if (act != "silu") throw r.bad("hidden_act", str("'", act, "' is not supported (only silu)"));
   c.bos_token_id = r.token_id("bos_token_id");
   c.eos_token_id = r.token_id("eos_token_id");
   c.pad_token_id = r.token_id("pad_token_id");
+  // transformers drops attention probabilities with this rate in training; the attention op has no dropout, so
+  // a run would silently train without it.
+  const double attention_dropout = r.number_or("attention_dropout", 0.0);
+  if (attention_dropout != 0.0)
+    throw r.bad("attention_dropout", str("must be 0, got ", attention_dropout, " (attention dropout is not supported)"));
 
   const std::string& t = c.model_type;
+  if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "qwen3_moe" && t != "mixtral")
+    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)"));
+  // Bias keys only where the family's transformers class reads them; elsewhere the class builds no bias, so a
+  // true value (a checkpoint with biases) would be dropped: refused instead.
+  const bool reads_attention_bias = t == "llama" || t == "qwen3" || t == "qwen3_moe";
+  const bool reads_mlp_bias = t == "llama";
+  for (const auto& [key, reads] : {std::pair{"attention_bias", reads_attention_bias}, std::pair{"mlp_bias", reads_mlp_bias}})
+    if (!reads && r.boolean_or(key, false))
+      throw r.bad(key, str("true is not supported for ", t, " (transformers' ", t, " builds no such bias)"));
+  c.qkv_bias = c.o_bias = reads_attention_bias && r.boolean_or("attention_bias", false);
+  c.mlp_bias = reads_mlp_bias && r.boolean_or("mlp_bias", false);
+  if (t == "qwen2") c.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+
+  c.qk_norm = t == "qwen3" || t == "qwen3_moe";
+  // Sliding windows as each transformers class applies them. llama has none: its attention ignores a
+  // sliding_window key, and so do we.
   if (t == "qwen3" || t == "qwen3_moe") {
-    c.qk_norm = true;
     // Qwen3 configs carry a sliding_window value but only use it when use_sliding_window is set.
     if (r.boolean_or("use_sliding_window", false))
       throw r.bad("use_sliding_window", "true is not supported");
-  } else if (t == "mixtral" || t == "llama") {
-    if (r.has("sliding_window")) c.sliding_window = r.positive("sliding_window");
-  } else {
-    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, qwen3, qwen3_moe, mixtral)"));
+  } else if (t == "qwen2") {
+    c.layer_window = parse_qwen2_windows(j, r, c.num_layers);
+  } else if (t == "mistral" || t == "mixtral") {
+    // Every layer, when set. A missing key is the class default: 4096 for MistralConfig, none for Mixtral.
+    const int64_t w = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1)
+                                                   : (t == "mistral" ? 4096 : -1);
+    if (w > 0) c.layer_window.assign(c.num_layers, w);
+    // MistralForCausalLM warns about layer_types and attends with the one window everywhere (alternating
+    // layers are the ministral family's).
+    if (t == "mistral" && r.has("layer_types"))
+      throw r.bad("layer_types", "is not supported for mistral (transformers' Mistral ignores it; alternating "
+                                 "sliding/full layers are the ministral architecture)");
   }
 
   if (t == "qwen3_moe" || t == "mixtral") {
