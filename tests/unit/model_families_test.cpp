@@ -207,3 +207,73 @@ TEST_CASE("families: the MoE router aux loss leaves padding out as transformers 
     CHECK_THROWS_WITH_AS(model->forward(b, false), doctest::Contains("extras[\"attention_mask\"] has shape [3]"), ax::UsageError);
   }
 }
+
+TEST_CASE("families: yarn and dynamic RoPE frequencies and attention factor equal transformers'") {
+  // scripts/goldens/make_model_goldens.py rope: transformers' ROPE_INIT_FUNCTIONS on each parameter set.
+  const json cases = ax::models::read_json_file((fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "rope_goldens.json").string());
+  REQUIRE(cases.size() >= 7);
+  for (const auto& c : cases) {
+    CAPTURE(c["config"].dump());
+    CAPTURE(c["seq_len"].get<int64_t>());
+    auto cfg = ax::models::parse_hf_config(c["config"], "rope");
+    at::Tensor got = ax::models::rope_inv_freq(cfg, c["seq_len"].get<int64_t>());
+    at::Tensor want = at::tensor(c["inv_freq"].get<std::vector<double>>(), at::kFloat);
+    REQUIRE(got.sizes() == want.sizes());
+    CHECK(((got - want).abs() / want.abs()).max().item<double>() <= 1e-6);
+    CHECK(cfg.rope.attention_factor == doctest::Approx(c["attention_factor"].get<double>()).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("families: yarn and dynamic RoPE keys are checked and name the key") {
+  json j = config_of("qwen3_yarn");
+  j["rope_parameters"].erase("factor");
+  CHECK(parse_error(j).find("'rope_parameters.factor' is required for rope_type yarn") != std::string::npos);
+  j = config_of("qwen3_yarn");
+  j["rope_parameters"]["beta_fast"] = -3;
+  CHECK(parse_error(j).find("'rope_parameters.beta_fast' must be a finite number > 0") != std::string::npos);
+  j = config_of("qwen3_yarn");
+  j["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  CHECK(parse_error(j).find("partial rotary is not supported") != std::string::npos);
+  j = config_of("qwen3_yarn");  // no original length anywhere: max_position_embeddings, as transformers
+  j["rope_parameters"].erase("original_max_position_embeddings");
+  CHECK(ax::models::parse_hf_config(j, "y").rope.original_max_position == 256);
+  j["original_max_position_embeddings"] = 32;  // a top-level key wins (transformers' standardize_rope_params)
+  j["rope_parameters"]["original_max_position_embeddings"] = 64;
+  CHECK(ax::models::parse_hf_config(j, "y").rope.original_max_position == 32);
+  j = config_of("llama_dynamic");
+  j.erase("max_position_embeddings");
+  CHECK(parse_error(j).find("'max_position_embeddings' is required for rope_type dynamic") != std::string::npos);
+  // transformers 4 spelling: rope_scaling {"type": "dynamic"}.
+  j = config_of("llama_dynamic");
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500.0;
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 3.0}};
+  auto c = ax::models::parse_hf_config(j, "d");
+  CHECK(at::equal(ax::models::rope_inv_freq(c, 7), ax::models::rope_inv_freq(ax::models::parse_hf_config(config_of("llama_dynamic"), "d"), 7)));
+  CHECK(at::equal(ax::models::rope_inv_freq(c, 5), ax::models::rope_inv_freq(c)));  // within max_position_embeddings
+  CHECK_FALSE(at::equal(ax::models::rope_inv_freq(c, 6), ax::models::rope_inv_freq(c)));
+}
+
+TEST_CASE("families: dynamic RoPE follows each batch's longest sample, as transformers on that batch alone") {
+  // A packed batch whose longest sample is 4 tokens (<= max_position_embeddings 5) uses the plain frequencies;
+  // the same tokens as one 7-token row use the grown base. Each equals the model on that input alone.
+  ax::Registry reg;
+  ax::test::add_naive_backends(reg);
+  ax::models::register_builtin_models(reg);
+  ax::ModelLoadOptions o;
+  o.dir = case_dir("llama_dynamic").string();
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+  auto model = ax::load_model(reg, o);
+  std::vector<ax::Sample> s{{{1, 2, 3, 4}, {1, 2, 3, 4}}, {{5, 6, 7}, {5, 6, 7}}};
+  auto packed = ax::data::pack_samples(s, {0, 1}, 7);
+  REQUIRE(packed.rows.size() == 1);
+  auto b = ax::data::make_batch(s, packed, {0}, 7, 0);
+  at::Tensor logits = model->forward(b, true).logits.detach();
+  ax::Batch alone;
+  alone.input_ids = at::tensor({1, 2, 3, 4}, at::kLong).view({1, 4});
+  CHECK(at::allclose(logits.narrow(1, 0, 4), model->forward(alone, true).logits, 1e-5, 1e-6));
+  ax::Batch whole;  // the 7 tokens as one sample: positions 0..6, beyond 5
+  whole.input_ids = b.input_ids;
+  at::Tensor grown = model->forward(whole, true).logits.detach();
+  CHECK_FALSE(at::allclose(grown.narrow(1, 0, 4), logits.narrow(1, 0, 4), 1e-4, 1e-5));
+}

@@ -128,6 +128,14 @@ TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
   check_case("qwen3", "reference");
   check_case("qwen3", "naive");
 }
+TEST_CASE("model parity: qwen3 with YaRN RoPE (correction ramp, attention factor) vs transformers+peft") {
+  check_case("qwen3_yarn", "reference");
+  check_case("qwen3_yarn", "naive");
+}
+TEST_CASE("model parity: llama with dynamic NTK RoPE beyond max_position_embeddings vs transformers+peft") {
+  check_case("llama_dynamic", "reference");
+  check_case("llama_dynamic", "naive");
+}
 TEST_CASE("model parity: qwen3_moe (5 experts top-3, mlp_only_layers, aux loss) vs transformers+peft") {
   check_case("qwen3_moe", "reference");
   check_case("qwen3_moe", "naive");

@@ -448,7 +448,7 @@ void DecoderModel::cast_lora_factors() {
 }
 
 at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu,
-                                         int64_t max_len) {
+                                         int64_t max_len, const at::Tensor& inv_freq) {
   const std::string p = layer_prefix(i) + "self_attn.";
   const int64_t T = x.size(0), D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
   at::Tensor q = linear(x, p + "q_proj").view({T, Hq, D});
@@ -462,14 +462,14 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
       a.weight = w(wname);
       a.eps = cfg_.rms_norm_eps;
       a.position_ids = pos;
-      a.inv_freq = inv_freq_;
+      a.inv_freq = inv_freq;
       return autograd::norm_rope(op, std::move(a));
     };
     q = nr(q, p + "q_norm.weight");
     k = nr(k, p + "k_norm.weight");
   } else {
     // Plain RoPE (HF rotate-half): norm_rope is a norm+rope op, and these families have no q/k norm.
-    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq_.unsqueeze(0);
+    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq.unsqueeze(0);
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1), sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
     auto rot = [&](const at::Tensor& t) {
@@ -485,7 +485,9 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.v = v.contiguous();
   a.cu_seqlens = cu;
   a.max_seqlen = max_len;
-  a.softmax_scale = 1.0 / std::sqrt(double(D));
+  // transformers scales cos and sin by the rope's attention factor (yarn); q and k both carry it, so the
+  // scores carry its square.
+  a.softmax_scale = cfg_.rope.attention_factor * cfg_.rope.attention_factor / std::sqrt(double(D));
   a.causal = true;
   // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
   a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
@@ -584,9 +586,10 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, 
 }
 
 at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                               const at::Tensor& inv_freq,
                                std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i);
-  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len);
+  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, inv_freq);
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
@@ -628,6 +631,17 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                       : (at::arange(B + 1, at::TensorOptions().dtype(at::kInt).device(device_)) * int(S));
   int64_t max_len = batch.cu_seqlens.defined() && batch.max_seqlen > 0 ? batch.max_seqlen : S;
 
+  // Dynamic RoPE's frequencies follow the batch's longest position + 1: max_seqlen of a batch make_batch built
+  // (positions restart at 0 in every span), else the positions themselves (read back: a sync, dynamic only).
+  at::Tensor inv_freq = inv_freq_;
+  if (cfg_.rope.type == "dynamic") {
+    int64_t seq_len = S;
+    if (batch.position_ids.defined())
+      seq_len = batch.cu_seqlens_host.defined() && batch.max_seqlen > 0 && !batch.position_ids.is_cpu()
+                    ? batch.max_seqlen
+                    : batch.position_ids.max().item<int64_t>() + 1;
+    if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
+  }
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
@@ -635,13 +649,13 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   else cast_lora_factors();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     if (!recompute) {
-      h = layer(i, h, pos, cu, max_len, router_logits);
+      h = layer(i, h, pos, cu, max_len, inv_freq, router_logits);
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
-    auto outs = autograd::recompute([this, i, pos, cu, max_len](const at::Tensor& x) {
+    auto outs = autograd::recompute([this, i, pos, cu, max_len, inv_freq](const at::Tensor& x) {
       std::vector<at::Tensor> r;
-      at::Tensor y = layer(i, x, pos, cu, max_len, r);
+      at::Tensor y = layer(i, x, pos, cu, max_len, inv_freq, r);
       r.insert(r.begin(), y);
       return r;
     }, h);

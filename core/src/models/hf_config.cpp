@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <ATen/ATen.h>
 
@@ -58,6 +59,34 @@ struct Reader {
   }
 };
 
+// transformers' _compute_yarn_parameters inputs. original_max_position_embeddings as its standardize_rope_params
+// resolves it: a top-level key wins, then the rope dict's, then max_position_embeddings.
+void parse_yarn(RopeConfig& rope, const Reader& p, const Reader& r, const std::function<std::string(const std::string&)>& sub) {
+  const char* omp = "original_max_position_embeddings";
+  if (r.has(omp)) rope.original_max_position = r.positive(omp);
+  else if (p.has(omp)) rope.original_max_position = p.positive(omp);
+  else if (r.has("max_position_embeddings")) rope.original_max_position = r.positive("max_position_embeddings");
+  else throw r.bad(sub(omp), "is required for rope_type yarn (or max_position_embeddings)");
+  auto positive_or = [&](const char* k, double def) {
+    const double v = p.number_or(k, def);
+    if (!(v > 0) || !std::isfinite(v)) throw r.bad(sub(k), str("must be a finite number > 0, got ", v));
+    return v;
+  };
+  // `or 32` / `or 1` in transformers: 0 counts as unset there too.
+  rope.beta_fast = p.has("beta_fast") && p.number_or("beta_fast", 0) != 0 ? positive_or("beta_fast", 32) : 32;
+  rope.beta_slow = p.has("beta_slow") && p.number_or("beta_slow", 0) != 0 ? positive_or("beta_slow", 1) : 1;
+  rope.truncate = p.boolean_or("truncate", true);
+  auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (p.has("attention_factor")) {
+    rope.attention_factor = positive_or("attention_factor", 1.0);
+  } else {
+    const double mscale = p.number_or("mscale", 0), mscale_all_dim = p.number_or("mscale_all_dim", 0);
+    rope.attention_factor = mscale != 0 && mscale_all_dim != 0
+                                ? get_mscale(rope.factor, mscale) / get_mscale(rope.factor, mscale_all_dim)
+                                : get_mscale(rope.factor, 1.0);
+  }
+}
+
 RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
   RopeConfig rope;
   // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x wrote rope_theta and rope_scaling.
@@ -84,9 +113,11 @@ RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
   if (!(rope.theta > 0) || !std::isfinite(rope.theta))
     throw r.bad(p.has("rope_theta") ? sub("rope_theta") : "rope_theta", str("must be a finite number > 0, got ", rope.theta));
   rope.type = p.string_or("rope_type", p.string_or("type", "default"));
+  // Part of head_dim rotated (phi, stablelm): none of these families do it.
+  if (p.number_or("partial_rotary_factor", 1.0) != 1.0) throw r.bad(sub("partial_rotary_factor"), "must be 1 (partial rotary is not supported)");
   if (rope.type == "default") return rope;
-  if (rope.type != "linear" && rope.type != "llama3")
-    throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3)"));
+  if (rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn" && rope.type != "dynamic")
+    throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3, yarn, dynamic)"));
   if (!p.has("factor")) throw r.bad(sub("factor"), str("is required for rope_type ", rope.type));
   rope.factor = p.number_or("factor", 1.0);
   if (!(rope.factor > 0) || !std::isfinite(rope.factor))
@@ -98,6 +129,13 @@ RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
     rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
     rope.original_max_position = p.integer("original_max_position_embeddings");
     if (rope.high_freq_factor == rope.low_freq_factor) throw r.bad(sub("high_freq_factor"), "must differ from low_freq_factor");
+  }
+  if (rope.type == "yarn") parse_yarn(rope, p, r, sub);
+  if (rope.type == "dynamic") {
+    // The length the base is scaled from (transformers reads config.max_position_embeddings; no class default
+    // is assumed here).
+    if (!r.has("max_position_embeddings")) throw r.bad("max_position_embeddings", "is required for rope_type dynamic");
+    rope.max_position = r.positive("max_position_embeddings");
   }
   return rope;
 }
@@ -251,10 +289,36 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   return c;
 }
 
-at::Tensor rope_inv_freq(const HfConfig& c) {
+at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {
   const int64_t dim = c.head_dim;
-  at::Tensor inv = 1.0 / at::pow(c.rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim));
+  const at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim);
+  at::Tensor inv = 1.0 / at::pow(c.rope.theta, exponents);
   if (c.rope.type == "linear") return inv / c.rope.factor;
+  if (c.rope.type == "dynamic") {
+    if (seq_len <= c.rope.max_position) return inv;
+    // _compute_dynamic_ntk_parameters with a tensor seq_len: the base is computed in fp32, as there.
+    const double f = c.rope.factor;
+    at::Tensor sl = at::scalar_tensor(seq_len, at::kLong);
+    at::Tensor base = c.rope.theta * at::pow(f * sl / double(c.rope.max_position) - (f - 1), double(dim) / double(dim - 2));
+    return 1.0 / at::pow(base, exponents);
+  }
+  if (c.rope.type == "yarn") {
+    // _compute_yarn_parameters, term for term.
+    const double base = c.rope.theta, factor = c.rope.factor, omp = double(c.rope.original_max_position);
+    auto correction_dim = [&](double rotations) {
+      return (double(dim) * std::log(omp / (rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(c.rope.beta_fast), high = correction_dim(c.rope.beta_slow);
+    if (c.rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, double(dim - 1));
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+    at::Tensor pos_freqs = at::pow(base, exponents);
+    at::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (factor * pos_freqs);
+    at::Tensor ramp = at::clamp((at::arange(dim / 2, at::kFloat) - low) / (high - low), 0, 1);
+    at::Tensor extrapolation_factor = 1 - ramp;
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
   if (c.rope.type != "llama3") return inv;
   // transformers' _compute_llama3_parameters, term for term (fp32).
   const double factor = c.rope.factor, lo = c.rope.low_freq_factor, hi = c.rope.high_freq_factor;

@@ -16,11 +16,17 @@
 namespace ax::models {
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | yarn | dynamic
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position = 8192;                  // llama3
+  int64_t original_max_position = 8192;                  // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;                  // yarn
+  bool truncate = true;                                  // yarn: integer correction range
+  // What transformers multiplies cos and sin by (yarn's attention_factor / mscale; 1 otherwise). RoPE is linear,
+  // so q·k gains its square: the decoder folds that into the softmax scale.
+  double attention_factor = 1.0;
+  int64_t max_position = 0;  // dynamic: max_position_embeddings, beyond which the base grows
 };
 
 struct HfConfig {
@@ -58,7 +64,9 @@ struct HfConfig {
 HfConfig parse_hf_config(const nlohmann::json& j, const std::string& source);
 nlohmann::json read_json_file(const std::string& path);
 
-// HF's rotary inverse frequencies (fp32 [head_dim/2]) and attention scaling for the rope type.
-at::Tensor rope_inv_freq(const HfConfig& c);
+// HF's rotary inverse frequencies (fp32 [head_dim/2]) for the rope type. `seq_len` matters to dynamic only:
+// the longest position + 1 of the batch (transformers' dynamic_frequency_update on a fresh model: the base
+// grows when seq_len > max_position_embeddings).
+at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len = 0);
 
 }  // namespace ax::models
