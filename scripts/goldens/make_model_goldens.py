@@ -193,7 +193,7 @@ def make_aux_mask_golden(name):
     print(f"{name}: aux loss {out.aux_loss.item():.6f} with padding left out, {unmasked.item():.6f} with it")
 
 
-# RoPE parameter sets for tests/data/models/rope_goldens.json: transformers' inverse frequencies and attention
+# RoPE parameter sets for tests/data/rope_goldens.json: transformers' inverse frequencies and attention
 # factor for each (LlamaConfig fields; seq_len = the batch's longest position + 1, dynamic's input).
 ROPE_CASES = [
     dict(head_dim=16, max_position_embeddings=256, seq_len=7,
@@ -227,7 +227,7 @@ def make_rope_goldens():
         config = dict(model_type="llama", vocab_size=10, hidden_size=case["head_dim"] * 2, intermediate_size=4,
                       num_hidden_layers=1, num_attention_heads=2, **case)
         out.append(dict(config=config, seq_len=seq_len, inv_freq=[float(x) for x in inv], attention_factor=float(att)))
-    with open(os.path.join(OUT, "rope_goldens.json"), "w") as f:
+    with open(os.path.join(OUT, "..", "rope_goldens.json"), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
     print(f"rope_goldens.json: {len(out)} cases")

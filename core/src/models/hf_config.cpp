@@ -84,6 +84,8 @@ void parse_yarn(RopeConfig& rope, const Reader& p, const Reader& r, const std::f
     rope.attention_factor = mscale != 0 && mscale_all_dim != 0
                                 ? get_mscale(rope.factor, mscale) / get_mscale(rope.factor, mscale_all_dim)
                                 : get_mscale(rope.factor, 1.0);
+    if (!(rope.attention_factor > 0) || !std::isfinite(rope.attention_factor))
+      throw r.bad(sub("mscale"), str("gives the attention factor ", rope.attention_factor, " (must be finite and > 0)"));
   }
 }
 
@@ -286,6 +288,13 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     c.intermediate_size = r.positive("intermediate_size");
   }
   c.quant = parse_bnb_config(j, source);
+  if (c.rope.type == "dynamic" && c.head_dim <= 2)
+    throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
+  // Parameters that pass each key's check may still give NaN or inf frequencies (yarn's theta 1 divides by
+  // ln 1): every forward would be NaN. Dynamic RoPE is checked where its length is known (rope_inv_freq).
+  if (c.head_dim <= 4096 && !at::isfinite(rope_inv_freq(c)).all().item<bool>())
+    throw r.bad(c.rope.type == "default" ? "rope_theta" : "rope_parameters",
+                str("gives non-finite RoPE frequencies for rope_type ", c.rope.type));
   return c;
 }
 
@@ -300,7 +309,10 @@ at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {
     const double f = c.rope.factor;
     at::Tensor sl = at::scalar_tensor(seq_len, at::kLong);
     at::Tensor base = c.rope.theta * at::pow(f * sl / double(c.rope.max_position) - (f - 1), double(dim) / double(dim - 2));
-    return 1.0 / at::pow(base, exponents);
+    at::Tensor out = 1.0 / at::pow(base, exponents);
+    if (!at::isfinite(out).all().item<bool>())  // e.g. a factor so large that f·L overflows fp32
+      throw UsageError(str(c.source, ": rope_type dynamic with factor ", f, " gives non-finite RoPE frequencies at length ", seq_len));
+    return out;
   }
   if (c.rope.type == "yarn") {
     // _compute_yarn_parameters, term for term.
