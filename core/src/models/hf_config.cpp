@@ -290,8 +290,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   c.quant = parse_bnb_config(j, source);
   if (c.rope.type == "dynamic" && c.head_dim <= 2)
     throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
-  // Parameters that pass each key's check may still give NaN or inf frequencies (yarn's theta 1 divides by
-  // ln 1): every forward would be NaN. Dynamic RoPE is checked where its length is known (rope_inv_freq).
+  // Defensive: parameters that pass each key's check must still give finite frequencies, or every forward is
+  // NaN (the fuzz harness holds the parser to this). Dynamic RoPE is checked where its length is known.
   if (c.head_dim <= 4096 && !at::isfinite(rope_inv_freq(c)).all().item<bool>())
     throw r.bad(c.rope.type == "default" ? "rope_theta" : "rope_parameters",
                 str("gives non-finite RoPE frequencies for rope_type ", c.rope.type));
@@ -310,7 +310,7 @@ at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {
     at::Tensor sl = at::scalar_tensor(seq_len, at::kLong);
     at::Tensor base = c.rope.theta * at::pow(f * sl / double(c.rope.max_position) - (f - 1), double(dim) / double(dim - 2));
     at::Tensor out = 1.0 / at::pow(base, exponents);
-    if (!at::isfinite(out).all().item<bool>())  // e.g. a factor so large that f·L overflows fp32
+    if (!at::isfinite(out).all().item<bool>())  // e.g. a factor beyond fp32: f·L - (f - 1) is inf - inf
       throw UsageError(str(c.source, ": rope_type dynamic with factor ", f, " gives non-finite RoPE frequencies at length ", seq_len));
     return out;
   }
