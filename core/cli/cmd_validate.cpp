@@ -14,9 +14,10 @@ int run_validate(const std::vector<std::string>& args) {
   opts.add_options()("config,c", po::value<std::string>(), "run config (TOML)")(
       "set", po::value<std::vector<std::string>>()->composing(), "override a key: --set train.lr=1e-4")(
       "resume", po::bool_switch(), "check as `run --resume` would (the newest checkpoint in output_dir)")(
+      "overwrite", po::bool_switch(), "check as `run --overwrite` would (a non-empty output_dir is then no error)")(
       "schema", "print the reference of every config key (markdown), the found plugins' tables included, instead");
   po::variables_map vm;
-  if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... [--resume] | --schema", args, opts, vm))
+  if (!ax::cli::parse_options("axengine validate --config FILE [--set KEY=VALUE]... [--resume | --overwrite] | --schema", args, opts, vm))
     return 0;
   if (vm.count("schema")) {
     auto engine = ax::Engine::start(ax::StartOptions{});  // no config: the plugins found the usual way
@@ -28,7 +29,7 @@ int run_validate(const std::vector<std::string>& args) {
   // The same start (plugins loaded, so their tables are checked like core keys) and the same check as `run`,
   // minus loading the model and training.
   auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
-  auto lines = ax::check_run(*engine, ax::TrainOptions{vm["resume"].as<bool>()});
+  auto lines = ax::check_run(*engine, ax::TrainOptions{vm["resume"].as<bool>(), vm["overwrite"].as<bool>()});
   std::cout << vm["config"].as<std::string>() << ": ok\n";
   for (const auto& l : lines) std::cout << "  " << l << "\n";
   return 0;

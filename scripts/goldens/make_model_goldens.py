@@ -36,6 +36,24 @@ CASES = {
                  tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
+    # qwen2: q/k/v bias (no o_proj bias), sliding window 3 (< the 7 tokens) from max_window_layers 1: layer 0
+    # full, layers 1-2 sliding; head_dim 6 = hidden/heads (Qwen2 derives it), GQA 3/1.
+    "qwen2": dict(
+        cls="Qwen2ForCausalLM",
+        cfg=dict(model_type="qwen2", vocab_size=59, hidden_size=18, intermediate_size=22, num_hidden_layers=3,
+                 num_attention_heads=3, num_key_value_heads=1, rms_norm_eps=1e-6, use_sliding_window=True,
+                 sliding_window=3, max_window_layers=1,
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"],
+    ),
+    # mistral: sliding window 4 on every layer, head_dim 8 != 24/4, GQA 4/2, untied.
+    "mistral": dict(
+        cls="MistralForCausalLM",
+        cfg=dict(model_type="mistral", vocab_size=51, hidden_size=24, intermediate_size=26, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5, sliding_window=4,
+                 rope_parameters=dict(rope_type="default", rope_theta=1e6), tie_word_embeddings=False),
+        targets=["q_proj", "v_proj", "gate_proj", "down_proj"],
+    ),
     # qwen3: q/k norm, kv_heads = 1, head_dim 10 != 24/3, untied.
     "qwen3": dict(
         cls="Qwen3ForCausalLM",
@@ -43,6 +61,26 @@ CASES = {
                  num_attention_heads=3, num_key_value_heads=1, head_dim=10, rms_norm_eps=1e-6,
                  rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
         targets=["q_proj", "v_proj", "o_proj", "down_proj"],
+    ),
+    # qwen3 with YaRN: 8 frequencies, a correction ramp over the first 5 (theta 100, original length 64), the
+    # attention factor 0.1 ln 4 + 1 from the default mscale (q/k norm path: the norm_rope op).
+    "qwen3_yarn": dict(
+        cls="Qwen3ForCausalLM",
+        cfg=dict(model_type="qwen3", vocab_size=37, hidden_size=16, intermediate_size=20, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, head_dim=16, rms_norm_eps=1e-6,
+                 max_position_embeddings=256,
+                 rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=4.0,
+                                      original_max_position_embeddings=64), tie_word_embeddings=False),
+        targets=["q_proj", "k_proj", "down_proj"],
+    ),
+    # llama with dynamic NTK RoPE: max_position_embeddings 5 < the 7 tokens, so the base grows for the batch.
+    "llama_dynamic": dict(
+        cls="LlamaForCausalLM",
+        cfg=dict(model_type="llama", vocab_size=37, hidden_size=16, intermediate_size=20, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5,
+                 max_position_embeddings=5, rope_parameters=dict(rope_type="dynamic", rope_theta=500.0, factor=3.0),
+                 tie_word_embeddings=False),
+        targets=["q_proj", "v_proj", "up_proj"],
     ),
     # qwen3_moe: 5 experts, top-3, norm_topk_prob, layer 1 dense (mlp_only_layers), aux loss in the loss.
     "qwen3_moe": dict(
@@ -131,12 +169,88 @@ def make_case(name, spec):
     print(f"{name}: loss {out.loss.item():.6f}, {total} bytes")
 
 
+def make_aux_mask_golden(name):
+    """The router aux loss with padding left out, as transformers computes it from an attention mask
+    (load_balancing_loss_func): <case>/aux_mask.safetensors holds input_ids [B, S], attention_mask (row 0 ends in
+    3 padding tokens, row 1 in 1) and aux_loss. Reads the saved model dir, so the case's other files stay as
+    they are."""
+    d = os.path.join(OUT, name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    model.config._experts_implementation = "eager"
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, model.config.vocab_size, (B, S), generator=g)
+    mask = torch.ones(B, S, dtype=torch.long)
+    mask[0, S - 3:] = 0
+    mask[1, S - 1:] = 0
+    with torch.no_grad():
+        # Padding ends each row, so the real tokens (causal) route the same with or without the mask; the
+        # mask only takes the padding out of the aux loss.
+        pos = torch.arange(S).repeat(B, 1)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, output_router_logits=True)
+        unmasked = model(input_ids=ids, position_ids=pos, output_router_logits=True).aux_loss
+    save_file({"input_ids": ids, "attention_mask": mask, "aux_loss": out.aux_loss.detach().reshape(1),
+               "aux_loss_unmasked": unmasked.detach().reshape(1)}, os.path.join(d, "aux_mask.safetensors"))
+    print(f"{name}: aux loss {out.aux_loss.item():.6f} with padding left out, {unmasked.item():.6f} with it")
+
+
+# RoPE parameter sets for tests/data/rope_goldens.json: transformers' inverse frequencies and attention
+# factor for each (LlamaConfig fields; seq_len = the batch's longest position + 1, dynamic's input).
+ROPE_CASES = [
+    dict(head_dim=16, max_position_embeddings=256, seq_len=7,
+         rope_parameters=dict(rope_type="yarn", rope_theta=100.0, factor=4.0, original_max_position_embeddings=64)),
+    dict(head_dim=64, max_position_embeddings=32768, seq_len=7,  # Qwen2.5's long-context setting
+         rope_parameters=dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=32768)),
+    dict(head_dim=32, max_position_embeddings=4096, seq_len=7,  # DeepSeek-style mscale / mscale_all_dim, betas
+         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, original_max_position_embeddings=512,
+                              mscale=1.0, mscale_all_dim=0.707, beta_fast=16, beta_slow=2)),
+    dict(head_dim=32, max_position_embeddings=4096, seq_len=7,  # explicit attention_factor, no truncation
+         rope_parameters=dict(rope_type="yarn", rope_theta=50000.0, factor=8.0, original_max_position_embeddings=512,
+                              attention_factor=0.8, truncate=False)),
+    dict(head_dim=16, max_position_embeddings=5, seq_len=7,
+         rope_parameters=dict(rope_type="dynamic", rope_theta=500.0, factor=3.0)),
+    dict(head_dim=64, max_position_embeddings=2048, seq_len=3000,
+         rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+    dict(head_dim=64, max_position_embeddings=2048, seq_len=2048,  # not beyond: the plain frequencies
+         rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+]
+
+
+def make_rope_goldens():
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    out = []
+    for case in ROPE_CASES:
+        case = dict(case)
+        seq_len = case.pop("seq_len")
+        cfg = transformers.LlamaConfig(hidden_size=case["head_dim"] * 2, num_attention_heads=2, **case)
+        rp = cfg.rope_parameters
+        inv, att = ROPE_INIT_FUNCTIONS[rp["rope_type"]](cfg, "cpu", seq_len=torch.tensor(seq_len))
+        config = dict(model_type="llama", vocab_size=10, hidden_size=case["head_dim"] * 2, intermediate_size=4,
+                      num_hidden_layers=1, num_attention_heads=2, **case)
+        out.append(dict(config=config, seq_len=seq_len, inv_freq=[float(x) for x in inv], attention_factor=float(att)))
+    with open(os.path.join(OUT, "..", "rope_goldens.json"), "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"rope_goldens.json: {len(out)} cases")
+
+
 def main():
     assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
     torch.set_grad_enabled(True)
     names = sys.argv[1:] or list(CASES)
+    if names == ["rope"]:
+        make_rope_goldens()
+        return
+    if names == ["aux_mask"]:  # only the aux-loss masks, from the committed model dirs
+        for n in ("qwen3_moe", "qwen3_moe_top1"):
+            make_aux_mask_golden(n)
+        return
     for n in names:
         make_case(n, CASES[n])
+    for n in ("qwen3_moe", "qwen3_moe_top1"):
+        if n in names:
+            make_aux_mask_golden(n)
+    if not sys.argv[1:]:
+        make_rope_goldens()
 
 
 if __name__ == "__main__":

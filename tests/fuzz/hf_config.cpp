@@ -22,5 +22,16 @@ AX_FUZZ_HARNESS(hf_config) {
       std::fprintf(stderr, "hf_config: parsed config gives non-finite RoPE frequencies\n");
       std::abort();
     }
+    // Dynamic RoPE beyond max_position_embeddings: finite frequencies or a UsageError, never NaN.
+    if (c.rope.type == "dynamic")
+      for (int64_t len : {c.rope.max_position + 1, std::min<int64_t>(c.rope.max_position, int64_t(1) << 40) * 3 + 7}) {
+        at::Tensor d = ax::models::rope_inv_freq(c, len);
+        if (!at::isfinite(d).all().item<bool>()) std::abort();
+      }
+    if (!std::isfinite(c.rope.attention_factor) || !(c.rope.attention_factor > 0)) {
+      std::fprintf(stderr, "hf_config: parsed config gives attention factor %g\n", c.rope.attention_factor);
+      std::abort();
+    }
   }
+  for (int64_t layer = 0; layer < std::min<int64_t>(c.num_layers, 64); ++layer) (void)c.window(layer);
 }

@@ -187,6 +187,16 @@ put("hf_config", "llama_rope_llama3", json.dumps(v, indent=1))
 v = dict(llama, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}, sliding_window=128,
          head_dim=16, eos_token_id=[1, 2])
 put("hf_config", "llama_rope_params_v5", json.dumps(v, indent=1))
+v = dict(llama, rope_scaling={"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 512, "mscale": 1.0,
+                              "mscale_all_dim": 0.707, "beta_fast": 16, "beta_slow": 2, "truncate": False},
+         max_position_embeddings=4096)
+put("hf_config", "llama_rope_yarn_v4", json.dumps(v, indent=1))
+v = dict(llama, rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}, max_position_embeddings=16)
+put("hf_config", "llama_rope_dynamic", json.dumps(v, indent=1))
+q2 = json.loads(read(os.path.join(DATA, "models/qwen2/config.json")))
+v = dict(q2, max_window_layers=2)
+del v["layer_types"]
+put("hf_config", "qwen2_max_window_layers", json.dumps(v, indent=1))
 # the pre-quantised (bitsandbytes 4-bit) checkpoints' configs: quantization_config, and variants of its keys
 for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
     put("hf_config", "bnb_" + name, read(os.path.join(DATA, "bnb", name, "config.json")))

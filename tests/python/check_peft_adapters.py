@@ -4,7 +4,8 @@
 1. Runs the axengine_tests case "peft export*" with AXENGINE_PEFT_EXPORT_DIR set: for every model family it
    writes a LoRA adapter (PEFT format), the logits axengine computes with it, and a merged model dir.
 2. Loads each base model with transformers, the adapter with peft.PeftModel.from_pretrained, and checks the
-   logits match axengine's; loads the merged dir with transformers and checks the same logits.
+   logits match axengine's; loads the adapter alone with AutoPeftModelForCausalLM (the base from
+   adapter_config.json's base_model_name_or_path) and the merged dir with transformers: the same logits.
    A QLoRA case (qlora.json beside the adapter) was trained against an nf4-packed base: the fair golden is the
    HF model whose projections went through nf4 and back. This script packs them itself, from the HF model's
    own parameters (bitsandbytes' quantize_4bit/dequantize_4bit when bitsandbytes is installed, else the same
@@ -21,7 +22,7 @@ import tempfile
 
 import torch
 import transformers
-from peft import PeftModel
+from peft import AutoPeftModelForCausalLM, PeftModel
 from safetensors.torch import load_file
 
 TOL = 1e-4
@@ -99,6 +100,16 @@ def main():
             print(f"{case}: peft adapter logits rel err {err:.2e}")
             if not err <= TOL:
                 failures.append(f"{case}: peft logits differ by {err}")
+            if not os.path.exists(qlora):
+                # adapter_config.json's base_model_name_or_path names the base: peft loads both from the adapter dir.
+                auto = AutoPeftModelForCausalLM.from_pretrained(os.path.join(d, "adapter"), dtype=torch.float32).eval()
+                auto.base_model.model.config._experts_implementation = "eager"
+                with torch.no_grad():
+                    got = auto(input_ids=ids).logits
+                err = (got - want).abs().max().item() / scale
+                print(f"{case}: AutoPeftModelForCausalLM logits rel err {err:.2e}")
+                if not err <= TOL:
+                    failures.append(f"{case}: AutoPeftModelForCausalLM logits differ by {err}")
             merged = load_base(os.path.join(d, "merged"))
             with torch.no_grad():
                 got = merged(input_ids=ids).logits
@@ -106,7 +117,7 @@ def main():
             print(f"{case}: merged model logits rel err {err:.2e}")
             if not err <= TOL:
                 failures.append(f"{case}: merged logits differ by {err}")
-        for preset in ["tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"]:
+        for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"]:
             out = os.path.join(tmp, "init-" + preset)
             subprocess.run([axengine_bin, "init-model", "--preset", preset, "--out", out, "--seed", "3"], check=True)
             m = load_base(out)

@@ -75,7 +75,7 @@ void check_on_cuda(const std::string& name, const std::string& dtype, double log
   }
 }
 
-const char* kCases[] = {"llama", "qwen3", "qwen3_moe", "qwen3_moe_top1", "mixtral"};
+const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral"};
 
 }  // namespace
 

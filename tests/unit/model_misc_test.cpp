@@ -273,7 +273,7 @@ TEST_CASE("hf config: missing, ill-typed and unsupported keys name config.json a
   CHECK(err([](json& j) { j.erase("hidden_size"); }) == "dir/config.json: 'hidden_size' is missing");
   CHECK(err([](json& j) { j["num_attention_heads"] = "4"; }).find("'num_attention_heads' must be an integer") != std::string::npos);
   CHECK(err([](json& j) { j["num_key_value_heads"] = 3; }).find("does not divide") != std::string::npos);
-  CHECK(err([](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; }).find("'yarn' is not supported") != std::string::npos);
+  CHECK(err([](json& j) { j["rope_parameters"]["rope_type"] = "longrope"; }).find("'longrope' is not supported") != std::string::npos);
   CHECK(err([](json& j) { j["rope_parameters"].erase("low_freq_factor"); }).find("rope_parameters.low_freq_factor") != std::string::npos);
   CHECK(err([](json& j) { j["hidden_act"] = "gelu"; }).find("only silu") != std::string::npos);
   CHECK(err([](json& j) { j["model_type"] = "gpt2"; }).find("'gpt2'") != std::string::npos);

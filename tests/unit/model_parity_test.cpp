@@ -116,9 +116,25 @@ TEST_CASE("model parity: llama (GQA, head_dim != hidden/heads, llama3 rope, tied
   check_case("llama", "reference");
   check_case("llama", "naive");
 }
+TEST_CASE("model parity: qwen2 (q/k/v bias, sliding window on layers from max_window_layers, tied) vs transformers+peft") {
+  check_case("qwen2", "reference");
+  check_case("qwen2", "naive");
+}
+TEST_CASE("model parity: mistral (sliding window on every layer, head_dim != hidden/heads) vs transformers+peft") {
+  check_case("mistral", "reference");
+  check_case("mistral", "naive");
+}
 TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
   check_case("qwen3", "reference");
   check_case("qwen3", "naive");
+}
+TEST_CASE("model parity: qwen3 with YaRN RoPE (correction ramp, attention factor) vs transformers+peft") {
+  check_case("qwen3_yarn", "reference");
+  check_case("qwen3_yarn", "naive");
+}
+TEST_CASE("model parity: llama with dynamic NTK RoPE beyond max_position_embeddings vs transformers+peft") {
+  check_case("llama_dynamic", "reference");
+  check_case("llama_dynamic", "naive");
 }
 TEST_CASE("model parity: qwen3_moe (5 experts top-3, mlp_only_layers, aux loss) vs transformers+peft") {
   check_case("qwen3_moe", "reference");

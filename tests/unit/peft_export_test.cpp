@@ -49,6 +49,8 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
   ax::register_builtins(reg);  // reference kernels + model families, as a run gets them
   const std::vector<Case> cases = {
       {"llama", {"q_proj", "v_proj", "down_proj"}, false},
+      {"qwen2", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj"}, false},
+      {"mistral", {"k_proj", "o_proj", "up_proj", "down_proj"}, true},
       {"qwen3", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, true},
       {"qwen3_moe", {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, false},
       {"qwen3_moe_top1", {"k_proj", "down_proj"}, true},

@@ -205,6 +205,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-qwen3", "models/qwen3");
   init("tiny-qwen3-moe", "models/qwen3-moe");
   init("tiny-mixtral", "models/mixtral");
+  init("tiny-qwen2", "models/qwen2");
+  init("tiny-mistral", "models/mistral");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -212,6 +214,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen3-moe-lora.toml", "models/qwen3-moe"},
       {"qwen3-moe-qlora.toml", "models/qwen3-moe"},
       {"mixtral-lora.toml", "models/mixtral"},
+      {"qwen2.5-lora.toml", "models/qwen2"},
+      {"mistral-lora.toml", "models/mistral"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";

@@ -15,7 +15,7 @@ namespace ax {
 // for its model_type (UsageError listing the known ones otherwise) and loads the model.
 std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options);
 
-// init-model presets: tiny-llama, tiny-qwen3, tiny-qwen3-moe, tiny-mixtral.
+// init-model presets: tiny-llama, tiny-qwen2, tiny-mistral, tiny-qwen3, tiny-qwen3-moe, tiny-mixtral.
 std::vector<std::string> model_presets();
 // Writes config.json, generation_config.json, model.safetensors (random init, N(0, 0.02) as HF's
 // initializer_range, norms at 1) and a byte-level tokenizer.json. UsageError for an unknown preset.

@@ -11,7 +11,13 @@ class Engine;
 
 struct TrainOptions {
   bool resume = false;  // --resume: same as [checkpoint] resume_from = "latest"
+  // --overwrite: start afresh in a non-empty output_dir, removing the previous run's outputs (checkpoints/,
+  // metrics.jsonl, report.html, profile/) first. Without it such a start is refused: two runs would mix.
+  bool overwrite = false;
 };
+
+// What a run writes into output_dir, relative to it: what --overwrite removes.
+std::vector<std::string> run_output_names();
 
 // Prints the kernel resolution table, runs check_run's checks, loads the model (+ LoRA), trains, prints the summary.
 void train_from_config(Engine& engine, const TrainOptions& options);

@@ -63,7 +63,8 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
   int64_t max_len = 0;
   const int64_t pad = pad_id >= 0 ? pad_id : 0;
   BatchLayout layout{B, S, {}};
-  bool extras = false;
+  bool extras = false, padded = false;
+  at::Tensor mask;  // made at the first padding
   for (int64_t b = 0; b < B; ++b) {
     if (row_ids[b] >= packed.rows.size()) throw RuntimeError(ax::str("packed row ", row_ids[b], " out of range"));
     int64_t t = b * S, end = (b + 1) * S;
@@ -82,6 +83,9 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
     }
     if (t < end) {  // padding: one span of its own, no loss
       int64_t len = end - t;
+      if (!padded) mask = at::ones({B, S}, at::kLong);
+      padded = true;
+      mask[b].narrow(0, t - b * S, len).zero_();
       for (int64_t k = 0; k < len; ++k, ++t) {
         pi[t] = pad;
         pl[t] = -100;
@@ -105,7 +109,12 @@ Batch make_batch(const std::vector<Sample>& samples, const PackedRows& packed, c
   if (extras) {
     if (!collator) throw UsageError("the samples of a batch carry extras but no dataset type was given to collate them");
     batch.extras = collator->collate(layout);
+    if (batch.extras.count("attention_mask"))
+      throw UsageError("a dataset type's collate() returned the extra \"attention_mask\": that name is the batch's padding mask");
   }
+  // Where rows end in padding, its mask (1 = token, 0 = padding), as transformers' attention_mask: MoE models
+  // leave padding out of the router aux loss with it. Attention needs none (padding is a span of its own).
+  if (padded) batch.extras["attention_mask"] = mask;
   return batch;
 }
 

@@ -45,12 +45,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const
     out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
     out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
     out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
-    if (c.attention_bias) {
+    if (c.qkv_bias) {
       out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
       out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
       out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
-      out.push_back({p + "self_attn.o_proj.bias", {H}});
     }
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
     if (c.qk_norm) {
       out.push_back({p + "self_attn.q_norm.weight", {D}});
       out.push_back({p + "self_attn.k_norm.weight", {D}});
@@ -448,7 +448,7 @@ void DecoderModel::cast_lora_factors() {
 }
 
 at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu,
-                                         int64_t max_len) {
+                                         int64_t max_len, const at::Tensor& inv_freq) {
   const std::string p = layer_prefix(i) + "self_attn.";
   const int64_t T = x.size(0), D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
   at::Tensor q = linear(x, p + "q_proj").view({T, Hq, D});
@@ -462,14 +462,14 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
       a.weight = w(wname);
       a.eps = cfg_.rms_norm_eps;
       a.position_ids = pos;
-      a.inv_freq = inv_freq_;
+      a.inv_freq = inv_freq;
       return autograd::norm_rope(op, std::move(a));
     };
     q = nr(q, p + "q_norm.weight");
     k = nr(k, p + "k_norm.weight");
   } else {
     // Plain RoPE (HF rotate-half): norm_rope is a norm+rope op, and these families have no q/k norm.
-    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq_.unsqueeze(0);
+    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq.unsqueeze(0);
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1), sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
     auto rot = [&](const at::Tensor& t) {
@@ -485,9 +485,12 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.v = v.contiguous();
   a.cu_seqlens = cu;
   a.max_seqlen = max_len;
-  a.softmax_scale = 1.0 / std::sqrt(double(D));
+  // transformers scales cos and sin by the rope's attention factor (yarn); q and k both carry it, so the
+  // scores carry its square.
+  a.softmax_scale = cfg_.rope.attention_factor * cfg_.rope.attention_factor / std::sqrt(double(D));
   a.causal = true;
-  a.window_left = cfg_.sliding_window > 0 ? cfg_.sliding_window - 1 : -1;
+  // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
+  a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
   at::Tensor o = autograd::attention(op, std::move(a));
@@ -558,27 +561,35 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   return autograd::moe_experts(down_op, std::move(down));  // [T, H]
 }
 
-at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits) const {
-  // transformers' load_balancing_loss_func without an attention mask: E · Σ_e f_e · P_e over all layers'
-  // tokens, f_e = share of top-k assignments, P_e = mean router probability.
+at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const {
+  // transformers' load_balancing_loss_func: E · Σ_e f_e · P_e over all layers' tokens, f_e = share of top-k
+  // assignments, P_e = mean router probability; with an attention mask (fp32 [T], 0 at padding) both are
+  // weighted by it, so padding counts neither in the sums nor in the token count.
   const int64_t E = cfg_.num_experts;
   at::Tensor counts = at::zeros({E}, at::TensorOptions().dtype(at::kFloat).device(device_));
   at::Tensor prob_sum = at::zeros({E}, counts.options());
-  double rows = 0;
+  at::Tensor rows = at::zeros({}, counts.options());
   for (const auto& l : router_logits) {
     at::Tensor rw = at::softmax(l, -1);
     at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
-    counts = counts + expert_counts(sel, E).to(at::kFloat);
-    prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
-    rows += double(l.size(0));
+    if (mask.defined()) {
+      counts = counts + at::zeros({E}, counts.options()).scatter_add_(0, sel, mask.repeat_interleave(cfg_.top_k));
+      prob_sum = prob_sum + (rw.to(at::kFloat) * mask.unsqueeze(-1)).sum(0);
+      rows = rows + mask.sum();
+    } else {
+      counts = counts + expert_counts(sel, E).to(at::kFloat);
+      prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
+      rows = rows + double(l.size(0));
+    }
   }
   return (counts / rows * (prob_sum / rows)).sum() * double(E);
 }
 
 at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                               const at::Tensor& inv_freq,
                                std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i);
-  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len);
+  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, inv_freq);
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
@@ -620,6 +631,17 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                       : (at::arange(B + 1, at::TensorOptions().dtype(at::kInt).device(device_)) * int(S));
   int64_t max_len = batch.cu_seqlens.defined() && batch.max_seqlen > 0 ? batch.max_seqlen : S;
 
+  // Dynamic RoPE's frequencies follow the batch's longest position + 1: max_seqlen of a batch make_batch built
+  // (positions restart at 0 in every span), else the positions themselves (read back: a sync, dynamic only).
+  at::Tensor inv_freq = inv_freq_;
+  if (cfg_.rope.type == "dynamic") {
+    int64_t seq_len = S;
+    if (batch.position_ids.defined())
+      seq_len = batch.cu_seqlens_host.defined() && batch.max_seqlen > 0 && !batch.position_ids.is_cpu()
+                    ? batch.max_seqlen
+                    : batch.position_ids.max().item<int64_t>() + 1;
+    if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
+  }
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
@@ -627,13 +649,13 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
   else cast_lora_factors();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     if (!recompute) {
-      h = layer(i, h, pos, cu, max_len, router_logits);
+      h = layer(i, h, pos, cu, max_len, inv_freq, router_logits);
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
-    auto outs = autograd::recompute([this, i, pos, cu, max_len](const at::Tensor& x) {
+    auto outs = autograd::recompute([this, i, pos, cu, max_len, inv_freq](const at::Tensor& x) {
       std::vector<at::Tensor> r;
-      at::Tensor y = layer(i, x, pos, cu, max_len, r);
+      at::Tensor y = layer(i, x, pos, cu, max_len, inv_freq, r);
       r.insert(r.begin(), y);
       return r;
     }, h);
@@ -661,7 +683,16 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
     out.loss = at::where(tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));
   }
   if (!router_logits.empty()) {
-    out.aux_loss = aux_loss(router_logits);
+    // make_batch marks padding in extras["attention_mask"] (1 = token, 0 = padding): left out of the aux
+    // loss as transformers leaves it out given the attention mask.
+    at::Tensor mask;
+    if (auto it = batch.extras.find("attention_mask"); it != batch.extras.end()) {
+      if (it->second.sizes() != batch.input_ids.sizes())
+        throw UsageError(str("model forward: extras[\"attention_mask\"] has shape ", shape_str(it->second.sizes().vec()),
+                             ", input_ids ", shape_str(batch.input_ids.sizes().vec())));
+      mask = it->second.to(device_, at::kFloat).reshape({T});
+    }
+    out.aux_loss = aux_loss(router_logits, mask);
     if (out.loss.defined() && cfg_.output_router_logits) out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss;
   }
   if (want_logits) out.logits = logits.view({B, S, cfg_.vocab_size});

@@ -1,4 +1,4 @@
-// The decoder-only transformer behind llama, qwen3, qwen3_moe and mixtral: one implementation driven by
+// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe and mixtral: one implementation driven by
 // HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
@@ -47,7 +47,9 @@ class DecoderModel : public Model {
   const at::Tensor& w(const std::string& name) const;
   const ops::WeightTensor& projection(const std::string& name) const;  // a frozen_ entry, e.g. "lm_head.weight"
   at::Tensor linear(const at::Tensor& x, const std::string& module);  // module path, e.g. model.layers.0.self_attn.q_proj
-  at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len);
+  // inv_freq: this forward's rotary frequencies (rope_inv_freq; dynamic RoPE's depend on the batch).
+  at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                             const at::Tensor& inv_freq);
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
@@ -57,13 +59,14 @@ class DecoderModel : public Model {
   // Mean token cross-entropy of lm_head(h) through the linear_ce op, when lm_head is a dense frozen weight
   // without LoRA and nobody wants the logits; undefined when the op does not apply.
   at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);
-  at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits) const;
+  at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const;  // mask: fp32 [T] or undefined
   // The LoRA factors in the compute dtype: {a, b} of module m, from this forward's batched cast
   // (cast_lora_factors) when there is one, else cast here.
   std::pair<at::Tensor, at::Tensor> lora_factors(const LoraModule& m) const;
   void cast_lora_factors();
   // One decoder layer; appends the router logits of a MoE layer to router_logits.
   at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                   const at::Tensor& inv_freq,
                    std::vector<at::Tensor>& router_logits);
 
   HfConfig cfg_;
@@ -73,7 +76,7 @@ class DecoderModel : public Model {
   std::map<std::string, at::Tensor> weights_;  // frozen base tensors other than projections (norms, embeddings, routers, biases)
   std::map<std::string, ops::WeightTensor> frozen_;  // frozen projections (models/weight_policy.hpp), in their own format
   WeightStats stats_;
-  at::Tensor inv_freq_;
+  at::Tensor inv_freq_;  // every type but dynamic: the one set; dynamic: at lengths up to max_position_embeddings
   LoraSet lora_;
   std::map<const LoraModule*, std::pair<at::Tensor, at::Tensor>> lora_cast_;  // this forward's; see cast_lora_factors
   bool training_ = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <ATen/ATen.h>
 
@@ -58,7 +59,37 @@ struct Reader {
   }
 };
 
-RopeConfig parse_rope(const json& j, const Reader& r) {
+// transformers' _compute_yarn_parameters inputs. original_max_position_embeddings as its standardize_rope_params
+// resolves it: a top-level key wins, then the rope dict's, then max_position_embeddings.
+void parse_yarn(RopeConfig& rope, const Reader& p, const Reader& r, const std::function<std::string(const std::string&)>& sub) {
+  const char* omp = "original_max_position_embeddings";
+  if (r.has(omp)) rope.original_max_position = r.positive(omp);
+  else if (p.has(omp)) rope.original_max_position = p.positive(omp);
+  else if (r.has("max_position_embeddings")) rope.original_max_position = r.positive("max_position_embeddings");
+  else throw r.bad(sub(omp), "is required for rope_type yarn (or max_position_embeddings)");
+  auto positive_or = [&](const char* k, double def) {
+    const double v = p.number_or(k, def);
+    if (!(v > 0) || !std::isfinite(v)) throw r.bad(sub(k), str("must be a finite number > 0, got ", v));
+    return v;
+  };
+  // `or 32` / `or 1` in transformers: 0 counts as unset there too.
+  rope.beta_fast = p.has("beta_fast") && p.number_or("beta_fast", 0) != 0 ? positive_or("beta_fast", 32) : 32;
+  rope.beta_slow = p.has("beta_slow") && p.number_or("beta_slow", 0) != 0 ? positive_or("beta_slow", 1) : 1;
+  rope.truncate = p.boolean_or("truncate", true);
+  auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (p.has("attention_factor")) {
+    rope.attention_factor = positive_or("attention_factor", 1.0);
+  } else {
+    const double mscale = p.number_or("mscale", 0), mscale_all_dim = p.number_or("mscale_all_dim", 0);
+    rope.attention_factor = mscale != 0 && mscale_all_dim != 0
+                                ? get_mscale(rope.factor, mscale) / get_mscale(rope.factor, mscale_all_dim)
+                                : get_mscale(rope.factor, 1.0);
+    if (!(rope.attention_factor > 0) || !std::isfinite(rope.attention_factor))
+      throw r.bad(sub("mscale"), str("gives the attention factor ", rope.attention_factor, " (must be finite and > 0)"));
+  }
+}
+
+RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
   RopeConfig rope;
   // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x wrote rope_theta and rope_scaling.
   const json* params = nullptr;
@@ -70,7 +101,7 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
     params = &j["rope_scaling"];
     where = "rope_scaling";
   }
-  rope.theta = r.number_or("rope_theta", 10000.0);
+  rope.theta = r.number_or("rope_theta", default_theta);
   if (!params) {
     if (!(rope.theta > 0) || !std::isfinite(rope.theta))
       throw r.bad("rope_theta", str("must be a finite number > 0, got ", rope.theta));
@@ -84,9 +115,11 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
   if (!(rope.theta > 0) || !std::isfinite(rope.theta))
     throw r.bad(p.has("rope_theta") ? sub("rope_theta") : "rope_theta", str("must be a finite number > 0, got ", rope.theta));
   rope.type = p.string_or("rope_type", p.string_or("type", "default"));
+  // Part of head_dim rotated (phi, stablelm): none of these families do it.
+  if (p.number_or("partial_rotary_factor", 1.0) != 1.0) throw r.bad(sub("partial_rotary_factor"), "must be 1 (partial rotary is not supported)");
   if (rope.type == "default") return rope;
-  if (rope.type != "linear" && rope.type != "llama3")
-    throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3)"));
+  if (rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn" && rope.type != "dynamic")
+    throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3, yarn, dynamic)"));
   if (!p.has("factor")) throw r.bad(sub("factor"), str("is required for rope_type ", rope.type));
   rope.factor = p.number_or("factor", 1.0);
   if (!(rope.factor > 0) || !std::isfinite(rope.factor))
@@ -99,7 +132,42 @@ RopeConfig parse_rope(const json& j, const Reader& r) {
     rope.original_max_position = p.integer("original_max_position_embeddings");
     if (rope.high_freq_factor == rope.low_freq_factor) throw r.bad(sub("high_freq_factor"), "must differ from low_freq_factor");
   }
+  if (rope.type == "yarn") parse_yarn(rope, p, r, sub);
+  if (rope.type == "dynamic") {
+    // The length the base is scaled from (transformers reads config.max_position_embeddings; no class default
+    // is assumed here).
+    if (!r.has("max_position_embeddings")) throw r.bad("max_position_embeddings", "is required for rope_type dynamic");
+    rope.max_position = r.positive("max_position_embeddings");
+  }
   return rope;
+}
+
+// Qwen2Config: sliding_window counts only with use_sliding_window (default 4096 when the key is missing);
+// layer_types, when given, says which layers slide, else layers from max_window_layers (default 28) on do.
+std::vector<int64_t> parse_qwen2_windows(const json& j, const Reader& r, int64_t num_layers) {
+  int64_t window = -1;
+  if (r.boolean_or("use_sliding_window", false))
+    window = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1) : 4096;
+  std::vector<int64_t> out(num_layers, -1);
+  if (r.has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != num_layers)
+      throw r.bad("layer_types", str("must be a list of num_hidden_layers = ", num_layers, " entries"));
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const std::string v = lt[i].is_string() ? lt[i].get<std::string>() : "";
+      if (v == "full_attention") continue;
+      if (v != "sliding_attention")
+        throw r.bad(str("layer_types[", i, "]"), str("must be \"full_attention\" or \"sliding_attention\", got ", lt[i].dump()));
+      // transformers' create_sliding_window_causal_mask raises on this too.
+      if (window < 0) throw r.bad(str("layer_types[", i, "]"), "is sliding_attention but no sliding window is set (use_sliding_window, sliding_window)");
+      out[i] = window;
+    }
+    return out;
+  }
+  if (window < 0) return {};
+  const int64_t from = r.has("max_window_layers") ? r.integer("max_window_layers") : 28;
+  for (int64_t i = std::max<int64_t>(from, 0); i < num_layers; ++i) out[i] = window;
+  return out;
 }
 
 }  // namespace
@@ -142,26 +210,53 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   }
   if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  c.rope = parse_rope(j, r);
+  // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6).
+  c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : 10000.0);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  c.attention_bias = r.boolean_or("attention_bias", false);
-  c.mlp_bias = r.boolean_or("mlp_bias", false);
   std::string act = r.string_or("hidden_act", "silu");
   if (act != "silu") throw r.bad("hidden_act", str("'", act, "' is not supported (only silu)"));
   c.bos_token_id = r.token_id("bos_token_id");
   c.eos_token_id = r.token_id("eos_token_id");
   c.pad_token_id = r.token_id("pad_token_id");
+  // transformers drops attention probabilities with this rate in training; the attention op has no dropout, so
+  // a run would silently train without it.
+  const double attention_dropout = r.number_or("attention_dropout", 0.0);
+  if (attention_dropout != 0.0)
+    throw r.bad("attention_dropout", str("must be 0, got ", attention_dropout, " (attention dropout is not supported)"));
 
   const std::string& t = c.model_type;
+  if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "qwen3_moe" && t != "mixtral")
+    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)"));
+  // Bias keys only where the family's transformers class reads them; elsewhere the class builds no bias, so a
+  // true value (a checkpoint with biases) would be dropped: refused instead.
+  const bool reads_attention_bias = t == "llama" || t == "qwen3" || t == "qwen3_moe";
+  const bool reads_mlp_bias = t == "llama";
+  for (const auto& [key, reads] : {std::pair{"attention_bias", reads_attention_bias}, std::pair{"mlp_bias", reads_mlp_bias}})
+    if (!reads && r.boolean_or(key, false))
+      throw r.bad(key, str("true is not supported for ", t, " (transformers' ", t, " builds no such bias)"));
+  c.qkv_bias = c.o_bias = reads_attention_bias && r.boolean_or("attention_bias", false);
+  c.mlp_bias = reads_mlp_bias && r.boolean_or("mlp_bias", false);
+  if (t == "qwen2") c.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+
+  c.qk_norm = t == "qwen3" || t == "qwen3_moe";
+  // Sliding windows as each transformers class applies them. llama has none: its attention ignores a
+  // sliding_window key, and so do we.
   if (t == "qwen3" || t == "qwen3_moe") {
-    c.qk_norm = true;
     // Qwen3 configs carry a sliding_window value but only use it when use_sliding_window is set.
     if (r.boolean_or("use_sliding_window", false))
       throw r.bad("use_sliding_window", "true is not supported");
-  } else if (t == "mixtral" || t == "llama") {
-    if (r.has("sliding_window")) c.sliding_window = r.positive("sliding_window");
-  } else {
-    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, qwen3, qwen3_moe, mixtral)"));
+  } else if (t == "qwen2") {
+    c.layer_window = parse_qwen2_windows(j, r, c.num_layers);
+  } else if (t == "mistral" || t == "mixtral") {
+    // Every layer, when set. A missing key is the class default: 4096 for MistralConfig, none for Mixtral.
+    const int64_t w = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1)
+                                                   : (t == "mistral" ? 4096 : -1);
+    if (w > 0) c.layer_window.assign(c.num_layers, w);
+    // MistralForCausalLM warns about layer_types and attends with the one window everywhere (alternating
+    // layers are the ministral family's).
+    if (t == "mistral" && r.has("layer_types"))
+      throw r.bad("layer_types", "is not supported for mistral (transformers' Mistral ignores it; alternating "
+                                 "sliding/full layers are the ministral architecture)");
   }
 
   if (t == "qwen3_moe" || t == "mixtral") {
@@ -193,13 +288,49 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     c.intermediate_size = r.positive("intermediate_size");
   }
   c.quant = parse_bnb_config(j, source);
+  if (c.rope.type == "dynamic" && c.head_dim <= 2)
+    throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
+  // Defensive: parameters that pass each key's check must still give finite frequencies, or every forward is
+  // NaN (the fuzz harness holds the parser to this). Dynamic RoPE is checked where its length is known.
+  if (c.head_dim <= 4096 && !at::isfinite(rope_inv_freq(c)).all().item<bool>())
+    throw r.bad(c.rope.type == "default" ? "rope_theta" : "rope_parameters",
+                str("gives non-finite RoPE frequencies for rope_type ", c.rope.type));
   return c;
 }
 
-at::Tensor rope_inv_freq(const HfConfig& c) {
+at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {
   const int64_t dim = c.head_dim;
-  at::Tensor inv = 1.0 / at::pow(c.rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim));
+  const at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim);
+  at::Tensor inv = 1.0 / at::pow(c.rope.theta, exponents);
   if (c.rope.type == "linear") return inv / c.rope.factor;
+  if (c.rope.type == "dynamic") {
+    if (seq_len <= c.rope.max_position) return inv;
+    // _compute_dynamic_ntk_parameters with a tensor seq_len: the base is computed in fp32, as there.
+    const double f = c.rope.factor;
+    at::Tensor sl = at::scalar_tensor(seq_len, at::kLong);
+    at::Tensor base = c.rope.theta * at::pow(f * sl / double(c.rope.max_position) - (f - 1), double(dim) / double(dim - 2));
+    at::Tensor out = 1.0 / at::pow(base, exponents);
+    if (!at::isfinite(out).all().item<bool>())  // e.g. a factor beyond fp32: f·L - (f - 1) is inf - inf
+      throw UsageError(str(c.source, ": rope_type dynamic with factor ", f, " gives non-finite RoPE frequencies at length ", seq_len));
+    return out;
+  }
+  if (c.rope.type == "yarn") {
+    // _compute_yarn_parameters, term for term.
+    const double base = c.rope.theta, factor = c.rope.factor, omp = double(c.rope.original_max_position);
+    auto correction_dim = [&](double rotations) {
+      return (double(dim) * std::log(omp / (rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(c.rope.beta_fast), high = correction_dim(c.rope.beta_slow);
+    if (c.rope.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, double(dim - 1));
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+    at::Tensor pos_freqs = at::pow(base, exponents);
+    at::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (factor * pos_freqs);
+    at::Tensor ramp = at::clamp((at::arange(dim / 2, at::kFloat) - low) / (high - low), 0, 1);
+    at::Tensor extrapolation_factor = 1 - ramp;
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
   if (c.rope.type != "llama3") return inv;
   // transformers' _compute_llama3_parameters, term for term (fp32).
   const double factor = c.rope.factor, lo = c.rope.low_freq_factor, hi = c.rope.high_freq_factor;

@@ -1,4 +1,5 @@
-// A Hugging Face config.json, reduced to what the decoder families (llama, qwen3, qwen3_moe, mixtral) need.
+// A Hugging Face config.json, reduced to what the decoder families (llama, mistral, qwen2, qwen3, qwen3_moe,
+// mixtral) need.
 // Parsing accepts both transformers 4.x spellings (rope_theta + rope_scaling, num_experts) and 5.x ones
 // (rope_parameters, num_local_experts); anything missing, ill-typed or unsupported is a UsageError naming
 // config.json and the key.
@@ -15,24 +16,35 @@
 namespace ax::models {
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | yarn | dynamic
   double theta = 10000.0;
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position = 8192;                  // llama3
+  int64_t original_max_position = 8192;                  // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;                  // yarn
+  bool truncate = true;                                  // yarn: integer correction range
+  // What transformers multiplies cos and sin by (yarn's attention_factor / mscale; 1 otherwise). RoPE is linear,
+  // so q·k gains its square: the decoder folds that into the softmax scale.
+  double attention_factor = 1.0;
+  int64_t max_position = 0;  // dynamic: max_position_embeddings, beyond which the base grows
 };
 
 struct HfConfig {
   std::string source;      // the file, for messages
-  std::string model_type;  // llama | qwen3 | qwen3_moe | mixtral
+  std::string model_type;  // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool attention_bias = false, mlp_bias = false;
+  // Biases as the family's transformers class builds them: llama's attention_bias sets all four attention
+  // projections, qwen2 has q/k/v biases and none on o_proj.
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool qk_norm = false;  // qwen3 / qwen3_moe: RMSNorm over head_dim of q and k before RoPE
-  int64_t sliding_window = -1;  // -1 = none (only when the family actually uses it)
+  // The attention window of each layer in tokens (the query itself included, transformers' sliding_window),
+  // -1 = full causal attention. Empty = every layer full.
+  std::vector<int64_t> layer_window;
+  int64_t window(int64_t layer) const { return layer_window.empty() ? -1 : layer_window[layer]; }
 
   // MoE (num_experts == 0: dense)
   int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;
@@ -52,7 +64,9 @@ struct HfConfig {
 HfConfig parse_hf_config(const nlohmann::json& j, const std::string& source);
 nlohmann::json read_json_file(const std::string& path);
 
-// HF's rotary inverse frequencies (fp32 [head_dim/2]) and attention scaling for the rope type.
-at::Tensor rope_inv_freq(const HfConfig& c);
+// HF's rotary inverse frequencies (fp32 [head_dim/2]) for the rope type. `seq_len` matters to dynamic only:
+// the longest position + 1 of the batch (transformers' dynamic_frequency_update on a fresh model: the base
+// grows when seq_len > max_position_embeddings).
+at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len = 0);
 
 }  // namespace ax::models

@@ -198,7 +198,7 @@ void save_peft(const LoraSet& lora, const std::string& dir) {
   json cfg = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
-      {"base_model_name_or_path", nullptr},
+      {"base_model_name_or_path", lora.base_model.empty() ? json(nullptr) : json(lora.base_model)},
       {"r", lora.spec.r},
       {"lora_alpha", lora.spec.alpha},
       {"lora_dropout", lora.spec.dropout},

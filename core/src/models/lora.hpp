@@ -39,6 +39,9 @@ struct LoraModule {
 struct LoraSet {
   LoraSpec spec;
   std::string model_type;  // for the MoE name mapping
+  // The base model's directory (absolute), written as adapter_config.json's base_model_name_or_path so that
+  // peft's AutoPeftModelForCausalLM finds the base; empty: written as null.
+  std::string base_model;
   std::vector<LoraModule> modules;
   const LoraModule* find(const std::string& path) const;
 };

@@ -28,9 +28,15 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
     auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights);
     model->set_activation_checkpointing(o.activation_checkpointing);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    if (o.lora) model->set_lora(make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device));
-    if (!o.adapter_dir.empty())
-      model->set_lora(load_peft(o.adapter_dir, cfg.model_type, model->lora_sites(), *dtype, device));
+    LoraSet lora;
+    if (o.lora) lora = make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device);
+    if (!o.adapter_dir.empty()) lora = load_peft(o.adapter_dir, cfg.model_type, model->lora_sites(), *dtype, device);
+    if (o.lora || !o.adapter_dir.empty()) {
+      fs::path base = fs::absolute(o.dir).lexically_normal();
+      lora.base_model = (base.has_filename() ? base : base.parent_path()).string();  // no trailing '/'
+
+      model->set_lora(std::move(lora));
+    }
     log::info(str("loaded ", cfg.model_type, " model from ", o.dir, " (", cfg.num_layers, " layers, hidden ",
                   cfg.hidden_size, cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "", ")"));
     return model;
@@ -78,6 +84,8 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
 void register_builtin_models(Registry& registry) {
   const std::pair<const char*, const char*> families[] = {
       {"llama", "Llama 2/3 decoder (GQA, llama3 RoPE scaling)"},
+      {"mistral", "Mistral dense decoder (sliding-window attention)"},
+      {"qwen2", "Qwen2 / Qwen2.5 dense decoder (q/k/v bias, per-layer sliding window)"},
       {"qwen3", "Qwen3 dense decoder (q/k RMSNorm)"},
       {"qwen3_moe", "Qwen3 MoE (softmax top-k router, norm_topk_prob, decoder_sparse_step, mlp_only_layers)"},
       {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
@@ -104,6 +112,12 @@ struct FamilyOf {
   std::shared_ptr<ModelFamily> family;
 };
 
+bool config_is_moe(const nlohmann::json& j) {
+  for (const char* k : {"num_experts", "num_local_experts", "n_routed_experts"})
+    if (j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() > 0) return true;
+  return false;
+}
+
 // config.json, generation_config.json and the family registered for model_type: what load and check share.
 FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) {
   const std::string cfg_path = (fs::path(options.dir) / "config.json").string();
@@ -125,6 +139,9 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
     std::vector<std::string> known;
     for (const auto* p : registry.list(ProviderKind::model)) known.push_back(p->info.name);
     std::string hint = closest(type, known);
+    // A near name is a typo fix only when it is the same kind of model: "mistral" (dense) is not a misspelt
+    // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in MoE families are known.
+    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral") != config_is_moe(j)) hint.clear();
     throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
                          hint.empty() ? "" : str("; did you mean '", hint, "'?")));
   }

@@ -42,6 +42,17 @@ json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t 
               {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
                                    {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
                                    {"original_max_position_embeddings", 256}}}});
+  } else if (name == "tiny-qwen2") {
+    // As transformers 5 writes a Qwen2.5 config: the window is off (use_sliding_window false), as shipped.
+    c.update({{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"intermediate_size", 128},
+              {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"use_sliding_window", false},
+              {"sliding_window", nullptr}, {"max_window_layers", 2},
+              {"layer_types", {"full_attention", "full_attention"}},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else if (name == "tiny-mistral") {
+    c.update({{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"}, {"intermediate_size", 128},
+              {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"sliding_window", 256},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
   } else if (name == "tiny-qwen3") {
     c.update({{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"intermediate_size", 128},
               {"head_dim", 32}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"attention_bias", false},
@@ -104,7 +115,7 @@ std::string human(int64_t n) {
 }  // namespace
 
 std::vector<std::string> model_presets() {
-  return {"tiny-llama", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "bench-qwen3-moe-0.9b"};
+  return {"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "bench-qwen3-moe-0.9b"};
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
@@ -161,7 +172,16 @@ std::string inspect_model_dir(const std::string& dir) {
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
   os << ", rms_norm_eps " << c.rms_norm_eps << (c.tie_word_embeddings ? ", tied embeddings" : "")
-     << (c.qk_norm ? ", q/k norm" : "") << "\n";
+     << (c.qk_norm ? ", q/k norm" : "") << (c.qkv_bias ? (c.o_bias ? ", attention bias" : ", q/k/v bias") : "")
+     << (c.mlp_bias ? ", MLP bias" : "");
+  int64_t sliding = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) sliding += c.window(i) > 0;
+  if (sliding > 0) {
+    int64_t w = 0;
+    for (int64_t i = 0; i < c.num_layers && !w; ++i) w = std::max<int64_t>(c.window(i), 0);
+    os << ", sliding window " << w << " on " << sliding << "/" << c.num_layers << " layers";
+  }
+  os << "\n";
   int64_t moe_layers = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) moe_layers += c.is_moe_layer(i);
   if (c.num_experts > 0)

@@ -2,6 +2,7 @@
 // adapter, checkpoints, metrics.jsonl and report.html out.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "axengine/engine.hpp"
@@ -33,6 +34,8 @@ std::string fmt(double v, int prec = 4) {
 
 }  // namespace
 
+std::vector<std::string> run_output_names() { return {"checkpoints", "metrics.jsonl", "report.html", "profile"}; }
+
 void prepare_from_config(Engine& engine) {
   auto tok = tokenizer_for(engine.config);
   auto dc = data::read_data_config(engine.config);
@@ -54,6 +57,13 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   train::RunPlan plan = train::plan_run(engine, options);
   log::info(data::describe(plan.data));
   if (plan.device_problem) throw UsageError(*plan.device_problem);
+  if (options.overwrite) {  // only what a run writes: anything else the person keeps in output_dir stays
+    for (const auto& name : run_output_names()) {
+      const std::filesystem::path p = std::filesystem::path(cfg.run.output_dir) / name;
+      if (std::filesystem::exists(p)) log::info(ax::str("--overwrite: removing ", p.string()));
+      std::filesystem::remove_all(p);
+    }
+  }
 
   train::TrainerSetup s;
   s.config = &cfg;

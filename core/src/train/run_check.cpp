@@ -120,6 +120,19 @@ std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& m
   return out;
 }
 
+// A fresh start into a directory holding anything would mix two runs (old checkpoints pruned among new ones,
+// a report over both): refused unless --overwrite says to replace it. Resuming continues what is there.
+void check_output_dir(const RunConfig& cfg, const std::string& resume_from, bool overwrite) {
+  if (overwrite && !resume_from.empty())
+    throw UsageError(ax::str(cfg.file, ": --overwrite starts afresh but the run resumes (--resume or checkpoint.resume_from = \"",
+                             resume_from, "\"); give one of them"));
+  const fs::path out(cfg.run.output_dir);
+  std::error_code ec;
+  if (!resume_from.empty() || overwrite || !fs::is_directory(out, ec) || fs::is_empty(out, ec)) return;
+  throw UsageError(ax::str(cfg.file, ": run.output_dir ", out.string(), " is not empty (a previous run's output?); "
+                           "continue it with --resume, start over in it with --overwrite, or set another run.output_dir"));
+}
+
 }  // namespace
 
 RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
@@ -158,6 +171,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
   p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed));
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
+  check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
   if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
 
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
