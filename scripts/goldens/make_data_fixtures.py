@@ -30,7 +30,7 @@ ALPACA = [
 PRETOK = [
     {"input_ids": [1, 5, 9], "labels": [-100, 5, 9], "attention_mask": [1, 1, 1]},
     {"input_ids": [3, 4, 0, 0], "labels": [3, 4, -100, -100], "attention_mask": [1, 1, 0, 0]},
-    {"input_ids": [7], "labels": None, "attention_mask": None},
+    {"input_ids": [7, 8], "labels": None, "attention_mask": None},
 ]
 # What a chat dataset's Parquet holds: list<struct<role, content>> (read as the JSON rows would be).
 CHAT = [

@@ -83,7 +83,8 @@ TEST_CASE("data files: a JSON array's bad element, syntax error and non-array ar
   CHECK(skipped.skipped == 2);  // element 2 is not an object
   write(dir / "b.json", "[\n {\"text\": \"x\"},\n {\"text\": \"y\",}\n]\n");
   err = error_of([&] { rows_of((dir / "b.json").string()); });
-  CHECK(err.find("b.json: not valid JSON at line 3, column 16") != std::string::npos);
+  CAPTURE(err);
+  CHECK(err.find("b.json: not valid JSON at line 3, column 15") != std::string::npos);  // the stray }, as python's json says
   ax::test::remove_tree(dir);
 }
 
@@ -209,7 +210,7 @@ TEST_CASE("pretokenized: mapped columns; an id beyond the model's vocabulary nam
   CHECK(d.train[0].labels == std::vector<int32_t>{-100, 2, 3});
   CHECK(d.train[1].labels == std::vector<int32_t>{4, 5});
   // A file the glob newly matches is seen: the cache key covers every matched file.
-  write(dir / "shards" / "c.jsonl", "{\"ids\": [8]}\n{\"ids\": [9, 9]}\n");
+  write(dir / "shards" / "c.jsonl", "{\"ids\": [8, 8]}\n{\"ids\": [9, 9]}\n");
   CHECK(prepare(dir / "run.toml", tok).train.size() == 5);
   if (ax::data::parquet_supported()) {
     write(dir / "pq.toml", "[data]\ncache_dir = \"cache\"\neval_fraction = 0\n[[datasets]]\ntype = \"pretokenized\"\n"
@@ -217,7 +218,7 @@ TEST_CASE("pretokenized: mapped columns; an id beyond the model's vocabulary nam
     auto p = prepare(dir / "pq.toml", tok);
     REQUIRE(p.train.size() == 3);
     CHECK(p.train[1].input_ids == std::vector<int32_t>{3, 4});  // attention_mask 0 dropped
-    CHECK(p.train[2].labels == std::vector<int32_t>{7});        // labels null: the ids
+    CHECK(p.train[2].labels == std::vector<int32_t>{7, 8});     // labels null: the ids
     auto err = error_of([&] { prepare(dir / "pq.toml", tok, /*model_vocab=*/6); });
     CHECK(err.find("pretok.parquet: row 0: token 2 = 9 is beyond the model's vocabulary") != std::string::npos);
   }
