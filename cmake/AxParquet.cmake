@@ -25,7 +25,10 @@ if(NOT AXENGINE_WITH_PARQUET STREQUAL "OFF")
     file(GLOB _ax_parquet_lib "${_ax_pa_libdir}/libparquet.so.[0-9]*")
     list(FILTER _ax_arrow_lib EXCLUDE REGEX "\\.so\\.[0-9]+\\.")  # the SONAME file, not libarrow.so.2600.1.0
     list(FILTER _ax_parquet_lib EXCLUDE REGEX "\\.so\\.[0-9]+\\.")
-    if(_ax_arrow_lib AND _ax_parquet_lib AND EXISTS "${_ax_pa_include}/parquet/arrow/reader.h")
+    # 19: the arrow::Result form of parquet::arrow::OpenFile that data/parquet.cpp calls.
+    if(_ax_pa_version VERSION_LESS 19)
+      message(STATUS "axengine: pyarrow ${_ax_pa_version} is older than 19, whose Arrow C++ API data/parquet.cpp uses")
+    elseif(_ax_arrow_lib AND _ax_parquet_lib AND EXISTS "${_ax_pa_include}/parquet/arrow/reader.h")
       set(AXENGINE_HAVE_PARQUET ON)
       target_include_directories(ax_parquet SYSTEM INTERFACE ${_ax_pa_include})
       target_link_libraries(ax_parquet INTERFACE ${_ax_parquet_lib} ${_ax_arrow_lib})
