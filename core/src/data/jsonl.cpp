@@ -132,11 +132,19 @@ JsonlContents read_rows(const std::string& path, BadRowPolicy policy,
     std::vector<std::string> lines;
     std::vector<std::uint64_t> numbers;
     std::vector<nlohmann::json> values;
+    std::string unread;  // a Parquet file's columns left out, named when a row fails its check
     if (file.format == FileFormat::jsonl) {
       read_lines(file.path, lines, numbers);
       values.resize(lines.size());
     } else {
-      values = file.format == FileFormat::parquet ? read_parquet_rows(file.path) : read_json_array(file.path);
+      if (file.format == FileFormat::parquet) {
+        auto pq = read_parquet_rows(file.path);
+        values = std::move(pq.rows);
+        if (!pq.unread.empty())
+          unread = ax::str(" (this file's column(s) ", join(pq.unread, ", "), " are of Arrow types axengine does not read)");
+      } else {
+        values = read_json_array(file.path);
+      }
       for (std::size_t i = 0; i < values.size(); ++i) numbers.push_back(i);
     }
 
@@ -161,7 +169,7 @@ JsonlContents read_rows(const std::string& path, BadRowPolicy policy,
         out.rows.push_back({origin, std::move(values[i])});
         continue;
       }
-      std::string where = ax::str(describe_origin(out.files, origin), ": ", problems[i]);
+      std::string where = ax::str(describe_origin(out.files, origin), ": ", problems[i], unread);
       if (policy == BadRowPolicy::error)
         throw UsageError(where + " (set on_bad_row = \"skip\" in the [[datasets]] entry to drop such rows)");
       if (out.skipped < 5) log::warn("skipping bad row " + where);

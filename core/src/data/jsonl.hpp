@@ -88,9 +88,14 @@ inline JsonlContents read_jsonl(const std::string& path, BadRowPolicy policy,
   return read_rows(path, policy, check);
 }
 
-// The rows of one Parquet file as JSON objects (data/parquet.cpp); without Parquet support, a UsageError
-// "built without Parquet support". Exposed for the tests and the fuzz harness.
-std::vector<nlohmann::json> read_parquet_rows(const std::string& path);
+// The rows of one Parquet file as JSON objects (data/parquet.cpp), without the columns of an Arrow type no
+// dataset type reads (`unread`: "'blob' (binary)"); without Parquet support, a UsageError "built without
+// Parquet support". Exposed for the tests.
+struct ParquetRows {
+  std::vector<nlohmann::json> rows;
+  std::vector<std::string> unread;
+};
+ParquetRows read_parquet_rows(const std::string& path);
 bool parquet_supported();
 
 }  // namespace ax::data

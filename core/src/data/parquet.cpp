@@ -3,9 +3,13 @@
 // Each row becomes a JSON object, column name -> value, so every dataset type checks a Parquet row as it
 // checks a JSON one: strings, integers, floats, booleans and nulls map to their JSON kinds, lists to arrays,
 // structs to objects (a `messages` column of list<struct<role, content>> reads as the JSON rows would),
-// dictionary-encoded columns to their values. Other Arrow types (binary, dates, decimals...) are refused
-// naming the column: no dataset type reads them, and guessing a JSON form would hide that.
+// dictionary-encoded columns to their values. A column of another Arrow type (binary, dates, decimals, an HF
+// Image feature's struct<bytes: binary, ...>) is left out of the rows and listed: no dataset type reads one,
+// guessing a JSON form would hide that, and refusing the file would stop users whose files carry such a
+// column beside the ones they train on. A row that fails its type's check names the left-out columns.
 #include "data/jsonl.hpp"
+
+#include <algorithm>
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
@@ -25,7 +29,7 @@ namespace ax::data {
 
 bool parquet_supported() { return false; }
 
-std::vector<nlohmann::json> read_parquet_rows(const std::string& path) {
+ParquetRows read_parquet_rows(const std::string& path) {
   throw UsageError(ax::str(path, ": axengine was built without Parquet support (its build found no pyarrow with the "
                            "Arrow C++ libraries; scripts/setup.sh installs it); convert the file to JSONL, e.g. "
                            "datasets.Dataset.from_parquet(PATH).to_json(PATH.jsonl)"));
@@ -39,6 +43,26 @@ namespace {
 
 // Nesting deeper than any dataset's rows: a crafted schema must not recurse the converter off the stack.
 constexpr int kMaxDepth = 32;
+
+// Whether cell() converts every value of this type.
+bool convertible(const arrow::DataType& t, int depth = 0) {
+  if (depth > kMaxDepth) return false;
+  switch (t.id()) {
+    case arrow::Type::NA: case arrow::Type::BOOL: case arrow::Type::INT8: case arrow::Type::INT16:
+    case arrow::Type::INT32: case arrow::Type::INT64: case arrow::Type::UINT8: case arrow::Type::UINT16:
+    case arrow::Type::UINT32: case arrow::Type::UINT64: case arrow::Type::FLOAT: case arrow::Type::DOUBLE:
+    case arrow::Type::STRING: case arrow::Type::LARGE_STRING: case arrow::Type::STRING_VIEW:
+      return true;
+    case arrow::Type::LIST: case arrow::Type::LARGE_LIST: case arrow::Type::FIXED_SIZE_LIST: case arrow::Type::STRUCT:
+      for (const auto& f : t.fields())
+        if (!convertible(*f->type(), depth + 1)) return false;
+      return true;
+    case arrow::Type::DICTIONARY:
+      return convertible(*static_cast<const arrow::DictionaryType&>(t).value_type(), depth + 1);
+    default:
+      return false;
+  }
+}
 
 template <class ArrowType>
 nlohmann::json number(const arrow::Array& a, int64_t i) {
@@ -112,11 +136,12 @@ T ok(arrow::Result<T> r, const std::string& path) {
 
 }  // namespace
 
-std::vector<nlohmann::json> read_parquet_rows(const std::string& path) {
+ParquetRows read_parquet_rows(const std::string& path) {
   // Opened through InputFile, so a FIFO or device named *.parquet is refused, never read; the descriptor is
   // handed to Arrow, which closes it.
   InputFile input(path, "dataset file");
-  std::vector<nlohmann::json> rows;
+  ParquetRows out;
+  std::vector<nlohmann::json>& rows = out.rows;
   // The system allocator, not the wheel's bundled jemalloc/mimalloc: one allocator in a process that also
   // holds LibTorch, and one the sanitizers see.
   arrow::MemoryPool* pool = arrow::system_memory_pool();
@@ -136,6 +161,11 @@ std::vector<nlohmann::json> read_parquet_rows(const std::string& path) {
       for (int c = 0; c < batch->num_columns(); ++c) {
         const std::string& name = batch->schema()->field(c)->name();
         const arrow::Array& column = *batch->column(c);
+        if (!convertible(*column.type())) {
+          const std::string note = ax::str("'", name, "' (", column.type()->ToString(), ")");
+          if (std::find(out.unread.begin(), out.unread.end(), note) == out.unread.end()) out.unread.push_back(note);
+          continue;
+        }
         for (int64_t r = 0; r < batch->num_rows(); ++r) {
           try {
             rows[first + r][name] = cell(column, r, name, 0);
@@ -150,7 +180,7 @@ std::vector<nlohmann::json> read_parquet_rows(const std::string& path) {
   } catch (const std::exception& e) {  // parquet::ParquetException and the like, from a damaged file
     throw UsageError(ax::str(path, ": not a readable Parquet file: ", e.what()));
   }
-  return rows;
+  return out;
 }
 
 #endif
