@@ -11,6 +11,7 @@ set(AX_FUZZ_CORE_SOURCES
   data/data_config.cpp
   data/entry.cpp
   data/jsonl.cpp
+  data/parquet.cpp
   data/pretokenized.cpp
   device.cpp
   error.cpp

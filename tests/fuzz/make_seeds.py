@@ -143,6 +143,21 @@ put("dataset_pretokenized", "skip_bad", b"\x01" + b'{"input_ids": [1, 2], "atten
     b'{"input_ids": [999999999]}\n{"input_ids": []}\n{"input_ids": [1.5]}\n{"input_ids": [2], "labels": [2, 3]}\n'
     b'{"input_ids": [151643, 0]}\n')
 
+# --- data files: a flag byte (bit 0 Parquet, bit 1 pretokenized, bit 2 skip bad rows), then the file. The
+# Parquet seeds are the pyarrow-written fixtures (scripts/goldens/make_data_fixtures.py): valid footers and
+# schemas (dictionaries, nulls, list<int64>, list<struct>) for the mutations to start from.
+def fixture(name):
+    with open(os.path.join(DATA, "datasets", name), "rb") as f:
+        return f.read()
+put("dataset_files", "alpaca_parquet", b"\x01" + fixture("alpaca.parquet"))
+put("dataset_files", "alpaca_parquet_skip", b"\x05" + fixture("alpaca.parquet"))
+put("dataset_files", "pretok_parquet", b"\x03" + fixture("pretok.parquet"))
+put("dataset_files", "chat_parquet", b"\x05" + fixture("chat.parquet"))
+put("dataset_files", "binary_parquet", b"\x01" + fixture("binary.parquet"))
+put("dataset_files", "alpaca_json", b"\x00" + fixture("alpaca_array.json"))
+put("dataset_files", "pretok_json_skip", b"\x06" + b'[{"input_ids": [1, 2], "attention_mask": [0, 0]}, {"input_ids": [5]}, 3, '
+    b'{"input_ids": [2], "labels": null}, {"input_ids": [999999999]}]')
+
 # --- tokenizers: each test tokenizer with its vocabulary trimmed (small seeds mutate faster), plus texts
 texts = []
 for name in sorted(os.listdir(os.path.join(DATA, "tokenizers"))):

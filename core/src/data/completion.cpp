@@ -10,10 +10,20 @@
 #include "axengine/tokenizer.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
+#include "data/prompt_dataset.hpp"
 #include "data/types.hpp"
 
 namespace ax::data {
 namespace {
+
+// Rows shaped like another type's, so that "field 'text' is missing" says which type reads them.
+std::string shape_hint(const nlohmann::json& v) {
+  if (v.contains("instruction") && v.contains("output")) return " (rows with 'instruction' and 'output' are type = \"alpaca\")";
+  if (v.contains("messages") || v.contains("conversations"))
+    return " (rows holding a conversation are type = \"chat_template\")";
+  if (v.contains("input_ids")) return " (rows of token ids are type = \"pretokenized\")";
+  return "";
+}
 
 struct CompletionOptions {
   std::string text_field = "text";
@@ -25,42 +35,9 @@ struct CompletionOptions {
 void bind_completion(TableBinder& t, CompletionOptions& o) {
   t.field("text_field", o.text_field, "completion: JSON field holding the text to train on");
   t.field("prompt_field", o.prompt_field, "completion: JSON field holding a prompt that precedes the text and gets no loss (\"\" = none)");
-  t.field("add_bos", o.add_bos, "completion: start each sample with the tokenizer's BOS token (when it has one)");
-  t.field("add_eos", o.add_eos, "completion: end each sample with the tokenizer's EOS token, so the model learns to stop");
+  t.field("add_bos", o.add_bos, "completion, alpaca: start each sample with the tokenizer's BOS token (when it has one)");
+  t.field("add_eos", o.add_eos, "completion, alpaca: end each sample with the tokenizer's EOS token, so the model learns to stop");
 }
-
-class CompletionDataset final : public Dataset, public RowLines {
- public:
-  CompletionDataset(const Tokenizer& tok, const CompletionOptions& o) : tok_(tok), opt_(o) {}
-
-  std::size_t size() const override { return texts_.size(); }
-  std::size_t skipped_rows() const override { return skipped_; }
-  std::size_t row_line(std::size_t i) const override { return lines_[i]; }
-
-  Sample get(std::size_t i) const override {
-    Sample s;
-    if (opt_.add_bos && tok_.bos_id() >= 0) s.input_ids.push_back(tok_.bos_id());
-    if (!prompts_.empty()) {
-      auto p = tok_.encode(prompts_[i]);
-      s.input_ids.insert(s.input_ids.end(), p.begin(), p.end());
-    }
-    std::size_t prompt_len = s.input_ids.size();
-    auto t = tok_.encode(texts_[i]);
-    s.input_ids.insert(s.input_ids.end(), t.begin(), t.end());
-    if (opt_.add_eos && tok_.eos_id() >= 0) s.input_ids.push_back(tok_.eos_id());
-    s.labels = s.input_ids;
-    for (std::size_t k = 0; k < prompt_len && k < s.labels.size(); ++k) s.labels[k] = -100;
-    return s;
-  }
-
-  std::vector<std::string> prompts_, texts_;
-  std::vector<std::size_t> lines_;
-  std::size_t skipped_ = 0;
-
- private:
-  const Tokenizer& tok_;
-  CompletionOptions opt_;
-};
 
 class CompletionType final : public DatasetType {
  public:
@@ -79,10 +56,10 @@ class CompletionType final : public DatasetType {
     t.finish();
     if (o.text_field.empty()) t.fail(entry.get("text_field"), "'text_field' is empty");
 
-    auto ds = std::make_shared<CompletionDataset>(*ctx.tokenizer, o);
+    auto ds = std::make_shared<PromptCompletionDataset>(*ctx.tokenizer, o.add_bos, o.add_eos);
     auto check = [&](const nlohmann::json& v) -> std::string {
       auto it = v.find(o.text_field);
-      if (it == v.end()) return ax::str("field '", o.text_field, "' is missing");
+      if (it == v.end()) return ax::str("field '", o.text_field, "' is missing", shape_hint(v));
       if (!it->is_string()) return ax::str("field '", o.text_field, "' must be a string");
       if (!o.prompt_field.empty()) {
         auto p = v.find(o.prompt_field);
@@ -91,11 +68,12 @@ class CompletionType final : public DatasetType {
       }
       return "";
     };
-    auto contents = read_jsonl(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
     ds->skipped_ = contents.skipped;
+    ds->sources_.files = contents.files;
     for (auto& row : contents.rows) {
       ds->texts_.push_back(row.value[o.text_field].get<std::string>());
-      ds->lines_.push_back(row.line);
+      ds->sources_.origins.push_back(row.origin);
       if (!o.prompt_field.empty()) ds->prompts_.push_back(row.value[o.prompt_field].get<std::string>());
     }
     return ds;

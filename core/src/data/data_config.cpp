@@ -29,6 +29,7 @@ void bind_dataset_entry(TableBinder& t, RunConfig&) {
   if (!t.table()) {  // documenting: list the built-in types' own keys too
     document_completion_keys(t);
     document_pretokenized_keys(t);
+    document_alpaca_keys(t, /*shared=*/false);
     return;
   }
   if (e.type.empty()) t.fail(nullptr, "this [[datasets]] entry has no 'type' (completion, pretokenized, ...)");
@@ -36,7 +37,11 @@ void bind_dataset_entry(TableBinder& t, RunConfig&) {
   // Built-in types are checked strictly here; a plugin's type checks its own keys when it opens the entry.
   if (e.type == "completion") {
     document_completion_keys(t);
-  } else if (e.type != "pretokenized") {
+  } else if (e.type == "pretokenized") {
+    document_pretokenized_keys(t);
+  } else if (e.type == "alpaca") {
+    document_alpaca_keys(t, /*shared=*/true);
+  } else {
     for (const auto& [k, v] : *t.table()) t.accept(std::string(k.str()));
   }
 }
@@ -44,7 +49,7 @@ void bind_dataset_entry(TableBinder& t, RunConfig&) {
 struct Registrar {
   Registrar() {
     register_config_section({"data", "how datasets become training rows: packing, evaluation split, cache", bind_data_section});
-    register_config_section({"datasets", "one entry per JSONL dataset ([[datasets]]); every entry is used, all are mixed", bind_dataset_entry, true});
+    register_config_section({"datasets", "one entry per dataset ([[datasets]]: JSONL, JSON or Parquet files); every entry is used, all are mixed", bind_dataset_entry, true});
   }
 } registrar;
 

@@ -12,12 +12,12 @@ const std::vector<std::string>& common_dataset_keys() {
 }
 
 void bind_common_entry(TableBinder& t, CommonEntry& e) {
-  t.field("type", e.type, "dataset type: completion, pretokenized, or one a plugin registers");
+  t.field("type", e.type, "dataset type: completion, pretokenized, alpaca, or one a plugin registers");
   t.field("name", e.name, "name shown in logs (default: the file name)");
-  t.field("path", e.path, "JSONL file of training rows, relative to the config file");
-  t.field("eval_path", e.eval_path, "JSONL file of evaluation rows (same format); when absent, eval_fraction of `path` is held out");
+  t.field("path", e.path, "data file(s) of training rows, relative to the config file: JSONL, a JSON array or Parquet; a glob (data/*.parquet) reads every match, sorted");
+  t.field("eval_path", e.eval_path, "data file(s) of evaluation rows (same formats, glob too); when absent, eval_fraction of `path` is held out");
   t.field("eval_fraction", e.eval_fraction, "fraction of this dataset held out for evaluation (default: [data].eval_fraction)");
-  t.choice("on_bad_row", e.on_bad_row, {"error", "skip"}, "a malformed row stops with file:line (error), or is dropped and counted (skip)");
+  t.choice("on_bad_row", e.on_bad_row, {"error", "skip"}, "a malformed row stops naming its file and row (error), or is dropped and counted (skip)");
 }
 
 std::string resolve_against(const std::string& base_dir, const std::string& path) {

@@ -24,19 +24,20 @@ namespace fs = std::filesystem;
 namespace ax::data {
 namespace {
 
-// v2: a "lines" tensor (each sample's line in its file, for errors found after tokenising) and the samples'
-// named extras ("extra.<name>", see cache_extras).
-constexpr const char* kCacheFormat = "axengine-prepared-v2";
+// v3: per sample, where it came from ("lines": its row in its file, "files": which file, the files and their
+// formats in the metadata; for errors found after tokenising) and the samples' named extras ("extra.<name>",
+// see cache_extras).
+constexpr const char* kCacheFormat = "axengine-prepared-v3";
 
-// One dataset file's samples and, per sample, its 1-based line in the file (0 = the type did not say).
+// One dataset entry's samples and, when the type says (RowLines), the file and row each came from.
 struct FileSamples {
-  std::string file;
+  std::string file;  // the entry's path (a glob, maybe)
   std::vector<Sample> samples;
-  std::vector<std::size_t> lines;
+  RowSources sources;  // origins empty: the type did not say
 
-  // "data.jsonl:7", or "data.jsonl: sample 6" when the line is unknown.
+  // "data.jsonl:7", "data.json: element 6", or "data.jsonl: sample 6" when the row is unknown.
   std::string where(std::size_t i) const {
-    return lines[i] ? ax::str(file, ":", lines[i]) : ax::str(file, ": sample ", i);
+    return i < sources.origins.size() ? sources.where(i) : ax::str(file, ": sample ", i);
   }
 };
 
@@ -63,11 +64,20 @@ void describe_files(const toml::table& entry, const std::string& base_dir, std::
   for (const auto& [k, v] : entry) {
     const auto* s = v.as_string();
     if (!s) continue;
-    std::string p = resolve_against(base_dir, s->get());
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    os << "file " << k.str() << " " << fs::absolute(p).lexically_normal().string() << " " << st.st_size << " "
-       << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << "\n";
+    std::string value = resolve_against(base_dir, s->get());
+    // A glob names every file it matches: adding, removing or editing one invalidates the cache too.
+    std::vector<std::string> paths{value};
+    if (is_glob(value)) try {
+        paths = expand_data_path(value);
+      } catch (const UsageError&) {
+        paths.clear();  // matches nothing: the type's open() says so
+      }
+    for (const auto& p : paths) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      os << "file " << k.str() << " " << fs::absolute(p).lexically_normal().string() << " " << st.st_size << " "
+         << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << "\n";
+    }
   }
 }
 
@@ -123,11 +133,23 @@ bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped)
     auto f = safetensors::File::open(path);
     auto meta = f->metadata();
     if (meta["format"] != kCacheFormat) return false;
-    auto ids = f->get("input_ids"), labels = f->get("labels"), offsets = f->get("offsets"), lines = f->get("lines");
+    auto ids = f->get("input_ids"), labels = f->get("labels"), offsets = f->get("offsets"), lines = f->get("lines"),
+         files = f->get("files");
     if (ids.scalar_type() != at::kInt || labels.scalar_type() != at::kInt || offsets.scalar_type() != at::kLong ||
-        lines.scalar_type() != at::kLong || ids.dim() != 1 || labels.sizes() != ids.sizes() || offsets.dim() != 1 ||
-        offsets.size(0) < 1 || lines.dim() != 1 || lines.size(0) != offsets.size(0) - 1)
+        lines.scalar_type() != at::kLong || files.scalar_type() != at::kLong || ids.dim() != 1 ||
+        labels.sizes() != ids.sizes() || offsets.dim() != 1 || offsets.size(0) < 1 || lines.dim() != 1 ||
+        lines.size(0) != offsets.size(0) - 1 || files.sizes() != lines.sizes())
       return false;
+    out.sources = RowSources{};
+    auto names = nlohmann::json::parse(meta["files"], nullptr, false);
+    if (!names.is_array()) return false;
+    for (const auto& n : names) {
+      if (!n.is_array() || n.size() != 2 || !n[0].is_string() || !n[1].is_number_integer()) return false;
+      const int fmt = n[1].get<int>();
+      if (fmt < 0 || fmt > static_cast<int>(FileFormat::parquet)) return false;
+      out.sources.files.push_back({n[0].get<std::string>(), static_cast<FileFormat>(fmt)});
+    }
+    const int64_t* pf = files.data_ptr<int64_t>();
     const int32_t* pi = ids.data_ptr<int32_t>();
     const int32_t* pl = labels.data_ptr<int32_t>();
     const int64_t* po = offsets.data_ptr<int64_t>();
@@ -135,13 +157,17 @@ bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped)
     int64_t n = offsets.size(0) - 1;
     if (po[0] != 0 || po[n] != ids.size(0)) return false;
     out.samples.clear();
-    out.lines.clear();
     out.samples.reserve(n);
     for (int64_t i = 0; i < n; ++i) {
       if (po[i + 1] <= po[i] || pn[i] < 0) return false;
       out.samples.push_back(Sample{{pi + po[i], pi + po[i + 1]}, {pl + po[i], pl + po[i + 1]}, {}});
-      out.lines.push_back(static_cast<std::size_t>(pn[i]));
+      // A file index of -1: the type gave no origins (a plugin type), every sample has -1.
+      if (pf[i] >= 0) {
+        if (static_cast<std::size_t>(pf[i]) >= out.sources.files.size()) return false;
+        out.sources.origins.push_back({static_cast<std::uint32_t>(pf[i]), static_cast<std::uint64_t>(pn[i])});
+      }
     }
+    if (!out.sources.origins.empty() && out.sources.origins.size() != out.samples.size()) return false;
     if (!load_cached_extras(*f, out.samples)) return false;
     skipped = std::stoull(meta["skipped"]);
     return true;
@@ -153,21 +179,28 @@ bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped)
 
 void save_cache(const std::string& path, const FileSamples& data, std::size_t skipped, const std::string& key) {
   std::vector<int32_t> ids, labels;
-  std::vector<int64_t> offsets{0}, lines;
+  std::vector<int64_t> offsets{0}, lines, files;
   for (const auto& s : data.samples) {
     ids.insert(ids.end(), s.input_ids.begin(), s.input_ids.end());
     labels.insert(labels.end(), s.labels.begin(), s.labels.end());
     offsets.push_back(static_cast<int64_t>(ids.size()));
   }
-  for (std::size_t l : data.lines) lines.push_back(static_cast<int64_t>(l));
+  const bool known = data.sources.origins.size() == data.samples.size();
+  for (std::size_t i = 0; i < data.samples.size(); ++i) {
+    lines.push_back(known ? static_cast<int64_t>(data.sources.origins[i].index) : 0);
+    files.push_back(known ? static_cast<int64_t>(data.sources.origins[i].file) : -1);
+  }
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& f : data.sources.files) names.push_back({f.path, static_cast<int>(f.format)});
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   try {
     std::vector<std::pair<std::string, at::Tensor>> tensors{
         {"input_ids", at::tensor(ids, at::kInt)}, {"labels", at::tensor(labels, at::kInt)}, {"offsets", at::tensor(offsets, at::kLong)},
-        {"lines", at::tensor(lines, at::kLong)}};
+        {"lines", at::tensor(lines, at::kLong)}, {"files", at::tensor(files, at::kLong)}};
     cache_extras(data.samples, tensors);
-    safetensors::save(path, tensors, {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key}}, "data_cache");
+    safetensors::save(path, tensors, {{"format", kCacheFormat}, {"skipped", std::to_string(skipped)}, {"key", key},
+                                      {"files", names.dump()}}, "data_cache");
   } catch (const std::exception& e) {
     log::warn(ax::str("cannot write the prepared-data cache ", path, ": ", e.what()));  // the run goes on without it
   }
@@ -199,7 +232,6 @@ FileSamples tokenise(const DatasetType& type, const toml::table& entry, const Da
   FileSamples out;
   out.file = resolve_against(ctx.base_dir, entry["path"].value_or(std::string()));
   out.samples.resize(ds->size());
-  out.lines.resize(ds->size());
   std::mutex failed_mutex;
   std::size_t failed = std::numeric_limits<std::size_t>::max();
   std::string failure;
@@ -214,8 +246,12 @@ FileSamples tokenise(const DatasetType& type, const toml::table& entry, const Da
       }
     }
   });
-  if (const auto* lines = dynamic_cast<const RowLines*>(ds.get()))
-    for (std::size_t i = 0; i < out.samples.size(); ++i) out.lines[i] = lines->row_line(i);
+  if (const auto* rows = dynamic_cast<const RowLines*>(ds.get())) {
+    out.sources = rows->row_sources();
+    if (out.sources.origins.size() != out.samples.size())
+      throw RuntimeError(ax::str(out.file, ": the dataset type gave ", out.sources.origins.size(), " row origins for ",
+                                 out.samples.size(), " samples"));
+  }
   if (failed != std::numeric_limits<std::size_t>::max()) throw UsageError(ax::str(out.where(failed), ": ", failure));
   skipped = ds->skipped_rows();
   for (std::size_t i = 0; i < out.samples.size(); ++i) {
@@ -263,11 +299,12 @@ bool has_loss_token(const Sample& s, int64_t sequence_len) {
 // "error" names the first such row, "skip" drops them all; returns how many were dropped.
 std::size_t drop_samples_without_loss(FileSamples& data, int64_t sequence_len, BadRowPolicy policy) {
   std::vector<Sample> kept;
-  std::vector<std::size_t> kept_lines;
+  std::vector<RowOrigin> kept_origins;
+  const bool known = data.sources.origins.size() == data.samples.size();
   for (std::size_t i = 0; i < data.samples.size(); ++i) {
     if (has_loss_token(data.samples[i], sequence_len)) {
       kept.push_back(std::move(data.samples[i]));
-      kept_lines.push_back(data.lines[i]);
+      if (known) kept_origins.push_back(data.sources.origins[i]);
       continue;
     }
     if (policy == BadRowPolicy::error)
@@ -277,7 +314,7 @@ std::size_t drop_samples_without_loss(FileSamples& data, int64_t sequence_len, B
   }
   const std::size_t dropped = data.samples.size() - kept.size();
   data.samples = std::move(kept);
-  data.lines = std::move(kept_lines);
+  data.sources.origins = std::move(kept_origins);
   return dropped;
 }
 

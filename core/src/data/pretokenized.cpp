@@ -1,6 +1,6 @@
 // `pretokenized`: rows that are already token ids.
 //   {"input_ids": [1, 5, 9], "labels": [-100, 5, 9], "attention_mask": [1, 1, 1]}
-// labels and attention_mask are optional; every id must lie within the tokenizer's vocabulary, lists must
+// labels and attention_mask are optional (the *_field keys name other columns); every id must lie within the tokenizer's vocabulary, lists must
 // have equal lengths, and positions with attention_mask 0 (padding) are dropped: the engine packs itself.
 #include <memory>
 
@@ -19,11 +19,11 @@ class PretokenizedDataset final : public Dataset, public RowLines {
  public:
   std::size_t size() const override { return samples_.size(); }
   std::size_t skipped_rows() const override { return skipped_; }
-  std::size_t row_line(std::size_t i) const override { return lines_[i]; }
+  const RowSources& row_sources() const override { return sources_; }
   Sample get(std::size_t i) const override { return samples_[i]; }
 
   std::vector<Sample> samples_;
-  std::vector<std::size_t> lines_;
+  RowSources sources_;
   std::size_t skipped_ = 0;
 };
 
@@ -40,41 +40,69 @@ std::string check_ids(const nlohmann::json& v, const char* field, int64_t lo, in
   return "";
 }
 
+struct PretokenizedOptions {
+  std::string input_ids_field = "input_ids";
+  std::string labels_field = "labels";
+  std::string attention_mask_field = "attention_mask";
+};
+
+void bind_pretokenized(TableBinder& t, PretokenizedOptions& o) {
+  t.field("input_ids_field", o.input_ids_field, "pretokenized: field holding the token ids");
+  t.field("labels_field", o.labels_field, "pretokenized: field holding the labels (-100 = no loss), optional in a row (absent: the ids; \"\" = never read)");
+  t.field("attention_mask_field", o.attention_mask_field, "pretokenized: field holding the attention mask (0 = padding, dropped), optional in a row (\"\" = never read)");
+}
+
 class PretokenizedType final : public DatasetType {
  public:
-  std::vector<std::string> known_keys() const override { return common_dataset_keys(); }
+  std::vector<std::string> known_keys() const override {
+    auto keys = common_dataset_keys();
+    for (const char* k : {"input_ids_field", "labels_field", "attention_mask_field"}) keys.push_back(k);
+    return keys;
+  }
 
   std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
     if (!ctx.tokenizer) throw RuntimeError("pretokenized dataset opened without a tokenizer");
     TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
     CommonEntry common = read_common_entry(t, ctx);
+    PretokenizedOptions o;
+    bind_pretokenized(t, o);
     t.finish();
+    if (o.input_ids_field.empty()) t.fail(entry.get("input_ids_field"), "'input_ids_field' is empty");
+    const std::string& id_field = o.input_ids_field;
     const int64_t vocab = ctx.tokenizer->vocab_size();
+    // A row's optional column, or null when absent or not read ("" field).
+    auto optional = [](const nlohmann::json& v, const std::string& field) -> const nlohmann::json* {
+      if (field.empty()) return nullptr;
+      auto it = v.find(field);
+      return it == v.end() || it->is_null() ? nullptr : &*it;  // null: a Parquet column without a value here
+    };
     auto check = [&](const nlohmann::json& v) -> std::string {
-      auto ids = v.find("input_ids");
-      if (ids == v.end()) return "'input_ids' is missing";
-      if (auto e = check_ids(*ids, "input_ids", 0, vocab, INT64_MIN); !e.empty()) return e;
-      if (ids->empty()) return "'input_ids' is empty";
-      for (const char* f : {"labels", "attention_mask"}) {
-        auto it = v.find(f);
-        if (it == v.end()) continue;
-        bool mask = std::string(f) == "attention_mask";
-        if (auto e = check_ids(*it, f, 0, mask ? 2 : vocab, mask ? INT64_MIN : -100); !e.empty()) return e;
+      auto ids = v.find(id_field);
+      if (ids == v.end()) return ax::str("'", id_field, "' is missing");
+      if (auto e = check_ids(*ids, id_field.c_str(), 0, vocab, INT64_MIN); !e.empty()) return e;
+      if (ids->empty()) return ax::str("'", id_field, "' is empty");
+      for (const std::string* f : {&o.labels_field, &o.attention_mask_field}) {
+        const nlohmann::json* it = optional(v, *f);
+        if (!it) continue;
+        const bool mask = f == &o.attention_mask_field;
+        if (auto e = check_ids(*it, f->c_str(), 0, mask ? 2 : vocab, mask ? INT64_MIN : -100); !e.empty()) return e;
         if (it->size() != ids->size())
-          return ax::str("'", f, "' has ", it->size(), " entries but 'input_ids' has ", ids->size());
+          return ax::str("'", *f, "' has ", it->size(), " entries but '", id_field, "' has ", ids->size());
       }
       return "";
     };
-    auto contents = read_jsonl(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
     auto ds = std::make_shared<PretokenizedDataset>();
     ds->skipped_ = contents.skipped;
+    ds->sources_.files = contents.files;
     ds->samples_.reserve(contents.rows.size());
     for (const auto& row : contents.rows) {
       const auto& v = row.value;
-      auto ids = v["input_ids"].get<std::vector<int32_t>>();
-      auto labels = v.contains("labels") ? v["labels"].get<std::vector<int32_t>>() : ids;
-      std::vector<int32_t> mask = v.contains("attention_mask") ? v["attention_mask"].get<std::vector<int32_t>>()
-                                                                : std::vector<int32_t>(ids.size(), 1);
+      auto ids = v[id_field].get<std::vector<int32_t>>();
+      const nlohmann::json* l = optional(v, o.labels_field);
+      const nlohmann::json* m = optional(v, o.attention_mask_field);
+      auto labels = l ? l->get<std::vector<int32_t>>() : ids;
+      std::vector<int32_t> mask = m ? m->get<std::vector<int32_t>>() : std::vector<int32_t>(ids.size(), 1);
       Sample s;
       for (std::size_t i = 0; i < ids.size(); ++i) {
         if (!mask[i]) continue;
@@ -83,12 +111,13 @@ class PretokenizedType final : public DatasetType {
       }
       if (s.input_ids.empty()) {
         if (parse_bad_row_policy(common.on_bad_row) == BadRowPolicy::error)
-          throw UsageError(ax::str(common.path, ":", row.line, ": attention_mask masks out every token"));
+          throw UsageError(ax::str(describe_origin(contents.files, row.origin), ": '", o.attention_mask_field,
+                                   "' masks out every token"));
         ++ds->skipped_;
         continue;
       }
       ds->samples_.push_back(std::move(s));
-      ds->lines_.push_back(row.line);
+      ds->sources_.origins.push_back(row.origin);
     }
     return ds;
   }
@@ -97,6 +126,9 @@ class PretokenizedType final : public DatasetType {
 }  // namespace
 
 std::shared_ptr<DatasetType> make_pretokenized_type() { return std::make_shared<PretokenizedType>(); }
-void document_pretokenized_keys(TableBinder&) {}
+void document_pretokenized_keys(TableBinder& t) {
+  PretokenizedOptions o;
+  bind_pretokenized(t, o);
+}
 
 }  // namespace ax::data

@@ -15,6 +15,7 @@
 #include "axengine/plugin_loader.hpp"
 #include "axengine/strings.hpp"
 #include "data/entry.hpp"
+#include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
 #include "device_probe.hpp"
 
@@ -87,8 +88,19 @@ void check_dataset_entries(const Engine& engine) {
       if (given.empty()) continue;
       const std::string p = data::resolve_against(cfg.dir, given);
       std::error_code ec;
-      if (!fs::exists(p, ec))
+      std::vector<std::string> files{p};
+      if (data::is_glob(p)) {
+        try {
+          files = data::expand_data_path(p);
+        } catch (const UsageError&) {
+          config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": no file matches ", p));
+        }
+      } else if (!fs::exists(p, ec)) {
         config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", p, " does not exist"));
+      }
+      for (const auto& f : files)  // before any weight is loaded, not when the data is prepared
+        if (!data::parquet_supported() && f.size() > 8 && f.compare(f.size() - 8, 8, ".parquet") == 0)
+          config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", f, " is Parquet, and this axengine was built without Parquet support (see docs/datasets.md, \"Data files\")"));
     }
   }
 }
