@@ -5,8 +5,9 @@
    4 steps, then deletes the last checkpoint and resumes from step 4 (the resumed run rewrites the event file from
    the records it keeps and appends steps 5..8: the file holds each record once, in order).
 2. Reads <output_dir> with tensorboard's own reader (every record passes its CRC checks; the first event carries
-   file_version) and with its EventAccumulator (what the TensorBoard UI shows): for every tag, the steps, values
-   (as float32) and wall times equal metrics.jsonl's records; exactly one event file.
+   file_version) and with its accumulators (the legacy one, and the plugin one the TensorBoard UI reads, where the
+   values are scalars-plugin tensors): for every tag, the steps, values (as float32) and wall times equal
+   metrics.jsonl's records; exactly one event file, holding each record once.
 3. A copy with its last record cut short still reads, up to that record (what a crash leaves).
 4. train.tensorboard = false writes no event file.
 
@@ -23,7 +24,8 @@ import tempfile
 import numpy as np
 
 try:
-    from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+    from tensorboard.backend.event_processing import event_accumulator, event_file_loader, plugin_event_accumulator
+    from tensorboard.util import tensor_util
 except ImportError:
     # scripts/setup.sh installs it (CI, dev machines); a machine without it (the offline GPU machine) reports the
     # test as skipped (CTest SKIP_RETURN_CODE), not passed.
@@ -109,6 +111,16 @@ def check_run(out, failures):
             failures.append(f"{out}: {tag}: got {got[:3]}... ({len(got)}), want {want[:3]}... ({len(want)})")
         else:
             print(f"{tag}: {len(got)} points match metrics.jsonl (steps {[g[0] for g in got]})")
+    # The accumulator today's TensorBoard UI reads through: simple_value becomes a scalars-plugin tensor.
+    pacc = plugin_event_accumulator.EventAccumulator(out, size_guidance={plugin_event_accumulator.TENSORS: 0})
+    pacc.Reload()
+    for key, (tag, scale) in TAGS.items():
+        if tag not in have:
+            continue
+        want = [(r["step"], np.float32(r[key] * scale)) for r in records if is_number(r.get(key))]
+        got = [(t.step, np.float32(tensor_util.make_ndarray(t.tensor_proto))) for t in pacc.Tensors(tag)]
+        if got != want or pacc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+            failures.append(f"{out}: {tag} in the scalars plugin: got {got[:3]}..., want {want[:3]}...")
     steps = [r["step"] for r in records if "loss" in r]
     if steps != list(range(1, 9)):
         failures.append(f"{out}: metrics.jsonl step records {steps}, want 1..8 once each")
