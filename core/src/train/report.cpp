@@ -147,7 +147,7 @@ void MetricsLog::rewrite(const std::string& dir) const {
 std::string render_report_html(const MetricsLog& log, const std::string& title,
                                const std::vector<std::pair<std::string, std::string>>& summary) {
   Series loss{"train loss", "#9db8e8", {}}, eval{"eval loss", "#e4572e", {}, true}, em{"exact match", "#2a9d63", {}, true},
-      lr{"learning rate", "#7b5ea7", {}};
+      lr{"learning rate", "#7b5ea7", {}}, gn{"grad norm", "#d08a1e", {}};
   double x_max = 1;
   // Numbers only: a non-finite eval loss is recorded as null (JSON has no NaN) and is left out of the chart.
   auto number = [](const nlohmann::json& r, const char* key, double& v) {
@@ -162,6 +162,7 @@ std::string render_report_html(const MetricsLog& log, const std::string& title,
     x_max = std::max(x_max, step);
     if (number(r, "loss", v)) loss.points.emplace_back(step, v);
     if (number(r, "lr", v)) lr.points.emplace_back(step, v);
+    if (number(r, "grad_norm", v)) gn.points.emplace_back(step, v);
     if (number(r, "eval_loss", v)) eval.points.emplace_back(step, v);
     if (number(r, "exact_match", v)) em.points.emplace_back(step, 100.0 * v);
   }
@@ -180,6 +181,8 @@ std::string render_report_html(const MetricsLog& log, const std::string& title,
   o << "<div class='card'>" << chart("Loss", {loss, trend, eval}, x_max, false) << "</div>";
   if (!em.points.empty()) o << "<div class='card'>" << chart("Eval exact match (%)", {em}, x_max, true) << "</div>";
   o << "<div class='card'>" << chart("Learning rate", {lr}, x_max, true) << "</div>";
+  // The norm before clipping (train.max_grad_norm): spikes show where training went unstable.
+  o << "<div class='card'>" << chart("Gradient norm (before clipping)", {gn}, x_max, true) << "</div>";
   o << "<div class='card' style='padding:14px 10px'><table>";
   for (const auto& [k, v] : summary) o << "<tr><td>" << esc(k) << "</td><td>" << esc(v) << "</td></tr>";
   o << "</table></div></div></body></html>\n";

@@ -1,6 +1,6 @@
 // What a run leaves behind for people: metrics.jsonl (one JSON object per step and per eval) and
 // report.html, a self-contained page (inline SVG, no scripts, no network) with the loss and eval curves,
-// the learning rate and the run summary. Both are rewritten at every checkpoint and at the end.
+// the learning rate, the gradient norm and the run summary. Both are rewritten at every checkpoint and at the end.
 #pragma once
 #include <cstdint>
 #include <string>

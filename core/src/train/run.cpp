@@ -104,6 +104,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   if (!std::isnan(sum.exact_match)) lines.push_back(ax::str("  exact match     ", fmt(100 * sum.exact_match, 1), " %"));
   lines.push_back(ax::str("  adapter         ", sum.last_checkpoint, " (PEFT format)"));
   lines.push_back(ax::str("  report          ", cfg.run.output_dir, "/report.html, metrics.jsonl"));
+  if (s.train.tensorboard) lines.push_back(ax::str("  tensorboard     tensorboard --logdir ", cfg.run.output_dir));
   log::info(join(lines, "\n"));
 }
 

@@ -25,6 +25,7 @@ void bind_train(TableBinder& t, TrainConfig& c) {
   t.bounded("max_steps", c.max_steps, 0, INT64_MAX, "optimizer steps to run; 0 = num_epochs worth");
   t.field("activation_checkpointing", c.activation_checkpointing, "recompute each layer's activations in backward (less memory, more compute)");
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
+  t.field("tensorboard", c.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars) into output_dir");
   t.bounded("cpu_threads", c.cpu_threads, 0, 4096, "intra-op CPU threads (0 = LibTorch's default); more than the cores this process may use is clamped to them, with a warning; small models on busy machines run fastest with 1");
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) t.fail(t.table() ? t.table()->get("min_lr_ratio") : nullptr, "'train.min_lr_ratio' must be in [0, 1]");
   if (c.weight_decay < 0) t.fail(t.table() ? t.table()->get("weight_decay") : nullptr, "'train.weight_decay' must be >= 0");

@@ -23,6 +23,7 @@ struct TrainConfig {
   int64_t max_steps = 0;
   bool activation_checkpointing = false;
   int64_t log_every = 10;
+  bool tensorboard = true;
   int64_t cpu_threads = 0;
 };
 

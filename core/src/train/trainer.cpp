@@ -33,6 +33,7 @@
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/step_plan.hpp"
+#include "train/tensorboard.hpp"
 
 namespace fs = std::filesystem;
 
@@ -112,6 +113,7 @@ class Loop {
   EvalResult evaluate();
   std::string save(int64_t step);
   void eval_and_log(int64_t step);
+  void log_record(nlohmann::json record);
   std::vector<std::pair<std::string, std::string>> summary_rows(bool final) const;
   [[noreturn]] void non_finite(const std::string& what, int64_t step);
   void profile_before(int64_t step);
@@ -127,6 +129,7 @@ class Loop {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, start_step_ = 0;
   Schedule schedule_;
   MetricsLog metrics_;
+  std::optional<TensorBoardLog> tensorboard_;  // follows metrics_: started once the records a resume keeps are known
   std::unique_ptr<Progress> progress_;
   TrainSummary sum_;
   double best_eval_ = NAN, last_eval_ = NAN, last_em_ = NAN;
@@ -206,6 +209,7 @@ void Loop::maybe_resume() {
     metrics_.records.clear();
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
+    tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
     return;
   }
   LoadedCheckpoint& ck = *loaded;
@@ -236,6 +240,7 @@ void Loop::maybe_resume() {
   best_eval_ = st.best_eval_loss.value_or(NAN);
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
+  tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
   last_ckpt_ = dir;
   log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
 }
@@ -351,9 +356,18 @@ void Loop::record(const PendingStep& p) {
   double tps = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
   double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
   double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
-  metrics_.append(out_dir_, {{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
-                             {"tokens", p.tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)}});
+  log_record({{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
+              {"tokens", p.tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
+              {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}});
   progress_->update(step + 1, epoch, loss, lr_, tps, eta);
+}
+
+// To metrics.jsonl and the TensorBoard events, stamped with the wall-clock time (Unix seconds): TensorBoard's
+// time axis, kept in the record so a resumed run rewrites the events with their first times.
+void Loop::log_record(nlohmann::json record) {
+  record["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics_.append(out_dir_, record);
+  if (tensorboard_) tensorboard_->append(record);
 }
 
 void Loop::non_finite(const std::string& what, int64_t step) {
@@ -441,7 +455,7 @@ void Loop::eval_and_log(int64_t step) {
     rec["exact_match_samples"] = r.em_samples;
     line += ax::str(", exact match ", std::round(1000 * r.exact_match) / 10, "% of ", r.em_samples);
   }
-  metrics_.append(out_dir_, rec);
+  log_record(std::move(rec));
   line += ax::str(" (", std::round(seconds_since(t) * 10) / 10, " s)");
   for (const auto& e : r.examples) line += "\n" + e;
   if (progress_) progress_->message(line);
