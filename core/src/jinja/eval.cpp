@@ -54,6 +54,17 @@ class Renderer {
   void step(const Pos& p) {
     if (++steps_ > opt_.max_steps) fail(p, "template exceeded its evaluation budget (" + std::to_string(opt_.max_steps) + " steps)");
   }
+  // Work proportional to a value's size (a built list or string) counts against the budget too, so a loop over
+  // range() or a string doubling in a loop stops as surely as a deep loop does.
+  Value charge(Value v, const Pos& p) {
+    if (v.is_data()) {
+      const Json& j = v.json();
+      std::size_t n = j.is_string() ? j.get_ref<const std::string&>().size() / 64 : (j.is_array() || j.is_object()) ? j.size() : 0;
+      steps_ += n;
+      step(p);
+    }
+    return v;
+  }
   void emit(const std::string& s, const Pos& p) {
     if (out_->size() + s.size() > opt_.max_output_bytes) fail(p, "template output exceeds its budget");
     *out_ += s;
@@ -153,6 +164,12 @@ class Renderer {
     ++loop_depth_;
     const std::size_t n = items.size();
     for (std::size_t i = 0; i < n; ++i) {
+      try {
+        step(s.pos);
+      } catch (...) {
+        --loop_depth_;
+        throw;
+      }
       Frame inner{{}, &f};
       bind(inner, items[i]);
       Json loop = {{"index0", i}, {"index", i + 1}, {"revindex", n - i}, {"revindex0", n - i - 1},
@@ -307,12 +324,12 @@ class Renderer {
           std::string what = e.a->kind == ExprKind::name ? "'" + e.a->str + "'" : "'" + type_name(callee) + "' object";
           throw EvalFail{what + (callee.is_undefined() ? " is undefined" : " is not callable")};
         }
-        return callee.fn()(a);
+        return charge(callee.fn()(a), e.pos);
       }
       case ExprKind::filter: {
         Value v = eval(*e.a, f);
         Args a = eval_args(e, f);
-        return apply_filter(e.str, v, a);
+        return charge(apply_filter(e.str, v, a), e.pos);
       }
       case ExprKind::test: {
         Value v = eval(*e.a, f);
@@ -328,7 +345,7 @@ class Renderer {
         if (v.json().is_number_float()) return Value(Json(-v.json().get<double>()));
         return Value(Json(-v.json().get<std::int64_t>()));
       }
-      case ExprKind::binary: return binary(e, f);
+      case ExprKind::binary: return charge(binary(e, f), e.pos);
       case ExprKind::cond:
         if (truthy(eval(*e.items[1], f))) return eval(*e.items[0], f);
         return e.items[2] ? eval(*e.items[2], f) : Value::undefined("conditional expression");
@@ -513,6 +530,40 @@ Template& Template::operator=(Template&&) noexcept = default;
 RenderResult Template::render(const Json& context, const RenderOptions& options) const {
   return detail::Renderer(*program_, options).run(context);
 }
+Json chat_context(const Json& messages, const Json& tools, bool add_generation_prompt, const Json& extra) {
+  Json ctx = Json::object();
+  Json msgs = Json::array();
+  for (const Json& m : messages) {
+    const Json* reasoning = nullptr;
+    if (m.is_object())
+      for (const char* f : {"reasoning_content", "thinking", "reasoning"}) {
+        auto it = m.find(f);
+        if (it != m.end() && !it->is_null()) {
+          reasoning = &*it;
+          break;
+        }
+      }
+    if (!reasoning) {
+      msgs.push_back(m);
+      continue;
+    }
+    // {"thinking": r, **message, "reasoning_content": r}: `thinking` keeps the message's own value and place
+    // when it has one, reasoning_content is always r.
+    Json a = Json::object();
+    a["thinking"] = *reasoning;
+    for (const auto& [k, v] : m.items()) a[k] = v;
+    a["reasoning_content"] = *reasoning;
+    msgs.push_back(std::move(a));
+  }
+  ctx["messages"] = std::move(msgs);
+  ctx["tools"] = tools;
+  ctx["documents"] = nullptr;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  for (const auto& [k, v] : extra.items())
+    if (!ctx.contains(k)) ctx[k] = v;
+  return ctx;
+}
+
 bool Template::has_generation() const { return program_->has_generation; }
 const std::string& Template::name() const { return program_->name; }
 

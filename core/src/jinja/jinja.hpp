@@ -78,4 +78,11 @@ class Template {
   std::unique_ptr<detail::Program> program_;
 };
 
+// The variables transformers' apply_chat_template gives a chat template (render_jinja_template): messages (with
+// its reasoning aliases: a message's reasoning_content / thinking / reasoning is also given as `thinking` and
+// `reasoning_content`, which gpt-oss and Qwen3 templates read), tools and documents (null when absent),
+// add_generation_prompt, then `extra` (special tokens such as bos_token / eos_token, template kwargs such as
+// enable_thinking), which may override none of the former.
+Json chat_context(const Json& messages, const Json& tools, bool add_generation_prompt, const Json& extra = Json::object());
+
 }  // namespace ax::jinja
