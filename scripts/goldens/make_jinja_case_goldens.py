@@ -33,6 +33,9 @@ cases = [
  ("dictmeth", "{{ d.get('a') }}{{ d.get('zz', 'dflt') }}{{ d.keys()|list }}{{ d['a'] }}{{ d.a }}{{ d.missing is defined }}", {"d": {"a": 1}}),
  ("lstrip_inline", "x  {% if true %}y{% endif %}\n    {%+ if true %}z{% endif %}", {}),
  ("dictlit", "{{ {'a': 1, 'b': [1, 2]} | tojson }}{{ dict(x=1)|tojson }}{{ (1, 2)|list }}", {}),
+ ("newlines", "line\r\n  {% if true %}\r\nz{% endif %}\r{% if true %}a{% endif %}\n\n  {% if true %}\n b\n{% endif %}  \n", {}),
+ ("braces_in_tags", "{{ '%}' }}{{ '}}' }}{{ {'a': {'b': 1}} }}{% macro f() -%}\n  X\n{%- endmacro %}[{{ f() }}]", {}),
+ ("numbers", "{{ 3 / 2 }}{{ 2 ** -1 }}{{ 1e3 }}{{ 0.1 + 0.2 }}{{ 1 == 1.0 }}{{ [1,2] == [1,2] }}{{ -3 // 2 }}{{ -3 % 2 }}{{ 7.5 // 2 }}{{ -7.5 % 2 }}{{ 10 // -3 }}{{ 1.5e300 * 10 }}", {}),
  ("unicode", "{{ s|length }}{{ s|trim }}|{{ s|reverse }}|{{ s.strip() }}", {"s": "\u3000日本\u00a0"}),
 ]
 

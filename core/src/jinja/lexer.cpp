@@ -218,6 +218,21 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(std::string_view source, const std::string& name) { return Lexer(source, name).run(); }
+std::vector<Token> lex(std::string_view source, const std::string& name) {
+  // As jinja2's Environment does before lexing: newlines normalised (\r\n and \r become \n) and, with
+  // keep_trailing_newline off, one newline at the very end dropped.
+  std::string src;
+  src.reserve(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      src += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      src += source[i];
+    }
+  }
+  if (!src.empty() && src.back() == '\n') src.pop_back();
+  return Lexer(src, name).run();
+}
 
 }  // namespace ax::jinja::detail
