@@ -53,6 +53,12 @@ TEST_CASE("jinja: errors name the template, line and column") {
         "t.jinja:1:5: tojson got an unexpected keyword argument 'indnet'");
 }
 
+TEST_CASE("jinja: out-of-range number literals (found by fuzzing)") {
+  CHECK(render("{{ 1e999 }} {{ -1e999 }}") == "inf -inf");  // Python's float('1e999')
+  CHECK(error_of("{{ x.99999999999999999999 }}") == "t.jinja:1:6: integer literal out of range");
+  CHECK(error_of("{{ 99999999999999999999 }}") == "t.jinja:1:4: integer literal out of range");
+}
+
 TEST_CASE("jinja: raise_exception is the template's own message") {
   try {
     render("{{ raise_exception('roles must alternate') }}");

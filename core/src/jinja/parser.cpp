@@ -1,6 +1,8 @@
 // Recursive-descent parser for the Jinja subset (docs/jinja.md), with jinja2.parser's precedence:
 // conditional < or < and < not < comparisons (in, not in) < + - < ~ < * / // % < ** < unary - + < postfix
 // (attribute, subscript, call, then filters and tests).
+#include <cstdlib>
+
 #include "jinja/ast.hpp"
 
 namespace ax::jinja::detail {
@@ -358,7 +360,7 @@ class Parser {
       }
       case Tok::floating: {
         auto e = make(ExprKind::literal, t.pos);
-        e->value = std::stod(t.value);
+        e->value = std::strtod(t.value.c_str(), nullptr);  // 1e999 is inf, as Python's float literal
         return e;
       }
       case Tok::name: {
@@ -446,7 +448,12 @@ class Parser {
         if (peek().kind == Tok::integer) {  // foo.0 is foo[0] in Jinja
           g->kind = ExprKind::getitem;
           auto idx = make(ExprKind::literal, peek().pos);
-          idx->value = std::stoll(next().value);
+          const Token& n = next();
+          try {
+            idx->value = std::stoll(n.value);
+          } catch (const std::exception&) {
+            fail(n.pos, "integer literal out of range");
+          }
           g->items.push_back(std::move(idx));
         } else {
           g->str = expect_name();
