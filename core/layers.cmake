@@ -10,7 +10,7 @@
 # says the wrong thing is listed by name. Paths are relative to core/src (sources) or core/include (headers).
 
 # Directories of core/src whose files are built-ins.
-set(AX_LAYER_BUILTINS_DIRS models data tokenizer train ops/reference ops/quant ops/aten)
+set(AX_LAYER_BUILTINS_DIRS models data jinja tokenizer train ops/reference ops/quant ops/aten)
 # Files outside those directories that are built-ins:
 #   builtins.cpp — registers the built-ins;
 #   engine.cpp   — Engine::start registers the built-ins before the plugins (built-ins first, so a plugin

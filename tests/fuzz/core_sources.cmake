@@ -16,6 +16,11 @@ set(AX_FUZZ_CORE_SOURCES
   device.cpp
   error.cpp
   input_file.cpp
+  jinja/builtins.cpp
+  jinja/eval.cpp
+  jinja/lexer.cpp
+  jinja/parser.cpp
+  jinja/value.cpp
   kernel_op.cpp
   models/bnb_config.cpp
   models/hf_config.cpp

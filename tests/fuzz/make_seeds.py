@@ -309,6 +309,25 @@ put("peft_adapter", "llama_patterns", json.dumps(dict(acfg, rank_pattern={"model
     alpha_pattern={".*k_proj": 3.0}, use_rslora=True)).encode() + SEP + atensors)
 put("peft_adapter", "config_only", json.dumps(dict(acfg, target_modules=["q_proj"])).encode())
 
+# --- chat_template: the real chat templates (tests/data/chat_templates), alone (the harness's fixed conversation)
+# and with a golden conversation as the context part; plus small templates for the less common syntax.
+ctdir = os.path.join(DATA, "chat_templates")
+for fname in sorted(os.listdir(ctdir)):
+    if fname.endswith(".jinja"):
+        name = fname[:-len(".jinja")]
+        tmpl = read(os.path.join(ctdir, fname))
+        put("chat_template", name, tmpl)
+        with open(os.path.join(ctdir, "goldens", name + ".jsonl"), "rb") as f:
+            row = json.loads(f.readline())
+        ctx = dict(messages=row["messages"], tools=row["tools"], add_generation_prompt=row["add_generation_prompt"],
+                   bos_token="<s>", eos_token="</s>", **row["kwargs"])
+        put("chat_template", name + "_ctx", tmpl + SEP + json.dumps(ctx, ensure_ascii=False).encode())
+for case in json.loads(read(os.path.join(ctdir, "jinja_cases.json"))):
+    put("chat_template", "case_" + case["name"], case["template"].encode() + SEP + json.dumps(case["context"]).encode())
+put("chat_template", "macro_slices", b"{% macro m(a, b=[1,2][::-1]) -%} {{ a ~ b|tojson(indent=2) }} {%- endmacro %}"
+    b"{% for k, v in {'x': 1}.items() if k %}{{ m(k, b=v) }}{% else %}{% break %}{% endfor %}"
+    b"{% set ns = namespace(a='\\u00e9') %}{% set ns.a = ns.a[1:] %}{{ ns.a is string }}{% generation %}g{% endgeneration %}")
+
 # every harness also replays its regression inputs (tests/fuzz/regressions/<harness>/)
 for h in os.listdir(OUT):
     reg = os.path.join(ROOT, "tests", "fuzz", "regressions", h)
