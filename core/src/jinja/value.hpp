@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "jinja/jinja.hpp"
+#include "tokenizer/unicode.hpp"
 
 namespace ax::jinja::detail {
 
 // UTF-8 helpers. Input strings are valid UTF-8 (JSON parsers and the lexer guarantee it); decoding stays
 // defensive anyway and maps a stray byte to U+FFFD.
-void append_utf8(std::string& out, std::uint32_t cp);
+inline void append_utf8(std::string& out, std::uint32_t cp) { tok::append_utf8(out, static_cast<char32_t>(cp)); }
 std::vector<std::uint32_t> decode_utf8(std::string_view s);
 std::string encode_utf8(const std::vector<std::uint32_t>& cps, std::size_t begin, std::size_t end);
 std::size_t utf8_length(std::string_view s);
