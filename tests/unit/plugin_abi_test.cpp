@@ -248,8 +248,8 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "32/8: params@0 weight_decay@24");
   CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras)) ==
         "96/8: input_ids@0 labels@24 extras@48");
-  CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir)) ==
-        "72/8: tokenizer@0 config_file@8 base_dir@40");
+  CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir) AX_FIELD(model_dir)) ==
+        "104/8: tokenizer@0 config_file@8 base_dir@40 model_dir@72");
 }
 
 TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins implement") {

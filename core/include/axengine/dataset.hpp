@@ -51,6 +51,9 @@ struct DatasetContext {
   const Tokenizer* tokenizer = nullptr;
   std::string config_file;   // for error messages
   std::string base_dir;      // relative paths in the entry resolve against this
+  // The model directory of the run ([model].path, resolved): where a type finds the model's own files, such
+  // as chat_template.jinja and tokenizer_config.json (the chat_template type). "" when no model is known.
+  std::string model_dir;
 };
 
 class DatasetType {

@@ -15,7 +15,9 @@
 // vocab_size() is one more than the largest id of the model vocabulary and the added tokens.
 #pragma once
 #include <memory>
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "axengine/tokenizer.hpp"
@@ -31,6 +33,14 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir_or_file);
 // is tokenizer_config.json's text or "".
 std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json, const std::string& source,
                                               const std::string& config_json = "");
+
+// encode(text, add_special_tokens = false) with, for each token, the byte range [begin, end) of `text` it came
+// from (HF's offsets, in bytes, each widened to whole UTF-8 characters as HF's character offsets are). Exact
+// when the normalizer leaves the text unchanged (NFC/NFKC on text already in that form, no normalizer);
+// monotone and within the right added-token piece otherwise. A tokenizer other than load_hf_tokenizer's is a
+// UsageError. Used to turn byte spans of a rendered chat into a token mask (the chat_template dataset type).
+std::vector<int32_t> encode_with_offsets(const Tokenizer& tokenizer, const std::string& text,
+                                         std::vector<std::pair<std::size_t, std::size_t>>& offsets);
 
 // A Qwen-style byte-level BPE tokenizer: NFC, the Qwen2 split regex, ByteLevel, ids 0..255 for the bytes (in
 // byte order), then learned merges, then the special tokens in the order given.

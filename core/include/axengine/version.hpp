@@ -15,8 +15,8 @@
 #pragma once
 
 #define AXENGINE_VERSION_STRING "0.1.0"
-#define AXENGINE_PLUGIN_ABI_MAJOR 2
-#define AXENGINE_PLUGIN_ABI_MINOR 1
+#define AXENGINE_PLUGIN_ABI_MAJOR 3
+#define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {
 inline constexpr const char* kVersion = AXENGINE_VERSION_STRING;

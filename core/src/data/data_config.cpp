@@ -30,6 +30,7 @@ void bind_dataset_entry(TableBinder& t, RunConfig&) {
     document_completion_keys(t);
     document_pretokenized_keys(t);
     document_alpaca_keys(t, /*shared=*/false);
+    document_chat_template_keys(t);
     return;
   }
   if (e.type.empty()) t.fail(nullptr, "this [[datasets]] entry has no 'type' (completion, pretokenized, ...)");
@@ -41,6 +42,8 @@ void bind_dataset_entry(TableBinder& t, RunConfig&) {
     document_pretokenized_keys(t);
   } else if (e.type == "alpaca") {
     document_alpaca_keys(t, /*shared=*/true);
+  } else if (e.type == "chat_template") {
+    document_chat_template_keys(t);
   } else {
     for (const auto& [k, v] : *t.table()) t.accept(std::string(k.str()));
   }

@@ -12,7 +12,7 @@ const std::vector<std::string>& common_dataset_keys() {
 }
 
 void bind_common_entry(TableBinder& t, CommonEntry& e) {
-  t.field("type", e.type, "dataset type: completion, pretokenized, alpaca, or one a plugin registers");
+  t.field("type", e.type, "dataset type: completion, pretokenized, alpaca, chat_template, or one a plugin registers");
   t.field("name", e.name, "name shown in logs (default: the file name)");
   t.field("path", e.path, "data file(s) of training rows, relative to the config file: JSONL, a JSON array or Parquet; a glob (data/*.parquet) reads every match, sorted");
   t.field("eval_path", e.eval_path, "data file(s) of evaluation rows (same formats, glob too); when absent, eval_fraction of `path` is held out");

@@ -322,6 +322,13 @@ FileSamples load_file(const DatasetType& type, const std::string& type_name, con
                       const DatasetContext& ctx, const DataConfig& data, const std::string& name,
                       SourceReport& report, std::size_t& skipped) {
   std::string key = dataset_cache_key(type_name, entry, ctx.base_dir, *ctx.tokenizer);
+  // Files of the model dir a type may read (the chat_template type renders with the model's template).
+  if (!ctx.model_dir.empty()) {
+    toml::table model_files{{"chat_template.jinja", "chat_template.jinja"}, {"tokenizer_config.json", "tokenizer_config.json"}};
+    std::ostringstream os;
+    describe_files(model_files, ctx.model_dir, os);
+    key += os.str();
+  }
   std::string file = (fs::path(data.cache_dir) / (hash128(key) + ".safetensors")).string();
   FileSamples samples;
   if (data.cache && load_cache(file, samples, skipped)) {
@@ -355,7 +362,7 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
   auto entries = dataset_entries(config);
   if (entries.empty()) throw UsageError(ax::str(config.file, ": no [[datasets]] entry: nothing to train on"));
   PreparedData out;
-  DatasetContext ctx{&tokenizer, config.file, config.dir};
+  DatasetContext ctx{&tokenizer, config.file, config.dir, config.model.path};
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const toml::table& entry = *entries[i];
     TableBinder t(&entry, "datasets", BindContext{config.file, nullptr});

@@ -23,6 +23,12 @@ void register_builtin_datasets(Registry& registry) {
   a.info.summary = "instruction/input/output rows in the Stanford Alpaca prompt format; loss on the output only";
   a.object = make_alpaca_type();
   registry.add(std::move(a));
+  Provider ct;
+  ct.info.kind = ProviderKind::dataset;
+  ct.info.name = "chat_template";
+  ct.info.summary = "conversations (messages lists) rendered with the model's chat template; loss on assistant turns";
+  ct.object = make_chat_template_type();
+  registry.add(std::move(ct));
 }
 
 }  // namespace ax::data

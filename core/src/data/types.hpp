@@ -11,8 +11,10 @@ namespace ax::data {
 std::shared_ptr<DatasetType> make_completion_type();
 std::shared_ptr<DatasetType> make_pretokenized_type();
 std::shared_ptr<DatasetType> make_alpaca_type();
+std::shared_ptr<DatasetType> make_chat_template_type();
 void document_completion_keys(TableBinder& t);
 void document_pretokenized_keys(TableBinder& t);
+void document_chat_template_keys(TableBinder& t);
 // `shared`: also add_bos/add_eos, which completion documents for both.
 void document_alpaca_keys(TableBinder& t, bool shared);
 

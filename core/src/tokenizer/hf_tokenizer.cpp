@@ -109,8 +109,10 @@ class HfTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_id_; }
   int32_t pad_id() const override { return pad_id_; }
   std::string fingerprint() const override { return fingerprint_; }
+  std::vector<int32_t> encode_offsets(const std::string& text, std::vector<std::pair<std::size_t, std::size_t>>& offsets) const;
 
  private:
+  std::string surface(int32_t id) const;
   void split_added(std::vector<Piece>& pieces, const TokenTrie& trie) const;
   void normalize(std::string& text) const;
   int32_t resolve_config_token(const JsonReader& r, const json& config, const char* key) const;
@@ -127,6 +129,7 @@ class HfTokenizer final : public Tokenizer {
   TokenTrie raw_trie_, normalized_trie_;
   int64_t vocab_size_ = 0;
   int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
+  bool byte_level_ = false;  // a ByteLevel pre-tokenizer: token strings are stand-in characters of bytes
   std::string fingerprint_;
 };
 
@@ -162,6 +165,7 @@ HfTokenizer::HfTokenizer(const std::string& tokenizer_json, const std::string& s
   post_processor_ = parse_post_processor(r, root.value("post_processor", json()), "post_processor");
   decoder_ = parse_decoder(r, root.value("decoder", json()), "decoder");
 
+  byte_level_ = root.contains("pre_tokenizer") && root["pre_tokenizer"].dump().find("\"ByteLevel\"") != std::string::npos;
   vocab_size_ = model_->max_id() + 1;
   if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
     const json& list = r.array(root["added_tokens"], "added_tokens");
@@ -305,6 +309,96 @@ std::vector<int32_t> HfTokenizer::encode(const std::string& text, bool add_speci
   return ids;
 }
 
+// The text a token stands for, in bytes of the input: byte-level stand-ins turned back into their bytes;
+// otherwise SentencePiece's U+2581 as a space and a byte-fallback token <0xXX> as its byte. An added token is
+// its content. Used only to align tokens with the input (encode_offsets), never to decode.
+std::string HfTokenizer::surface(int32_t id) const {
+  if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return added_[it->second].content;
+  const std::string* token = model_->id_to_token(id);
+  if (!token) return "";
+  const std::string& t = *token;
+  std::string out;
+  if (byte_level_) {
+    const auto& alphabet = byte_level_alphabet();
+    for (std::size_t i = 0; i < t.size();) {
+      const char32_t c = next_code_point(t, i);
+      if (c >= alphabet.char_to_byte.size() || alphabet.char_to_byte[c] < 0) return t;
+      out += static_cast<char>(alphabet.char_to_byte[c]);
+    }
+    return out;
+  }
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
+    const int v = std::stoi(t.substr(3, 2), nullptr, 16);  // vocabularies with byte fallback spell these in hex
+    return std::string(1, static_cast<char>(v));
+  }
+  for (std::size_t i = 0; i < t.size();) {
+    const std::size_t b = i;
+    if (next_code_point(t, i) == U'\u2581') {
+      out += ' ';
+    } else {
+      out.append(t, b, i - b);
+    }
+  }
+  return out;
+}
+
+// Offsets: the input is split at raw added tokens (pieces that partition it exactly), each piece runs through
+// the rest of the pipeline alone (as in encode, which treats pieces independently), and the tokens' surfaces
+// are aligned with the piece's original bytes: a matching byte advances both, a surface space the input lacks
+// (Metaspace's prepended U+2581) advances only the surface, any other mismatch (text the normalizer changed)
+// consumes one input character. Exact when normalization leaves the piece unchanged; monotone and within the
+// piece otherwise. Spans are widened to whole UTF-8 characters, as HF's (character) offsets are.
+std::vector<int32_t> HfTokenizer::encode_offsets(const std::string& text,
+                                                 std::vector<std::pair<std::size_t, std::size_t>>& offsets) const {
+  if (const std::size_t valid = valid_utf8_prefix(text); valid != text.size())
+    throw UsageError("tokenizer input is not valid UTF-8 (byte " + std::to_string(valid) + ")");
+  std::vector<Piece> raw{{text, -1, true}};
+  split_added(raw, raw_trie_);
+  std::vector<int32_t> ids;
+  offsets.clear();
+  std::size_t base = 0;
+  for (auto& p : raw) {
+    const std::size_t begin = base, end = base + p.text.size();
+    base = end;
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+      offsets.emplace_back(begin, end);
+      continue;
+    }
+    std::vector<Piece> pieces{{p.text, -1, p.at_origin}};
+    if (normalizer_) normalize(pieces[0].text);
+    split_added(pieces, normalized_trie_);
+    std::erase_if(pieces, [](const Piece& q) { return q.id < 0 && q.text.empty(); });
+    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(pieces);
+    const std::size_t first = ids.size();
+    for (const auto& q : pieces) {
+      if (q.id >= 0) {
+        ids.push_back(q.id);
+      } else {
+        model_->tokenize(q.text, ids);
+      }
+    }
+    std::size_t i = begin;
+    for (std::size_t k = first; k < ids.size(); ++k) {
+      const std::size_t start = i;
+      for (char c : surface(ids[k])) {
+        if (i < end && text[i] == c) {
+          ++i;
+        } else if (c != ' ' && i < end) {
+          i += std::min(utf8_length(static_cast<unsigned char>(text[i])), end - i);
+        }
+      }
+      offsets.emplace_back(std::min(start, i), i);
+    }
+    if (ids.size() > first) offsets.back().second = end;  // input the surfaces did not cover (stripped)
+  }
+  for (auto& [b, e] : offsets) {
+    while (b > 0 && b < text.size() && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+    while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
+  }
+  return ids;
+}
+
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
@@ -354,6 +448,13 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(const std::string& tokenizer_json,
   return naming_file_on_oom(source, [&] {
     return std::make_unique<tok::HfTokenizer>(tokenizer_json, source, config_json, "tokenizer_config.json");
   });
+}
+
+std::vector<int32_t> encode_with_offsets(const Tokenizer& tokenizer, const std::string& text,
+                                         std::vector<std::pair<std::size_t, std::size_t>>& offsets) {
+  const auto* hf = dynamic_cast<const tok::HfTokenizer*>(&tokenizer);
+  if (!hf) throw UsageError("token offsets need a tokenizer.json tokenizer; this one is another kind");
+  return hf->encode_offsets(text, offsets);
 }
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& dir_or_file) {
