@@ -216,6 +216,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"mixtral-lora.toml", "models/mixtral"},
       {"qwen2.5-lora.toml", "models/qwen2"},
       {"mistral-lora.toml", "models/mistral"},
+      {"qwen3-chat-lora.toml", "models/qwen3"},
+      {"alpaca-lora.toml", "models/qwen3"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";
