@@ -73,11 +73,11 @@ TEST_CASE("chat_template: train_on assistant / last / all, spans extended over t
   CHECK(all.labels == all.input_ids);
   // The rule on its own: a span ends at the content when no marker follows; custom markers replace the defaults.
   ax::jinja::Json msgs = ax::jinja::Json::parse(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])");
-  CHECK(ax::data::find_assistant_spans("U: a\nA: b</s>", msgs, {}) == std::vector<ax::data::ByteSpan>{{8, 9}});
-  CHECK(ax::data::find_assistant_spans("U: a\nA: b</s>", msgs, {"</s>"}) == std::vector<ax::data::ByteSpan>{{8, 13}});
+  CHECK((ax::data::find_assistant_spans("U: a\nA: b</s>", msgs, {}) == std::vector<ax::data::ByteSpan>{{8, 9}}));
+  CHECK((ax::data::find_assistant_spans("U: a\nA: b</s>", msgs, {"</s>"}) == std::vector<ax::data::ByteSpan>{{8, 13}}));
   // A user text containing the assistant's words does not capture the span: messages are found in order.
   msgs = ax::jinja::Json::parse(R"([{"role": "user", "content": "say b"}, {"role": "assistant", "content": "b"}])");
-  CHECK(ax::data::find_assistant_spans("U: say b\nA: b", msgs, {}) == std::vector<ax::data::ByteSpan>{{12, 13}});
+  CHECK((ax::data::find_assistant_spans("U: say b\nA: b", msgs, {}) == std::vector<ax::data::ByteSpan>{{12, 13}}));
 }
 
 TEST_CASE("chat_template: ShareGPT rows through field/role mappings; other message keys reach the template") {

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
@@ -61,7 +62,9 @@ Json toml_to_json(const toml::node& n) {
   if (n.is_integer()) return *n.value<int64_t>();
   if (n.is_floating_point()) return *n.value<double>();
   if (n.is_string()) return *n.value<std::string>();
-  return ax::str(n);  // dates and times: their TOML text
+  std::ostringstream os;  // dates and times: their TOML text
+  n.visit([&](auto&& v) { os << v; });
+  return os.str();
 }
 
 void bind_chat(TableBinder& t, ChatOptions& o) {
