@@ -143,6 +143,20 @@ put("dataset_pretokenized", "skip_bad", b"\x01" + b'{"input_ids": [1, 2], "atten
     b'{"input_ids": [999999999]}\n{"input_ids": []}\n{"input_ids": [1.5]}\n{"input_ids": [2], "labels": [2, 3]}\n'
     b'{"input_ids": [151643, 0]}\n')
 
+# --- chat_template rows: a flag byte (dataset_chat.cpp: bit 0 skip, bit 1 ShareGPT, bits 2-3 train_on, bit 4 the
+# generation template, bit 5 tools), then JSONL
+def chat_seed(path):
+    return read(os.path.join(DATA, "datasets", "chat", path))
+put("dataset_chat", "messages", b"\x00" + chat_seed("messages.jsonl"))
+put("dataset_chat", "messages_generation_last", b"\x18" + chat_seed("messages.jsonl"))
+put("dataset_chat", "sharegpt_all", b"\x06" + chat_seed("sharegpt.jsonl"))
+tool_rows = [{"messages": [{"role": "user", "content": "weather?"},
+                           {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"city": "Paris"}}}]},
+                           {"role": "tool", "content": "sunny", "tool_call_id": "1"}, {"role": "assistant", "content": "Sunny."}],
+              "tools": [{"type": "function", "function": {"name": "w", "parameters": {}}}]},
+             {"messages": [{"role": "robot", "content": "x"}]}, {"messages": []}, {"messages": [{"role": "user", "content": 5}]}]
+put("dataset_chat", "tools_skip_bad", b"\x21" + "".join(json.dumps(r) + "\n" for r in tool_rows).encode())
+
 # --- data files: a flag byte (bit 0 Parquet, bit 1 pretokenized, bit 2 skip bad rows), then the file. The
 # Parquet seeds are the pyarrow-written fixtures (scripts/goldens/make_data_fixtures.py): valid footers and
 # schemas (dictionaries, nulls, list<int64>, list<struct>) for the mutations to start from.
