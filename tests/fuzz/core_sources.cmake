@@ -7,6 +7,9 @@ set(AX_FUZZ_CORE_SOURCES
   config/config.cpp
   config/config_binder.cpp
   crash_point.cpp
+  data/alpaca.cpp
+  data/chat_spans.cpp
+  data/chat_template.cpp
   data/completion.cpp
   data/data_config.cpp
   data/entry.cpp
