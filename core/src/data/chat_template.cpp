@@ -136,6 +136,11 @@ Loaded load_template(const ChatOptions& o, const DatasetContext& ctx, const Tabl
         if (it->is_string()) out.special[key] = it->get<std::string>();
         if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) out.special[key] = (*it)["content"].get<std::string>();
       }
+    // transformers also makes a config's named extra special tokens (Gemma 3's boi_token, ...) template variables.
+    if (config.is_object())
+      if (auto it = config.find("extra_special_tokens"); it != config.end() && it->is_object())
+        for (const auto& [k, v] : it->items())
+          if (v.is_string()) out.special[k] = v.get<std::string>();
   }
   const toml::node* at = t.table() ? t.table()->get("chat_template") : nullptr;
   if (!o.chat_template.empty() && o.chat_template != "tokenizer") {
