@@ -127,7 +127,7 @@ TEST_CASE("chat_template: a quickstart-sized CPU run on OpenAI and ShareGPT conv
   fs::copy_file(kData + "chat_templates/Qwen-Qwen2.5-7B-Instruct.jinja", model / "chat_template.jinja");
   const std::string chat = kData + "datasets/chat/";
   std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\nseed = 1\n[model]\npath = \"model\"\n"
-                                     "[data]\nsequence_len = 256\neval_fraction = 0\n"
+                                     "[data]\nsequence_len = 512\neval_fraction = 0\n"
                                      "[[datasets]]\ntype = \"chat_template\"\npath = \"" << chat << "messages.jsonl\"\n"
                                      "[[datasets]]\ntype = \"chat_template\"\npath = \"" << chat << "sharegpt.jsonl\"\n"
                                      "field_messages = \"conversations\"\nmessage_field_role = \"from\"\nmessage_field_content = \"value\"\n"
