@@ -112,6 +112,32 @@ CASES = {
                  sliding_window=4),
         targets=["q_proj", "o_proj", "w1", "w2", "w3"],
     ),
+    # gemma3_text: (1 + w) sandwich norms, per-head q/k norms, softmax scale query_pre_attn_scalar^-0.5 (12, not
+    # head_dim 6), embeddings times sqrt(20), layers sliding (window 3 < the 7 tokens, local RoPE theta 100) /
+    # full (linear-scaled RoPE) / sliding, gelu_pytorch_tanh MLP, GQA 4/2, tied.
+    "gemma3": dict(
+        cls="Gemma3ForCausalLM",
+        cfg=dict(model_type="gemma3_text", vocab_size=57, hidden_size=20, intermediate_size=26, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=6, rms_norm_eps=1e-6,
+                 query_pre_attn_scalar=12, sliding_window=3,
+                 layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                 rope_parameters=dict(full_attention=dict(rope_type="linear", rope_theta=10000.0, factor=2.0),
+                                      sliding_attention=dict(rope_type="default", rope_theta=100.0)),
+                 tie_word_embeddings=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
+    # olmoe: q/k RMSNorm over all heads before the head split (k over 2·4 = kv_heads·head_dim), clip_qkv 1.1 (clamps
+    # some of q, k and v), 5 experts top-2 without renormalising (norm_topk_prob false), attention biases, aux
+    # loss in the loss.
+    "olmoe": dict(
+        cls="OlmoeForCausalLM",
+        cfg=dict(model_type="olmoe", vocab_size=49, hidden_size=16, intermediate_size=6, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, num_experts=5,
+                 num_experts_per_tok=2, norm_topk_prob=False, router_aux_loss_coef=0.05, output_router_logits=True,
+                 clip_qkv=1.1, attention_bias=True,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
 }
 
 B, S = 2, 7
@@ -155,7 +181,7 @@ def make_case(name, spec):
               "loss": out.loss.detach().reshape(1)}
     if getattr(out, "aux_loss", None) is not None:
         golden["aux_loss"] = out.aux_loss.detach().reshape(1)
-    elif cfg.model_type in ("qwen3_moe", "mixtral"):
+    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe"):
         # output_router_logits off: the aux loss is not part of the loss; compute it for the test anyway.
         out2 = pm(input_ids=ids, output_router_logits=True)
         golden["aux_loss"] = out2.aux_loss.detach().reshape(1)
@@ -191,6 +217,26 @@ def make_aux_mask_golden(name):
     save_file({"input_ids": ids, "attention_mask": mask, "aux_loss": out.aux_loss.detach().reshape(1),
                "aux_loss_unmasked": unmasked.detach().reshape(1)}, os.path.join(d, "aux_mask.safetensors"))
     print(f"{name}: aux loss {out.aux_loss.item():.6f} with padding left out, {unmasked.item():.6f} with it")
+
+
+def make_gemma3_v4_config():
+    """gemma3/config_v4.json: the gemma3 case's config in transformers 4's spelling (rope_theta for the global
+    layers, rope_local_base_freq for the sliding ones, rope_scaling on the global), asserted here to read back as
+    the same rope_parameters: tests/unit/model_gemma3_olmoe_test.cpp loads it and expects the same logits."""
+    d = os.path.join(OUT, "gemma3")
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    v4 = dict(cfg)
+    rp = v4.pop("rope_parameters")
+    v4["rope_theta"] = rp["full_attention"]["rope_theta"]
+    v4["rope_local_base_freq"] = rp["sliding_attention"]["rope_theta"]
+    v4["rope_scaling"] = {k: v for k, v in rp["full_attention"].items() if k != "rope_theta"}
+    kw = {k: v for k, v in v4.items() if k not in ("model_type", "transformers_version", "architectures")}
+    assert transformers.Gemma3TextConfig(**kw).rope_parameters == rp, "transformers reads the 4.x spelling differently"
+    with open(os.path.join(d, "config_v4.json"), "w") as f:
+        json.dump(v4, f, indent=2)
+        f.write("\n")
+    print("gemma3: config_v4.json")
 
 
 # RoPE parameter sets for tests/data/rope_goldens.json: transformers' inverse frequencies and attention
@@ -249,6 +295,8 @@ def main():
     for n in ("qwen3_moe", "qwen3_moe_top1"):
         if n in names:
             make_aux_mask_golden(n)
+    if "gemma3" in names:
+        make_gemma3_v4_config()
     if not sys.argv[1:]:
         make_rope_goldens()
 

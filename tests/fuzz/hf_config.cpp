@@ -28,6 +28,12 @@ AX_FUZZ_HARNESS(hf_config) {
         at::Tensor d = ax::models::rope_inv_freq(c, len);
         if (!at::isfinite(d).all().item<bool>()) std::abort();
       }
+    // gemma3_text's sliding layers rotate with a RoPE of their own: the same guarantee.
+    if (c.has_local_rope && (!at::isfinite(ax::models::rope_inv_freq(c, c.rope_local)).all().item<bool>() ||
+                             !std::isfinite(c.rope_local.attention_factor) || !(c.rope_local.attention_factor > 0))) {
+      std::fprintf(stderr, "hf_config: parsed config gives a non-finite local RoPE\n");
+      std::abort();
+    }
     if (!std::isfinite(c.rope.attention_factor) || !(c.rope.attention_factor > 0)) {
       std::fprintf(stderr, "hf_config: parsed config gives attention factor %g\n", c.rope.attention_factor);
       std::abort();

@@ -226,6 +226,12 @@ q2 = json.loads(read(os.path.join(DATA, "models/qwen2/config.json")))
 v = dict(q2, max_window_layers=2)
 del v["layer_types"]
 put("hf_config", "qwen2_max_window_layers", json.dumps(v, indent=1))
+put("hf_config", "gemma3_v4", read(os.path.join(DATA, "models/gemma3/config_v4.json")))
+g3 = json.loads(read(os.path.join(DATA, "models/gemma3/config.json")))
+v = dict(g3, sliding_window_pattern=2, rope_parameters={"sliding_attention": {"rope_type": "yarn", "factor": 4.0,
+                                                                              "rope_theta": 100.0}})
+del v["layer_types"]
+put("hf_config", "gemma3_pattern_yarn_local", json.dumps(v, indent=1))
 # the pre-quantised (bitsandbytes 4-bit) checkpoints' configs: quantization_config, and variants of its keys
 for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
     put("hf_config", "bnb_" + name, read(os.path.join(DATA, "bnb", name, "config.json")))

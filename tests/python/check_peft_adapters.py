@@ -117,7 +117,8 @@ def main():
             print(f"{case}: merged model logits rel err {err:.2e}")
             if not err <= TOL:
                 failures.append(f"{case}: merged logits differ by {err}")
-        for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral"]:
+        for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
+                       "tiny-gemma3", "tiny-olmoe"]:
             out = os.path.join(tmp, "init-" + preset)
             subprocess.run([axengine_bin, "init-model", "--preset", preset, "--out", out, "--seed", "3"], check=True)
             m = load_base(out)

@@ -124,6 +124,14 @@ TEST_CASE("model parity: mistral (sliding window on every layer, head_dim != hid
   check_case("mistral", "reference");
   check_case("mistral", "naive");
 }
+TEST_CASE("model parity: gemma3_text (1+w sandwich norms, local/global RoPE, query scale, embed scale, tied) vs transformers+peft") {
+  check_case("gemma3", "reference");
+  check_case("gemma3", "naive");
+}
+TEST_CASE("model parity: olmoe (q/k norm over all heads, clip_qkv, top-2 of 5 experts not renormalised, aux loss) vs transformers+peft") {
+  check_case("olmoe", "reference");
+  check_case("olmoe", "naive");
+}
 TEST_CASE("model parity: qwen3 (q/k norm, one kv head) vs transformers+peft") {
   check_case("qwen3", "reference");
   check_case("qwen3", "naive");

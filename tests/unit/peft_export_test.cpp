@@ -55,6 +55,8 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"qwen3_moe", {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, false},
       {"qwen3_moe_top1", {"k_proj", "down_proj"}, true},
       {"mixtral", {"q_proj", "w1", "w3", "w2"}, false},
+      {"gemma3", {"q_proj", "k_proj", "o_proj", "gate_proj", "down_proj"}, true},
+      {"olmoe", {"v_proj", "gate_proj", "up_proj", "down_proj"}, false},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

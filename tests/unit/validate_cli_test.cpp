@@ -207,6 +207,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-mixtral", "models/mixtral");
   init("tiny-qwen2", "models/qwen2");
   init("tiny-mistral", "models/mistral");
+  init("tiny-gemma3", "models/gemma3");
+  init("tiny-olmoe", "models/olmoe");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -218,6 +220,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"mistral-lora.toml", "models/mistral"},
       {"qwen3-chat-lora.toml", "models/qwen3"},
       {"alpaca-lora.toml", "models/qwen3"},
+      {"gemma3-lora.toml", "models/gemma3"},
+      {"olmoe-lora.toml", "models/olmoe"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";

@@ -55,6 +55,14 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const
       out.push_back({p + "self_attn.q_norm.weight", {D}});
       out.push_back({p + "self_attn.k_norm.weight", {D}});
     }
+    if (c.qk_norm_full) {
+      out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
+      out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
+    }
+    if (c.sandwich_norms) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {H}});
+    }
     if (c.is_moe_layer(i)) {
       const int64_t E = c.num_experts, I = c.moe_intermediate_size;
       out.push_back({p + "mlp.gate.weight", {E, H}});
@@ -331,6 +339,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     if (!used.count(n) && !(cfg_.tie_word_embeddings && n == "lm_head.weight"))
       log::warn(str(ckpt.file_of(n), ": tensor '", n, "' is not used by the ", cfg_.model_type, " model"));
   inv_freq_ = rope_inv_freq(cfg_).to(device_);
+  if (cfg_.has_local_rope) inv_freq_local_ = rope_inv_freq(cfg_, cfg_.rope_local).to(device_);
 
   std::vector<at::Tensor> all;
   for (const auto& [n, t] : weights_) all.push_back(t);
@@ -374,6 +383,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, co
   a.residual = residual;
   a.weight = w(weight);
   a.eps = cfg_.rms_norm_eps;
+  a.weight_offset = cfg_.norm_offset;
   auto r = autograd::rms_norm(kernels_->get<ops::RmsNorm>(ops::dtype_name(dtype_)), std::move(a));
   return {r.y, r.sum};
 }
@@ -451,9 +461,21 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
                                          int64_t max_len, const at::Tensor& inv_freq) {
   const std::string p = layer_prefix(i) + "self_attn.";
   const int64_t T = x.size(0), D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
-  at::Tensor q = linear(x, p + "q_proj").view({T, Hq, D});
-  at::Tensor k = linear(x, p + "k_proj").view({T, Hkv, D});
-  at::Tensor v = linear(x, p + "v_proj").view({T, Hkv, D});
+  at::Tensor q = linear(x, p + "q_proj");
+  at::Tensor k = linear(x, p + "k_proj");
+  at::Tensor v = linear(x, p + "v_proj");
+  if (cfg_.qk_norm_full) {  // olmoe: one norm over all heads of q (of k), before the split into heads
+    q = rms_norm(q, p + "q_norm.weight").first;
+    k = rms_norm(k, p + "k_norm.weight").first;
+  }
+  if (cfg_.clip_qkv > 0) {
+    q = q.clamp(-cfg_.clip_qkv, cfg_.clip_qkv);
+    k = k.clamp(-cfg_.clip_qkv, cfg_.clip_qkv);
+    v = v.clamp(-cfg_.clip_qkv, cfg_.clip_qkv);
+  }
+  q = q.view({T, Hq, D});
+  k = k.view({T, Hkv, D});
+  v = v.view({T, Hkv, D});
   if (cfg_.qk_norm) {
     auto op = kernels_->get<ops::NormRope>(ops::dtype_name(dtype_));
     auto nr = [&](const at::Tensor& t, const std::string& wname) {
@@ -461,6 +483,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
       a.x = t;
       a.weight = w(wname);
       a.eps = cfg_.rms_norm_eps;
+      a.weight_offset = cfg_.norm_offset;
       a.position_ids = pos;
       a.inv_freq = inv_freq;
       return autograd::norm_rope(op, std::move(a));
@@ -487,7 +510,9 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.max_seqlen = max_len;
   // transformers scales cos and sin by the rope's attention factor (yarn); q and k both carry it, so the
   // scores carry its square.
-  a.softmax_scale = cfg_.rope.attention_factor * cfg_.rope.attention_factor / std::sqrt(double(D));
+  // gemma3_text scales by query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
+  const double af = cfg_.rope_of(i).attention_factor;
+  a.softmax_scale = af * af * (cfg_.attn_scale > 0 ? cfg_.attn_scale : 1.0 / std::sqrt(double(D)));
   a.causal = true;
   // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
   a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
@@ -499,6 +524,8 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
 
 at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
   const std::string p = layer_prefix(i) + "mlp.";
+  if (cfg_.mlp_act == "gelu_pytorch_tanh")  // gemma3_text: gelu(gate) * up, plain ATen (no fused op for it)
+    return linear(at::gelu(linear(x, p + "gate_proj"), "tanh") * linear(x, p + "up_proj"), p + "down_proj");
   ops::SwigluArgs a;
   a.gate = linear(x, p + "gate_proj");
   a.up = linear(x, p + "up_proj");
@@ -589,7 +616,14 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
                                const at::Tensor& inv_freq,
                                std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i);
-  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, inv_freq);
+  const at::Tensor& freq = cfg_.has_local_rope && cfg_.window(i) > 0 ? inv_freq_local_ : inv_freq;  // gemma3_text
+  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, freq);
+  if (cfg_.sandwich_norms) {
+    // gemma3_text: x = h + norm(attention); the MLP reads pre_feedforward_layernorm(x) and its output is
+    // normed again before the residual add.
+    auto [n, x] = rms_norm(rms_norm(a, p + "post_attention_layernorm.weight").first, p + "pre_feedforward_layernorm.weight", h);
+    return x + rms_norm(dense_mlp(i, n), p + "post_feedforward_layernorm.weight").first;
+  }
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
@@ -643,6 +677,8 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
     if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
   }
   at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
+  // gemma3_text: times sqrt(hidden_size), the fp32 scalar rounded to the weights' dtype as transformers does.
+  if (cfg_.embed_scale > 0) h = h * at::scalar_tensor(cfg_.embed_scale, at::kFloat).to(h.device(), h.scalar_type());
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   if (recompute) lora_cast_.clear();

@@ -1,4 +1,4 @@
-// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe and mixtral: one implementation driven by
+// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text and olmoe: one implementation driven by
 // HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
@@ -77,6 +77,7 @@ class DecoderModel : public Model {
   std::map<std::string, ops::WeightTensor> frozen_;  // frozen projections (models/weight_policy.hpp), in their own format
   WeightStats stats_;
   at::Tensor inv_freq_;  // every type but dynamic: the one set; dynamic: at lengths up to max_position_embeddings
+  at::Tensor inv_freq_local_;  // gemma3_text's sliding layers (cfg_.rope_local)
   LoraSet lora_;
   std::map<const LoraModule*, std::pair<at::Tensor, at::Tensor>> lora_cast_;  // this forward's; see cast_lora_factors
   bool training_ = true;

@@ -170,6 +170,79 @@ std::vector<int64_t> parse_qwen2_windows(const json& j, const Reader& r, int64_t
   return out;
 }
 
+// Gemma3TextConfig as transformers 5 reads it (configuration_gemma3.py): rope_parameters holds one RoPE per
+// layer type ({"full_attention": {...}, "sliding_attention": {...}}); the 4.x keys rope_theta (global),
+// rope_local_base_freq (local) and rope_scaling (global) fill in what it leaves out, as its
+// convert_rope_params_to_dict does.
+void parse_gemma3_text(HfConfig& c, const json& j, const Reader& r) {
+  const std::string act = r.string_or("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh")
+    throw r.bad("hidden_activation", str("'", act, "' is not supported for gemma3_text (only gelu_pytorch_tanh)"));
+  c.mlp_act = act;
+  c.qk_norm = c.norm_offset = c.sandwich_norms = true;
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", true);
+  c.embed_scale = std::sqrt(double(c.hidden_size));
+  const double qpas = r.number_or("query_pre_attn_scalar", 256);
+  if (!(qpas > 0) || !std::isfinite(qpas)) throw r.bad("query_pre_attn_scalar", str("must be a finite number > 0, got ", qpas));
+  c.attn_scale = std::pow(qpas, -0.5);
+  // tanh soft-capping: the attention op has no such score transform, and the fused LM-head loss none either.
+  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (r.has(k)) throw r.bad(k, str("is not supported (must be null, got ", j[k].dump(), "): no soft-capping"));
+  if (r.boolean_or("use_bidirectional_attention", false))
+    throw r.bad("use_bidirectional_attention", "true is not supported (causal attention only)");
+  // Layer types: the list, or every sliding_window_pattern-th layer full (transformers' BC default 6).
+  const int64_t window = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1) : 4096;
+  c.layer_window.assign(c.num_layers, -1);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    bool sliding;
+    if (r.has("layer_types")) {
+      const json& lt = j["layer_types"];
+      if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_layers)
+        throw r.bad("layer_types", str("must be a list of num_hidden_layers = ", c.num_layers, " entries"));
+      const std::string v = lt[i].is_string() ? lt[i].get<std::string>() : "";
+      if (v != "full_attention" && v != "sliding_attention")
+        throw r.bad(str("layer_types[", i, "]"), str("must be \"full_attention\" or \"sliding_attention\", got ", lt[i].dump()));
+      sliding = v == "sliding_attention";
+    } else {
+      sliding = (i + 1) % (r.has("sliding_window_pattern") ? r.positive("sliding_window_pattern") : 6) != 0;
+    }
+    if (sliding && window < 0) throw r.bad("sliding_window", str("is null but layer ", i, " is sliding_attention"));
+    if (sliding) c.layer_window[i] = window;
+  }
+  json rp = r.has("rope_parameters") ? j["rope_parameters"] : json::object();
+  if (!rp.is_object()) throw r.bad("rope_parameters", "must be an object");
+  for (const auto& [k, v] : rp.items())
+    if (k != "full_attention" && k != "sliding_attention")
+      throw r.bad("rope_parameters." + k, "is not a layer type (gemma3_text's rope_parameters has one entry per layer "
+                                          "type: full_attention, sliding_attention)");
+  auto entry = [&](const char* type) {
+    json e = rp.contains(type) && !rp[type].is_null() ? rp[type] : json{{"rope_type", "default"}};
+    if (!e.is_object()) throw r.bad(str("rope_parameters.", type), "must be an object");
+    return e;
+  };
+  json full = entry("full_attention"), local = entry("sliding_attention");
+  if (r.has("rope_scaling")) {
+    if (!j["rope_scaling"].is_object()) throw r.bad("rope_scaling", "must be an object");
+    full.update(j["rope_scaling"]);
+  }
+  if (!full.contains("rope_theta")) full["rope_theta"] = r.number_or("rope_theta", 1e6);
+  if (!local.contains("rope_theta")) local["rope_theta"] = r.number_or("rope_local_base_freq", 1e4);
+  // Each one through parse_rope, as if it were the config's only RoPE (errors name rope_parameters.<key>).
+  auto one = [&](const json& params) {
+    json g = j;
+    g.erase("rope_scaling");
+    g.erase("rope_theta");
+    g["rope_parameters"] = params;
+    return parse_rope(g, Reader{g, r.source}, 1e6);
+  };
+  c.rope = one(full);
+  c.rope_local = one(local);
+  c.has_local_rope = true;
+  // The forward recomputes dynamic frequencies for the global RoPE only.
+  if (c.rope_local.type == "dynamic")
+    throw r.bad("rope_parameters.sliding_attention.rope_type", "dynamic is not supported for the sliding layers");
+}
+
 }  // namespace
 
 bool HfConfig::is_moe_layer(int64_t layer) const {
@@ -203,6 +276,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     throw r.bad("num_key_value_heads", str(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
   if (r.has("head_dim")) {
     c.head_dim = r.positive("head_dim");
+  } else if (c.model_type == "gemma3_text") {
+    c.head_dim = 256;  // Gemma3TextConfig's default, not hidden_size / heads
   } else {
     if (c.hidden_size % c.num_heads != 0)
       throw r.bad("hidden_size", str(c.hidden_size, " is not a multiple of num_attention_heads and head_dim is not given"));
@@ -213,7 +288,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6).
   c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : 10000.0);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  std::string act = r.string_or("hidden_act", "silu");
+  // gemma3_text reads hidden_activation instead (parse_gemma3_text); its class ignores hidden_act.
+  std::string act = c.model_type == "gemma3_text" ? "silu" : r.string_or("hidden_act", "silu");
   if (act != "silu") throw r.bad("hidden_act", str("'", act, "' is not supported (only silu)"));
   c.bos_token_id = r.token_id("bos_token_id");
   c.eos_token_id = r.token_id("eos_token_id");
@@ -225,11 +301,12 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     throw r.bad("attention_dropout", str("must be 0, got ", attention_dropout, " (attention dropout is not supported)"));
 
   const std::string& t = c.model_type;
-  if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "qwen3_moe" && t != "mixtral")
-    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral)"));
+  if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "qwen3_moe" && t != "mixtral" &&
+      t != "gemma3_text" && t != "olmoe")
+    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe)"));
   // Bias keys only where the family's transformers class reads them; elsewhere the class builds no bias, so a
   // true value (a checkpoint with biases) would be dropped: refused instead.
-  const bool reads_attention_bias = t == "llama" || t == "qwen3" || t == "qwen3_moe";
+  const bool reads_attention_bias = t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmoe";
   const bool reads_mlp_bias = t == "llama";
   for (const auto& [key, reads] : {std::pair{"attention_bias", reads_attention_bias}, std::pair{"mlp_bias", reads_mlp_bias}})
     if (!reads && r.boolean_or(key, false))
@@ -245,6 +322,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     // Qwen3 configs carry a sliding_window value but only use it when use_sliding_window is set.
     if (r.boolean_or("use_sliding_window", false))
       throw r.bad("use_sliding_window", "true is not supported");
+  } else if (t == "gemma3_text") {
+    parse_gemma3_text(c, j, r);
   } else if (t == "qwen2") {
     c.layer_window = parse_qwen2_windows(j, r, c.num_layers);
   } else if (t == "mistral" || t == "mixtral") {
@@ -259,13 +338,26 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
                                  "sliding/full layers are the ministral architecture)");
   }
 
-  if (t == "qwen3_moe" || t == "mixtral") {
+  if (t == "olmoe") {
+    // OlmoeAttention sizes q_norm as hidden_size and k_norm as (hidden_size / heads) · kv_heads, and its
+    // config has no head_dim: a different one would not load in transformers.
+    if (c.head_dim * c.num_heads != c.hidden_size)
+      throw r.bad("head_dim", str(c.head_dim, " is not hidden_size / num_attention_heads = ", c.hidden_size, " / ", c.num_heads,
+                                  " (olmoe derives it)"));
+    c.qk_norm_full = true;
+    if (r.has("clip_qkv")) {
+      c.clip_qkv = r.number_or("clip_qkv", 0);
+      if (!(c.clip_qkv > 0) || !std::isfinite(c.clip_qkv)) throw r.bad("clip_qkv", str("must be null or a finite number > 0, got ", c.clip_qkv));
+    }
+  }
+
+  if (t == "qwen3_moe" || t == "mixtral" || t == "olmoe") {
     c.intermediate_size = r.positive("intermediate_size");
     c.num_experts = r.has("num_experts") ? r.positive("num_experts") : r.positive("num_local_experts");
     c.top_k = r.positive("num_experts_per_tok");
     if (c.top_k > c.num_experts)
       throw r.bad("num_experts_per_tok", str(c.top_k, " exceeds the number of experts ", c.num_experts));
-    c.router_aux_loss_coef = r.number_or("router_aux_loss_coef", 0.001);
+    c.router_aux_loss_coef = r.number_or("router_aux_loss_coef", t == "olmoe" ? 0.01 : 0.001);
     c.output_router_logits = r.boolean_or("output_router_logits", false);
     if (t == "qwen3_moe") {
       c.moe_intermediate_size = r.positive("moe_intermediate_size");
@@ -278,6 +370,10 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
           c.mlp_only_layers.push_back(v.get<int64_t>());
         }
       }
+    } else if (t == "olmoe") {
+      // Every layer is sparse; the experts use intermediate_size; softmax top-k, renormalised only if asked.
+      c.moe_intermediate_size = c.intermediate_size;
+      c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
     } else {
       c.moe_intermediate_size = c.intermediate_size;  // mixtral's experts use intermediate_size
       c.norm_topk_prob = true;                        // mixtral always renormalises the top-k weights
@@ -295,7 +391,15 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   if (c.head_dim <= 4096 && !at::isfinite(rope_inv_freq(c)).all().item<bool>())
     throw r.bad(c.rope.type == "default" ? "rope_theta" : "rope_parameters",
                 str("gives non-finite RoPE frequencies for rope_type ", c.rope.type));
+  if (c.has_local_rope && c.head_dim <= 4096 && !at::isfinite(rope_inv_freq(c, c.rope_local)).all().item<bool>())
+    throw r.bad("rope_parameters.sliding_attention", str("gives non-finite RoPE frequencies for rope_type ", c.rope_local.type));
   return c;
+}
+
+at::Tensor rope_inv_freq(const HfConfig& c, const RopeConfig& rope, int64_t seq_len) {
+  HfConfig other = c;
+  other.rope = rope;
+  return rope_inv_freq(other, seq_len);
 }
 
 at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {

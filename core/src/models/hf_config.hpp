@@ -1,5 +1,5 @@
 // A Hugging Face config.json, reduced to what the decoder families (llama, mistral, qwen2, qwen3, qwen3_moe,
-// mixtral) need.
+// mixtral, gemma3_text, olmoe) need.
 // Parsing accepts both transformers 4.x spellings (rope_theta + rope_scaling, num_experts) and 5.x ones
 // (rope_parameters, num_local_experts); anything missing, ill-typed or unsupported is a UsageError naming
 // config.json and the key.
@@ -40,7 +40,21 @@ struct HfConfig {
   // Biases as the family's transformers class builds them: llama's attention_bias sets all four attention
   // projections, qwen2 has q/k/v biases and none on o_proj.
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
-  bool qk_norm = false;  // qwen3 / qwen3_moe: RMSNorm over head_dim of q and k before RoPE
+  bool qk_norm = false;  // qwen3 / qwen3_moe / gemma3_text: RMSNorm over head_dim of q and k before RoPE
+  // olmoe: q_norm / k_norm are RMSNorms over the whole projection (num_heads·head_dim, num_kv_heads·head_dim),
+  // before the split into heads; clip_qkv (> 0) clamps q, k and v to [-clip_qkv, clip_qkv] after them.
+  bool qk_norm_full = false;
+  double clip_qkv = 0.0;
+  // gemma3_text: every RMSNorm scales by (1 + w); sandwich norms (the attention and MLP
+  // outputs normed again before the residual add, a pre-feedforward norm); the softmax scale
+  // query_pre_attn_scalar^-0.5 (0: 1/sqrt(head_dim)); embeddings times embed_scale (0: none); the MLP's gate
+  // activation; sliding layers rotate with rope_local instead of rope.
+  bool norm_offset = false, sandwich_norms = false;
+  double attn_scale = 0.0, embed_scale = 0.0;
+  std::string mlp_act = "silu";  // silu | gelu_pytorch_tanh
+  bool has_local_rope = false;
+  RopeConfig rope_local;
+  const RopeConfig& rope_of(int64_t layer) const { return has_local_rope && window(layer) > 0 ? rope_local : rope; }
   // The attention window of each layer in tokens (the query itself included, transformers' sliding_window),
   // -1 = full causal attention. Empty = every layer full.
   std::vector<int64_t> layer_window;
@@ -68,5 +82,7 @@ nlohmann::json read_json_file(const std::string& path);
 // the longest position + 1 of the batch (transformers' dynamic_frequency_update on a fresh model: the base
 // grows when seq_len > max_position_embeddings).
 at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len = 0);
+// The same for another RoPE of the model (gemma3_text's rope_local).
+at::Tensor rope_inv_freq(const HfConfig& c, const RopeConfig& rope, int64_t seq_len = 0);
 
 }  // namespace ax::models

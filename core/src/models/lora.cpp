@@ -32,7 +32,7 @@ struct MoeNames {
 };
 std::optional<MoeNames> moe_names(const std::string& model_type) {
   if (model_type == "mixtral") return MoeNames{{"w1", "w3"}, "w2"};
-  if (model_type == "qwen3_moe") return MoeNames{{"gate_proj", "up_proj"}, "down_proj"};
+  if (model_type == "qwen3_moe" || model_type == "olmoe") return MoeNames{{"gate_proj", "up_proj"}, "down_proj"};
   return std::nullopt;
 }
 

@@ -89,6 +89,8 @@ void register_builtin_models(Registry& registry) {
       {"qwen3", "Qwen3 dense decoder (q/k RMSNorm)"},
       {"qwen3_moe", "Qwen3 MoE (softmax top-k router, norm_topk_prob, decoder_sparse_step, mlp_only_layers)"},
       {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
+      {"gemma3_text", "Gemma 3 text decoder (1+w sandwich RMSNorms, local/global layers, scaled embeddings)"},
+      {"olmoe", "OLMoE sparse MoE (q/k RMSNorm over all heads, softmax top-k router)"},
   };
   for (const auto& [name, summary] : families) {
     Provider p;
@@ -141,7 +143,12 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
     std::string hint = closest(type, known);
     // A near name is a typo fix only when it is the same kind of model: "mistral" (dense) is not a misspelt
     // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in MoE families are known.
-    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral") != config_is_moe(j)) hint.clear();
+    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral" || hint == "olmoe") != config_is_moe(j)) hint.clear();
+    // The multimodal Gemma 3 (Gemma3ForConditionalGeneration) wraps the text decoder in text_config.
+    if (type == "gemma3")
+      throw UsageError(str(cfg_path, ": model_type 'gemma3' is the multimodal Gemma3ForConditionalGeneration, which "
+                           "axengine does not load; the text-only checkpoints (gemma-3-1b, or a text_config saved "
+                           "as Gemma3ForCausalLM) have model_type 'gemma3_text'"));
     throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
                          hint.empty() ? "" : str("; did you mean '", hint, "'?")));
   }

@@ -76,6 +76,22 @@ json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t 
               {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false}, {"attention_bias", false},
               {"use_sliding_window", false}, {"sliding_window", nullptr}, {"max_position_embeddings", 4096},
               {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
+  } else if (name == "tiny-gemma3") {
+    // As transformers 5 writes a Gemma3TextConfig: one RoPE per layer type, a sliding and a full layer.
+    c.erase("hidden_act");
+    c.update({{"architectures", {"Gemma3ForCausalLM"}}, {"model_type", "gemma3_text"}, {"intermediate_size", 128},
+              {"head_dim", 16}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"attention_bias", false},
+              {"hidden_activation", "gelu_pytorch_tanh"}, {"query_pre_attn_scalar", 16}, {"sliding_window", 64},
+              {"layer_types", {"sliding_attention", "full_attention"}}, {"attn_logit_softcapping", nullptr},
+              {"final_logit_softcapping", nullptr}, {"use_bidirectional_attention", false},
+              {"rope_parameters", {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
+                                   {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}}}});
+  } else if (name == "tiny-olmoe") {
+    c.update({{"architectures", {"OlmoeForCausalLM"}}, {"model_type", "olmoe"}, {"intermediate_size", 32},
+              {"num_experts", 8}, {"num_experts_per_tok", 2}, {"norm_topk_prob", false}, {"router_aux_loss_coef", 0.01},
+              {"output_router_logits", false}, {"clip_qkv", nullptr}, {"rms_norm_eps", 1e-5},
+              {"tie_word_embeddings", false}, {"attention_bias", false},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}});
   } else if (name == "tiny-mixtral") {
     c.update({{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"intermediate_size", 96},
               {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
@@ -115,7 +131,8 @@ std::string human(int64_t n) {
 }  // namespace
 
 std::vector<std::string> model_presets() {
-  return {"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "bench-qwen3-moe-0.9b"};
+  return {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",          "tiny-qwen3-moe",
+          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "bench-qwen3-moe-0.9b"};
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
@@ -137,8 +154,9 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& [name, shape] : models::expected_checkpoint_tensors(hc)) {
     at::Tensor t = at::empty(shape, at::kFloat);
-    // HF's _init_weights: normal(0, initializer_range) for linears / embeddings / routers, ones for norms.
-    if (name.find("norm") != std::string::npos) t.fill_(1.0);
+    // HF's _init_weights: normal(0, initializer_range) for linears / embeddings / routers, ones for norms
+    // (zeros for gemma3_text's (1 + w) norms: the same unit scale).
+    if (name.find("norm") != std::string::npos) t.fill_(hc.norm_offset ? 0.0 : 1.0);
     // Except the (tied) embeddings: at std 0.02 and hidden 64 an output logit can never exceed |h|·|e| ≈ 1.3, so
     // a LoRA adapter on the frozen random base could not fall below ~4.5 nats/token. Unit-norm rows
     // (std 1/sqrt(hidden)) keep the initial logits O(1) and let training show (the quickstart trains these).
