@@ -7,6 +7,7 @@
 // (chatml-generation; else Qwen2.5's, which the span rule serves), bit 5 the tools column. The rest is the file.
 #include <cstdlib>
 
+#include "axengine/error.hpp"
 #include "dataset_rows.hpp"
 
 AX_FUZZ_HARNESS(dataset_chat) {

@@ -27,10 +27,12 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-// Whether the tokenizer's normalizer leaves `text` as it is: where encode_with_offsets promises HF's offsets.
+// Whether the tokenizer's normalizer leaves the text as it is: where encode_with_offsets promises HF's offsets.
+// The others rewrite it (NFD + Strip, NFKD + Strip, Replace + Strip, Llama 2's Prepend + Replace of spaces by U+2581,
+// where a lone U+2581 token's offsets differ from HF's by a character).
 bool exact_offsets_expected(const std::string& tokenizer) {
   return tokenizer != "gpt2_bytelevel_variant" && tokenizer != "metaspace_split_variant" &&
-         tokenizer != "split_behaviors_variant";
+         tokenizer != "split_behaviors_variant" && tokenizer != "llama2_metaspace";
 }
 
 }  // namespace
@@ -61,7 +63,7 @@ TEST_CASE("encode_with_offsets: the ids of encode and HF tokenizers' offsets on 
       ++compared;
     }
   }
-  CHECK(compared >= 50);
+  CHECK(compared >= 50);  // 6 tokenizers x 9 texts
 }
 
 TEST_CASE("chat_template dataset: samples equal transformers' (generation mask) and the span rule's goldens") {

@@ -87,7 +87,7 @@ TEST_CASE("chat_template: ShareGPT rows through field/role mappings; other messa
   auto s = f.open(sharegpt, "field_messages = \"conversations\"\nmessage_field_role = \"from\"\nmessage_field_content = \"value\"\n"
                             "roles = { human = \"user\", gpt = \"assistant\" }\n")->get(0);
   CHECK(f.tok->decode(s.input_ids) == "[user:bob] hi<|im_end|>[assistant] yo<|im_end|>");
-  CHECK(f.trained(s) == "yo<|im_end|>");
+  CHECK(f.trained(s) == " yo<|im_end|>");  // the byte-level token " yo" overlaps the span
 }
 
 TEST_CASE("chat_template: the template comes from the model dir, tokenizer_config.json, or a file; none is an error") {
@@ -97,14 +97,14 @@ TEST_CASE("chat_template: the template comes from the model dir, tokenizer_confi
   CHECK(err.find("chat_template.jinja") != std::string::npos);
   CHECK(err.find("tokenizer_config.json (key chat_template)") != std::string::npos);
   ax_test::write_file(none.dir / "t.jinja", "{% for m in messages %}{{ m.content }}|{% endfor %}");
-  CHECK(none.trained(none.open(kRow, "chat_template = \"t.jinja\"\n")->get(0)) == "hello|ciao|");
+  CHECK(none.trained(none.open(kRow, "chat_template = \"t.jinja\"\n")->get(0)) == "hellociao");  // "|" ends no turn
   CHECK(none.error(kRow, "chat_template = \"missing.jinja\"\n").find("'chat_template': ") != std::string::npos);
 }
 
 TEST_CASE("chat_template: refusals name the key, the row and the template line") {
   Fixture f;
   CHECK(f.error(kRow, "train_on = \"assistants\"\n").find("train_on") != std::string::npos);
-  CHECK(f.error(kRow, "field_mesages = \"m\"\n").find("did you mean 'field_messages'") != std::string::npos);
+  CHECK(f.error(kRow, "field_mesages = \"m\"\n").find("did you mean 'datasets.field_messages'") != std::string::npos);
   CHECK(f.error("{\"msgs\": []}\n").find("d.jsonl:1: field 'messages' is missing") != std::string::npos);
   CHECK(f.error(R"({"messages": [{"role": "robot", "content": "x"}]})" "\n").find("d.jsonl:1: message 0: role 'robot'") !=
         std::string::npos);

@@ -196,6 +196,17 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
     rows << "{\"prompt\": \"Question " << i << ": what is the quick brown fox doing today?\", \"response\": \"It jumps over the lazy dog "
          << i << " times, then rests.\"}\n";
   write_file(dir / "data/instructions.jsonl", rows.str());
+  // qwen3-chat-lora.toml's conversations and alpaca-lora.toml's Alpaca array.
+  std::ostringstream chats, alpaca;
+  alpaca << "[";
+  for (int i = 0; i < 1500; ++i) {  // enough to pack into one step's 16 rows of 2048 tokens
+    chats << "{\"messages\": [{\"role\": \"user\", \"content\": \"What is " << i << " + 1?\"}, "
+          << "{\"role\": \"assistant\", \"content\": \"" << i + 1 << "\"}]}\n";
+    if (i < 200) alpaca << (i ? ", " : "") << "{\"instruction\": \"Add one.\", \"input\": \"" << i << "\", \"output\": \"" << i + 1 << "\"}";
+  }
+  alpaca << "]";
+  write_file(dir / "data/chats.jsonl", chats.str());
+  write_file(dir / "data/alpaca_data.json", alpaca.str());
   auto init = [&](const std::string& preset, const std::string& out) {
     REQUIRE(run(env(dir) + axengine() + " init-model --preset " + preset + " --out " + (dir / out)).exit_code == 0);
   };
@@ -203,6 +214,9 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   REQUIRE(run(env(dir) + axengine() + " make-data --task arithmetic --digits 1 --train 80 --eval 20 --out " +
               (dir / "runs/quickstart-data")).exit_code == 0);
   init("tiny-qwen3", "models/qwen3");
+  // A real Qwen3 model dir carries its chat template; the chat config renders with it.
+  write_file(dir / "models/qwen3/chat_template.jinja",
+             read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen3-0.6B.jinja"));
   init("tiny-qwen3-moe", "models/qwen3-moe");
   init("tiny-mixtral", "models/mixtral");
   init("tiny-qwen2", "models/qwen2");

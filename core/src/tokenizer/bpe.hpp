@@ -56,6 +56,7 @@ class Bpe {
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;  // nullptr when the id is not in the vocabulary
+  std::optional<int32_t> unk_id() const { return unk_id_; }
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
 
  private:

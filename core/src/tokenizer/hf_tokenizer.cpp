@@ -379,16 +379,31 @@ std::vector<int32_t> HfTokenizer::encode_offsets(const std::string& text,
       }
     }
     std::size_t i = begin;
+    auto next_char = [&](std::size_t at) { return at + std::min(utf8_length(static_cast<unsigned char>(text[at])), end - at); };
+    const std::optional<int32_t> unk = model_->unk_id();
     for (std::size_t k = first; k < ids.size(); ++k) {
       const std::size_t start = i;
+      if (unk && ids[k] == *unk) {
+        // The unknown text is one character, or (fuse_unk) the run up to where the next token's text starts.
+        const std::string next = k + 1 < ids.size() && ids[k + 1] != *unk ? surface(ids[k + 1]) : "";
+        if (i < end) i = next_char(i);
+        while (!next.empty() && i < end && text[i] != next[0] && !(next[0] == ' ' && k + 1 == first)) i = next_char(i);
+        offsets.emplace_back(start, i);
+        continue;
+      }
       for (char c : surface(ids[k])) {
         if (i < end && text[i] == c) {
           ++i;
         } else if (c != ' ' && i < end) {
-          i += std::min(utf8_length(static_cast<unsigned char>(text[i])), end - i);
+          i = next_char(i);
         }
       }
-      offsets.emplace_back(std::min(start, i), i);
+      // A token of inserted text only (Metaspace's prepended U+2581 alone): HF gives it the character it precedes.
+      if (i == start && i < end) {
+        offsets.emplace_back(i, next_char(i));
+        continue;
+      }
+      offsets.emplace_back(start, i);
     }
     if (ids.size() > first) offsets.back().second = end;  // input the surfaces did not cover (stripped)
   }
