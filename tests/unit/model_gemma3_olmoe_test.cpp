@@ -110,7 +110,7 @@ TEST_CASE("gemma3_text: what transformers would compute differently is refused, 
   CHECK(has(with("hidden_activation", "gelu"), "'hidden_activation' 'gelu' is not supported for gemma3_text"));
   CHECK(has(with("query_pre_attn_scalar", 0), "'query_pre_attn_scalar' must be a finite number > 0"));
   CHECK(has(with("sliding_window", nullptr), "'sliding_window' is null but layer 0 is sliding_attention"));
-  CHECK(has(with("rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10.0}}), "'rope_parameters.rope_type' is not a layer type"));
+  CHECK(has(with("rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10.0}}), "'rope_parameters.rope_theta' is not a layer type"));  // keys in sorted order
   CHECK(has(with("rope_parameters", {{"full_attention", {{"rope_type", "longrope"}}}}), "'rope_parameters.rope_type' 'longrope' is not supported"));
   CHECK(has(with("rope_parameters", {{"sliding_attention", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}),
             "dynamic is not supported for the sliding layers"));
