@@ -155,6 +155,9 @@ TEST_CASE("gemma3_text: init-model's tiny-gemma3 loads and its norms start at th
   CHECK(cfg.layer_window == std::vector<int64_t>{64, -1});
   auto ckpt = ax::safetensors::Checkpoint::open_dir(dir.string());
   CHECK(ckpt.get("model.layers.0.pre_feedforward_layernorm.weight").abs().max().item<double>() == 0.0);
+  const std::string about = ax::inspect_model_dir(dir.string());
+  CHECK(has(about, "rope default theta 1e+06 (sliding layers: default theta 10000)"));
+  CHECK(has(about, "(1 + w) norms, sandwich norms"));
   ax::Registry reg;
   auto model = load(dir, reg);
   ax::Batch b;
@@ -207,6 +210,7 @@ TEST_CASE("olmoe: init-model's tiny-olmoe loads, per-layer experts and full-widt
   CHECK(ckpt.info("model.layers.1.self_attn.q_norm.weight").shape == std::vector<int64_t>{64});
   CHECK(ckpt.info("model.layers.1.self_attn.k_norm.weight").shape == std::vector<int64_t>{32});
   CHECK(ckpt.has("model.layers.1.mlp.experts.7.up_proj.weight"));
+  CHECK(has(ax::inspect_model_dir(dir.string()), "q/k norm over all heads"));
   ax::Registry reg;
   auto model = load(dir, reg);
   ax::Batch b;
