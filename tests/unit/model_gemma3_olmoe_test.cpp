@@ -110,7 +110,7 @@ TEST_CASE("gemma3_text: what transformers would compute differently is refused, 
   CHECK(has(with("hidden_activation", "gelu"), "'hidden_activation' 'gelu' is not supported for gemma3_text"));
   CHECK(has(with("query_pre_attn_scalar", 0), "'query_pre_attn_scalar' must be a finite number > 0"));
   CHECK(has(with("sliding_window", nullptr), "'sliding_window' is null but layer 0 is sliding_attention"));
-  CHECK(has(with("rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10.0}}), "'rope_parameters.rope_type' is not a layer type"));
+  CHECK(has(with("rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10.0}}), "'rope_parameters.rope_theta' is not a layer type"));  // keys in sorted order
   CHECK(has(with("rope_parameters", {{"full_attention", {{"rope_type", "longrope"}}}}), "'rope_parameters.rope_type' 'longrope' is not supported"));
   CHECK(has(with("rope_parameters", {{"sliding_attention", {{"rope_type", "dynamic"}, {"factor", 2.0}}}}),
             "dynamic is not supported for the sliding layers"));
@@ -155,6 +155,9 @@ TEST_CASE("gemma3_text: init-model's tiny-gemma3 loads and its norms start at th
   CHECK(cfg.layer_window == std::vector<int64_t>{64, -1});
   auto ckpt = ax::safetensors::Checkpoint::open_dir(dir.string());
   CHECK(ckpt.get("model.layers.0.pre_feedforward_layernorm.weight").abs().max().item<double>() == 0.0);
+  const std::string about = ax::inspect_model_dir(dir.string());
+  CHECK(has(about, "rope default theta 1e+06 (sliding layers: default theta 10000)"));
+  CHECK(has(about, "(1 + w) norms, sandwich norms"));
   ax::Registry reg;
   auto model = load(dir, reg);
   ax::Batch b;
@@ -207,6 +210,7 @@ TEST_CASE("olmoe: init-model's tiny-olmoe loads, per-layer experts and full-widt
   CHECK(ckpt.info("model.layers.1.self_attn.q_norm.weight").shape == std::vector<int64_t>{64});
   CHECK(ckpt.info("model.layers.1.self_attn.k_norm.weight").shape == std::vector<int64_t>{32});
   CHECK(ckpt.has("model.layers.1.mlp.experts.7.up_proj.weight"));
+  CHECK(has(ax::inspect_model_dir(dir.string()), "q/k norm over all heads"));
   ax::Registry reg;
   auto model = load(dir, reg);
   ax::Batch b;

@@ -189,8 +189,16 @@ std::string inspect_model_dir(const std::string& dir) {
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
+  if (c.has_local_rope) {  // gemma3_text: the sliding layers' own RoPE
+    os << " (sliding layers: " << c.rope_local.type << " theta " << c.rope_local.theta;
+    if (c.rope_local.type != "default") os << " factor " << c.rope_local.factor;
+    os << ")";
+  }
   os << ", rms_norm_eps " << c.rms_norm_eps << (c.tie_word_embeddings ? ", tied embeddings" : "")
-     << (c.qk_norm ? ", q/k norm" : "") << (c.qkv_bias ? (c.o_bias ? ", attention bias" : ", q/k/v bias") : "")
+     << (c.qk_norm ? ", q/k norm" : "") << (c.qk_norm_full ? ", q/k norm over all heads" : "")
+     << (c.clip_qkv > 0 ? str(", clip_qkv ", c.clip_qkv) : "") << (c.norm_offset ? ", (1 + w) norms" : "")
+     << (c.sandwich_norms ? ", sandwich norms" : "")
+     << (c.qkv_bias ? (c.o_bias ? ", attention bias" : ", q/k/v bias") : "")
      << (c.mlp_bias ? ", MLP bias" : "");
   int64_t sliding = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) sliding += c.window(i) > 0;
