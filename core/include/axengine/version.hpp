@@ -15,8 +15,9 @@
 #pragma once
 
 #define AXENGINE_VERSION_STRING "0.1.0"
-#define AXENGINE_PLUGIN_ABI_MAJOR 2
-#define AXENGINE_PLUGIN_ABI_MINOR 1
+// 3.0: attention sinks (AttentionArgs::sinks, AttentionGrads::dsinks).
+#define AXENGINE_PLUGIN_ABI_MAJOR 3
+#define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {
 inline constexpr const char* kVersion = AXENGINE_VERSION_STRING;
