@@ -112,6 +112,22 @@ CASES = {
                  sliding_window=4),
         targets=["q_proj", "o_proj", "w1", "w2", "w3"],
     ),
+    # gpt_oss: attention sinks (perturbed to matter), layer 0 sliding (window 3 < the 7 tokens) and layer 1 full,
+    # YaRN with truncate off, biases on q/k/v/o, the router and both expert projections, 3 experts top-2 with
+    # a softmax over the chosen logits, the clamped GLU with swiglu_limit 0.6 (the clamp is hit at init 0.2),
+    # head_dim 8 != 16/4, aux loss in the loss. The experts' own LoRA is not covered (attention targets only).
+    "gpt_oss": dict(
+        cls="GptOssForCausalLM",
+        cfg=dict(model_type="gpt_oss", vocab_size=45, hidden_size=16, intermediate_size=6, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=3,
+                 num_experts_per_tok=2, router_aux_loss_coef=0.05, output_router_logits=True, rms_norm_eps=1e-5,
+                 sliding_window=3, layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.6,
+                 max_position_embeddings=2048,
+                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                      beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
+                 tie_word_embeddings=False, attention_bias=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+    ),
 }
 
 B, S = 2, 7
@@ -132,6 +148,11 @@ def make_case(name, spec):
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.add_(0.1 * torch.randn_like(p))
+            # gpt_oss: sinks at init std are too small to matter, biases at init are zero: make both count.
+            if n.endswith(".sinks"):
+                p.copy_(1.5 * torch.randn_like(p))
+            if n.endswith("_bias") or n.endswith("router.bias"):
+                p.copy_(0.2 * torch.randn_like(p))
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d)

@@ -89,6 +89,7 @@ void register_builtin_models(Registry& registry) {
       {"qwen3", "Qwen3 dense decoder (q/k RMSNorm)"},
       {"qwen3_moe", "Qwen3 MoE (softmax top-k router, norm_topk_prob, decoder_sparse_step, mlp_only_layers)"},
       {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
+      {"gpt_oss", "gpt-oss MoE (attention sinks, alternating sliding/full layers, YaRN, biases, clamped GLU experts)"},
   };
   for (const auto& [name, summary] : families) {
     Provider p;
@@ -141,7 +142,7 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
     std::string hint = closest(type, known);
     // A near name is a typo fix only when it is the same kind of model: "mistral" (dense) is not a misspelt
     // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in MoE families are known.
-    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral") != config_is_moe(j)) hint.clear();
+    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral" || hint == "gpt_oss") != config_is_moe(j)) hint.clear();
     throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
                          hint.empty() ? "" : str("; did you mean '", hint, "'?")));
   }
