@@ -287,6 +287,16 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     if (cfg_.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK here
+      if (gpt_oss_transposed(name) && (ckpt.has(name + "_blocks") || ckpt.has(name + "_scales"))) {
+        if (!cfg_.mxfp4_experts)
+          throw UsageError(str(ckpt.source(), ": tensor '", name, "' is stored as MXFP4 blocks/scales but ", cfg_.source,
+                               " has no quantization_config with quant_method mxfp4"));
+        ops::WeightTensor q = read_gpt_oss_mxfp4(ckpt, name, shape, cfg_.source);  // packed, as stored
+        used.insert(name + "_blocks");
+        used.insert(name + "_scales");
+        hold_packed(name, std::move(q));
+        continue;
+      }
       hold(name, gpt_oss_from_checkpoint(name, take(name, gpt_oss_checkpoint_shape(name, shape))), 0);
       continue;
     }
@@ -350,7 +360,8 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     for (const at::Tensor* t : {&wt.values, &wt.codes, &wt.scales, &wt.nested_scales, &wt.nested_code, &wt.global_scale})
       if (t->defined()) all.push_back(*t);
   stats_.bytes = tensor_bytes(all);
-  stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense") : policy.format;
+  stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense")
+                 : cfg_.mxfp4_experts && policy.format == "dense" ? "mxfp4" : policy.format;
   if (stats_.format != "dense") {
     log::info(str("base weights: ", stats_.packed_params, " of ", stats_.params, " parameters in ", stats_.format, " (",
                   bytes_per_param(stats_.packed_bytes, stats_.packed_params), " bytes/param incl. scales); resident ",

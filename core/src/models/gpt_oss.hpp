@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
 
 namespace ax::models {
@@ -25,5 +27,16 @@ std::vector<int64_t> gpt_oss_checkpoint_shape(const std::string& name, std::vect
 // Checkpoint layout → ours, and back (a transpose of the last two dims where gpt_oss_transposed), contiguous.
 at::Tensor gpt_oss_from_checkpoint(const std::string& name, const at::Tensor& t);
 at::Tensor gpt_oss_to_checkpoint(const std::string& name, const at::Tensor& t);
+
+// MXFP4 experts as the gpt-oss checkpoints store them (transformers' integrations/mxfp4.py):
+//   <name>_blocks uint8 [E, N, K/32, 16]: block g of row n holds elements 32g … 32g+31 of that row, two per
+//                 byte, the first in the LOW nibble (E2M1 codes, the FP4_VALUES order);
+//   <name>_scales uint8 [E, N, K/32]: E8M0 exponents, value = E2M1 · 2^(scale − 127).
+// transformers dequantises to [E, N, K] and transposes to its dense [E, K, N], so the packed tensors are
+// already in our ENK layout with blocks along K: exactly ops::WeightTensor's mxfp4 (axis 2, first element
+// in the low nibble). The codes are only reshaped to [E, N, K/2], never decoded. Shapes that disagree with
+// the config are a UsageError naming the tensor.
+ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name,
+                                     const std::vector<int64_t>& shape, const std::string& source);
 
 }  // namespace ax::models

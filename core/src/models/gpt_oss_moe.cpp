@@ -10,7 +10,9 @@
 // The activation is plain ATen (autograd through it); a fused moe.mlp op is a later issue.
 #include <ATen/ATen.h>
 
+#include "axengine/error.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/strings.hpp"
 #include "axengine/selection.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
@@ -49,6 +51,47 @@ at::Tensor gpt_oss_from_checkpoint(const std::string& name, const at::Tensor& t)
 
 at::Tensor gpt_oss_to_checkpoint(const std::string& name, const at::Tensor& t) {
   return gpt_oss_transposed(name) ? t.transpose(1, 2).contiguous() : t;
+}
+
+namespace {
+std::string dims(const std::vector<int64_t>& s) {
+  std::vector<std::string> v;
+  for (auto d : s) v.push_back(std::to_string(d));
+  return "[" + join(v, ", ") + "]";
+}
+}  // namespace
+
+ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name,
+                                     const std::vector<int64_t>& shape, const std::string& source) {
+  const int64_t E = shape[0], N = shape[1], K = shape[2];
+  const std::string bk = name + "_blocks", sk = name + "_scales";
+  for (const auto& key : {bk, sk})
+    if (!ckpt.has(key))
+      throw UsageError(str(ckpt.source(), ": tensor '", key, "' is missing (", source,
+                           " has quant_method mxfp4; its pair is ", key == bk ? sk : bk, ")"));
+  if (K % 32 != 0)
+    throw UsageError(str(ckpt.file_of(bk), ": tensor '", bk, "': the reduction dim ", K, " of ", name,
+                         " is not a multiple of the MXFP4 block of 32"));
+  const std::vector<int64_t> want_b = {E, N, K / 32, 16}, want_s = {E, N, K / 32};
+  for (const auto& [key, want] : {std::pair{bk, want_b}, std::pair{sk, want_s}}) {
+    const auto& info = ckpt.info(key);
+    if (info.scalar_type != at::kByte)
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has dtype ", info.dtype, ", MXFP4 ",
+                           key == bk ? "blocks" : "scales", " are U8"));
+    if (info.shape != want)
+      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", dims(info.shape), " but ", source,
+                           " implies ", dims(want), " (", key == bk ? "[experts, rows, K/32 blocks, 16 bytes]"
+                                                                     : "[experts, rows, K/32 blocks]", ")"));
+  }
+  ops::WeightTensor w;
+  w.format = ops::WeightFormat::mxfp4;
+  w.shape = shape;
+  w.codes = ckpt.get(bk).reshape({E, N, K / 2});  // the blocks back to back along K: a view, nothing decoded
+  w.scales = ckpt.get(sk);
+  w.blocksize = 32;
+  w.axis = 2;
+  ops::validate_weight(w, str(ckpt.file_of(bk), ": '", name, "'"));
+  return w;
 }
 
 at::Tensor DecoderModel::gpt_oss_moe_block(int64_t i, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {

@@ -332,7 +332,28 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   } else {
     c.intermediate_size = r.positive("intermediate_size");
   }
-  c.quant = parse_bnb_config(j, source);
+  if (t == "gpt_oss" && r.has("quantization_config") && j["quantization_config"].is_object() &&
+      j["quantization_config"].value("quant_method", json()) == "mxfp4") {
+    c.mxfp4_experts = true;
+    const json& q = j["quantization_config"];
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      const std::string k = "quantization_config." + it.key();
+      if (it.key() == "quant_method") continue;
+      // Which modules transformers leaves unquantised. What the checkpoint stores dense is read as dense
+      // anyway: an expert projection is packed exactly when its _blocks/_scales are there.
+      if (it.key() == "modules_to_not_convert") {
+        bool ok = it->is_null() || it->is_array();
+        if (it->is_array())
+          for (const auto& v : *it) ok = ok && v.is_string();
+        if (!ok) throw r.bad(k, "must be a list of module names");
+        continue;
+      }
+      // Mxfp4Config(dequantize=...) is a load-time choice transformers does not save; anything else is unknown.
+      throw r.bad(k, "is not a key of an mxfp4 quantization_config (known: quant_method, modules_to_not_convert)");
+    }
+  } else {
+    c.quant = parse_bnb_config(j, source);
+  }
   if (c.rope.type == "dynamic" && c.head_dim <= 2)
     throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
   // Defensive: parameters that pass each key's check must still give finite frequencies, or every forward is

@@ -58,6 +58,9 @@ struct HfConfig {
   // top-k logits; experts with biases and the clamped sigmoid GLU on interleaved gate/up columns.
   bool attention_sinks = false;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  // quantization_config quant_method "mxfp4" (gpt_oss only): expert projections stored as `*_blocks` /
+  // `*_scales` load packed (models/gpt_oss.hpp); the rest of the checkpoint is dense.
+  bool mxfp4_experts = false;
   bool is_gpt_oss() const { return model_type == "gpt_oss"; }
 
   BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
