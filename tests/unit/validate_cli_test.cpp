@@ -207,6 +207,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-mixtral", "models/mixtral");
   init("tiny-qwen2", "models/qwen2");
   init("tiny-mistral", "models/mistral");
+  init("tiny-gpt-oss", "models/gpt-oss");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -216,6 +217,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"mixtral-lora.toml", "models/mixtral"},
       {"qwen2.5-lora.toml", "models/qwen2"},
       {"mistral-lora.toml", "models/mistral"},
+      {"gpt-oss-lora.toml", "models/gpt-oss"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";
