@@ -212,6 +212,11 @@ q2 = json.loads(read(os.path.join(DATA, "models/qwen2/config.json")))
 v = dict(q2, max_window_layers=2)
 del v["layer_types"]
 put("hf_config", "qwen2_max_window_layers", json.dumps(v, indent=1))
+# gpt_oss with every key GptOssConfig defaults left out (head_dim, eps, layer_types, window, YaRN, biases)
+go = json.loads(read(os.path.join(DATA, "models/gpt_oss/config.json")))
+v = {k: x for k, x in go.items() if k not in ("head_dim", "rms_norm_eps", "layer_types", "sliding_window",
+                                              "rope_parameters", "attention_bias")}
+put("hf_config", "gpt_oss_defaults", json.dumps(v, indent=1))
 # the pre-quantised (bitsandbytes 4-bit) checkpoints' configs: quantization_config, and variants of its keys
 for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
     put("hf_config", "bnb_" + name, read(os.path.join(DATA, "bnb", name, "config.json")))
