@@ -55,6 +55,8 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"qwen3_moe", {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}, false},
       {"qwen3_moe_top1", {"k_proj", "down_proj"}, true},
       {"mixtral", {"q_proj", "w1", "w3", "w2"}, false},
+      {"gpt_oss", {"q_proj", "k_proj", "v_proj", "o_proj"}, true},
+      {"gpt_oss_mxfp4", {"q_proj", "v_proj"}, false},  // packed MXFP4 experts: the merge writes them dense
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
