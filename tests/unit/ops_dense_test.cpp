@@ -181,7 +181,7 @@ void check_attn(const AttnCase& c) {
   CHECK(test::rel_err(d.dv, g[2]) < 1e-12);
   REQUIRE(d.dsinks.defined() == c.sinks);
   if (c.sinks) {
-    CHECK(d.dsinks.scalar_type() == at::kFloat);
+    CHECK((d.dsinks.scalar_type() == at::kFloat));
     CHECK(test::rel_err(d.dsinks, g[3]) < 1e-6);
   }
 }
