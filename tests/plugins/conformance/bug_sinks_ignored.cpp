@@ -1,5 +1,7 @@
 // Planted bug: attention sinks are silently dropped. The plugin lists no layouts, so it claims every one the
 // op defines, "sinks" included, and the suite must hold it to the sink cases.
+#include <ATen/ATen.h>
+
 #include "wrap.hpp"
 
 AXENGINE_PLUGIN_DESCRIPTOR(R"({
