@@ -197,8 +197,10 @@ std::string inspect_model_dir(const std::string& dir) {
   for (int64_t i = 0; i < c.num_layers; ++i) moe_layers += c.is_moe_layer(i);
   if (c.num_experts > 0)
     os << "               MoE: " << c.num_experts << " experts, top-" << c.top_k << ", expert intermediate "
-       << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, norm_topk_prob "
-       << (c.norm_topk_prob ? "on" : "off") << ", aux loss coef " << c.router_aux_loss_coef << "\n";
+       << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, "
+       << (c.is_gpt_oss() ? std::string("softmax over the top-k logits, attention sinks")
+                          : std::string("norm_topk_prob ") + (c.norm_topk_prob ? "on" : "off"))
+       << ", aux loss coef " << c.router_aux_loss_coef << "\n";
   else
     os << "               dense MLP, intermediate " << c.intermediate_size << "\n";
 
