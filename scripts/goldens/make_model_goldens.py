@@ -138,7 +138,83 @@ CASES = {
                  rope_parameters=dict(rope_type="default", rope_theta=10000.0), tie_word_embeddings=False),
         targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
+    # gpt_oss: attention sinks (perturbed to matter), layer 0 sliding (window 3 < the 7 tokens) and layer 1 full,
+    # YaRN with truncate off, biases on q/k/v/o, the router and both expert projections, 3 experts top-2 with
+    # a softmax over the chosen logits, the clamped GLU with swiglu_limit 0.6 (the clamp is hit at init 0.2),
+    # head_dim 8 != 16/4, aux loss in the loss. The experts' own LoRA is not covered (attention targets only).
+    "gpt_oss": dict(
+        cls="GptOssForCausalLM",
+        cfg=dict(model_type="gpt_oss", vocab_size=45, hidden_size=16, intermediate_size=6, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=3,
+                 num_experts_per_tok=2, router_aux_loss_coef=0.05, output_router_logits=True, rms_norm_eps=1e-5,
+                 sliding_window=3, layer_types=["sliding_attention", "full_attention"], swiglu_limit=0.6,
+                 max_position_embeddings=2048,
+                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                      beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
+                 tie_word_embeddings=False, attention_bias=True),
+        targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+    ),
+    # gpt_oss with its experts stored as MXFP4 (`*_blocks` / `*_scales`, quant_method mxfp4), as the gpt-oss
+    # checkpoints ship: random codes and E8M0 scales, the model's dense experts set to transformers' own
+    # dequantisation of them (convert_moe_packed_tensors), and the saved dir checked to load back through
+    # Mxfp4Config(dequantize=True) with identical logits. hidden and intermediate are multiples of 32 (a block).
+    "gpt_oss_mxfp4": dict(
+        cls="GptOssForCausalLM", mxfp4=True,
+        cfg=dict(model_type="gpt_oss", vocab_size=45, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=1, head_dim=8, num_local_experts=3,
+                 num_experts_per_tok=2, router_aux_loss_coef=0.05, output_router_logits=True, rms_norm_eps=1e-5,
+                 sliding_window=4, layer_types=["full_attention", "sliding_attention"], swiglu_limit=1.5,
+                 max_position_embeddings=2048,
+                 rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                      beta_slow=1.0, truncate=False, original_max_position_embeddings=64),
+                 tie_word_embeddings=False, attention_bias=True),
+        targets=["q_proj", "o_proj"],
+    ),
 }
+
+MXFP4_SKIP = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+
+
+def set_mxfp4_experts(model):
+    """Random MXFP4 expert weights: {param name: (blocks [E, N, K/32, 16], scales [E, N, K/32])}, the model's
+    dense [E, K, N] experts set to transformers' dequantisation of them."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    g = torch.Generator().manual_seed(31)
+    packed = {}
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj"):
+                E, K, N = p.shape
+                blocks = torch.randint(0, 256, (E, N, K // 32, 16), generator=g, dtype=torch.uint8)
+                scales = torch.randint(127 - 4, 127 - 1, (E, N, K // 32), generator=g, dtype=torch.uint8)
+                p.copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+                packed[n] = (blocks, scales)
+    return packed
+
+
+def write_mxfp4_checkpoint(d, packed, model):
+    """Replace the saved dense experts by their blocks/scales and mark the config quant_method mxfp4; then
+    check transformers loads the dir back (dequantising on CPU) to the very same logits."""
+    from safetensors.torch import load_file
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    for n, (blocks, scales) in packed.items():
+        del sd[n]
+        sd[n + "_blocks"] = blocks
+        sd[n + "_scales"] = scales
+    save_file(sd, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": MXFP4_SKIP}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+        f.write("\n")
+    back = transformers.AutoModelForCausalLM.from_pretrained(
+        d, quantization_config=transformers.Mxfp4Config(dequantize=True), dtype=torch.float32).eval()
+    back.config._experts_implementation = "eager"
+    ids = torch.arange(7).reshape(1, 7) % model.config.vocab_size
+    with torch.no_grad():
+        assert torch.equal(back(input_ids=ids).logits, model(input_ids=ids).logits), "mxfp4 round trip"
 
 B, S = 2, 7
 
@@ -158,9 +234,17 @@ def make_case(name, spec):
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.add_(0.1 * torch.randn_like(p))
+            # gpt_oss: sinks at init std are too small to matter, biases at init are zero: make both count.
+            if n.endswith(".sinks"):
+                p.copy_(1.5 * torch.randn_like(p))
+            if n.endswith("_bias") or n.endswith("router.bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+    packed = set_mxfp4_experts(model) if spec.get("mxfp4") else None
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d)
+    if packed:
+        write_mxfp4_checkpoint(d, packed, model)
 
     torch.manual_seed(99)
     lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0)

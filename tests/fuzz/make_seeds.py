@@ -232,6 +232,11 @@ v = dict(g3, sliding_window_pattern=2, rope_parameters={"sliding_attention": {"r
                                                                               "rope_theta": 100.0}})
 del v["layer_types"]
 put("hf_config", "gemma3_pattern_yarn_local", json.dumps(v, indent=1))
+# gpt_oss with every key GptOssConfig defaults left out (head_dim, eps, layer_types, window, YaRN, biases)
+go = json.loads(read(os.path.join(DATA, "models/gpt_oss/config.json")))
+v = {k: x for k, x in go.items() if k not in ("head_dim", "rms_norm_eps", "layer_types", "sliding_window",
+                                              "rope_parameters", "attention_bias")}
+put("hf_config", "gpt_oss_defaults", json.dumps(v, indent=1))
 # the pre-quantised (bitsandbytes 4-bit) checkpoints' configs: quantization_config, and variants of its keys
 for name in sorted(os.listdir(os.path.join(DATA, "bnb"))):
     put("hf_config", "bnb_" + name, read(os.path.join(DATA, "bnb", name, "config.json")))

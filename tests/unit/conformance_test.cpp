@@ -124,6 +124,12 @@ TEST_CASE("conformance: catches a dropped bias") {
                 [](auto& c) { return has(c, "bias"); });
 }
 
+TEST_CASE("conformance: catches attention sinks silently ignored by a backend that claims every layout") {
+  expect_caught(certify("conf_bug_sinks_ignored", "attention"),
+                [](auto& c) { return has(c, "attention/fwd/") && has(c, ",sinks") && says(c, "out: norm-relative error"); },
+                [](auto& c) { return has(c, "sinks"); });
+}
+
 TEST_CASE("conformance: catches dX without the LoRA term") {
   expect_caught(certify("conf_bug_dx_no_lora"),
                 [](auto& c) { return has(c, "moe.experts/bwd/") && with_lora(c) && says(c, "dx: norm-relative error"); },

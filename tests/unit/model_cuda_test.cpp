@@ -75,7 +75,10 @@ void check_on_cuda(const std::string& name, const std::string& dtype, double log
   }
 }
 
-const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral"};
+const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral",
+                        "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4"};
+// YaRN cases (the folded attention factor, see below); gpt_oss uses YaRN too. Not yet measured on a GPU.
+bool yarn(const std::string& c) { return c == "qwen3_yarn" || c.rfind("gpt_oss", 0) == 0; }
 
 }  // namespace
 
@@ -90,12 +93,12 @@ TEST_CASE("model parity on CUDA, bf16, reference backends (documented tolerances
     // yarn: transformers multiplies cos and sin by the attention factor and rounds them to bf16; we fold its
     // square into the softmax scale (fp32), so in bf16 the two differ by more rounding than the other
     // families: one LoRA gradient measured 12.4% off on an H200 (fp32 parity above holds at 1e-4).
-    const double grad_tol = std::string(c) == "qwen3_yarn" ? 1.5e-1 : 1e-1;
+    const double grad_tol = yarn(c) ? 1.5e-1 : 1e-1;
     check_on_cuda(c, "bf16", 5e-2, 2e-2, grad_tol, reference_only());
   }
 }
 
 TEST_CASE("model parity on CUDA, bf16, default selection (production aten backends)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, 1e-1, ax::KernelPreferences{});
+  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, yarn(c) ? 1.5e-1 : 1e-1, ax::KernelPreferences{});
 }

@@ -157,6 +157,11 @@ TEST_CASE("model parity: mixtral (per-expert w1/w2/w3 checkpoint, top-2) vs tran
   check_case("mixtral", "naive");
 }
 
+TEST_CASE("model parity: gpt_oss (sinks, sliding/full layers, yarn, biases, clamped GLU experts, aux loss) vs transformers+peft") {
+  check_case("gpt_oss", "reference");
+  check_case("gpt_oss", "naive");
+}
+
 TEST_CASE("model: shape disagreeing with config.json names the tensor") {
   auto d = ax::test::scratch_dir("badshape");
   fs::path src = fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "qwen3";

@@ -96,6 +96,14 @@ struct NaiveAttention : ops::Attention {
       at::Tensor allowed = a.causal ? (j <= i) : at::ones({L, L}, at::kBool);
       if (a.window_left >= 0) allowed = allowed.logical_and(j >= i - a.window_left);
       sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+      if (a.sinks.defined()) {
+        // transformers' eager gpt_oss attention: the sink as one more softmax column, dropped after.
+        at::Tensor full = at::cat({sc, a.sinks.to(at::kFloat).view({Hq, 1, 1}).expand({Hq, L, 1})}, -1);
+        lses.push_back(at::logsumexp(full, -1));
+        at::Tensor p = at::softmax(full, -1).narrow(-1, 0, L);
+        outs.push_back(at::matmul(p, vb.to(at::kFloat)).to(q.scalar_type()).transpose(0, 1));
+        continue;
+      }
       lses.push_back(at::logsumexp(sc, -1));
       outs.push_back(at::matmul(at::softmax(sc, -1), vb.to(at::kFloat)).to(q.scalar_type()).transpose(0, 1));
     }

@@ -115,7 +115,7 @@ void check_rope(const RopeCase& c) {
 // One [T, T] mask over the whole packed batch: key j is visible to query i when both lie in the same
 // sequence, j <= i (causal) and j >= i − window.
 at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<int>& cu,
-                           double scale, bool causal, int64_t window, at::Tensor* lse) {
+                           double scale, bool causal, int64_t window, at::Tensor* lse, const at::Tensor& sinks = {}) {
   const int64_t T = q.size(0), Hq = q.size(1), G = Hq / k.size(1);
   at::Tensor seq = at::empty({T}, at::kLong);
   for (size_t b = 0; b + 1 < cu.size(); ++b) seq.slice(0, cu[b], cu[b + 1]).fill_(static_cast<int64_t>(b));
@@ -126,6 +126,12 @@ at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::T
   at::Tensor kk = k.repeat_interleave(G, 1), vv = v.repeat_interleave(G, 1);                // [T, Hq, *]
   at::Tensor scores = at::einsum("ihd,jhd->hij", {q, kk}) * scale;                            // [Hq, T, T]
   scores = scores.masked_fill(visible.logical_not(), -INFINITY);
+  if (sinks.defined()) {
+    // transformers' eager gpt_oss attention: the sink as one more column of the softmax, then dropped.
+    at::Tensor full = at::cat({scores, sinks.view({Hq, 1, 1}).expand({Hq, T, 1})}, -1);
+    *lse = at::logsumexp(full, -1);
+    return at::einsum("hij,jhd->ihd", {at::softmax(full, -1).narrow(-1, 0, T), vv});
+  }
   *lse = at::logsumexp(scores, -1);
   return at::einsum("hij,jhd->ihd", {at::softmax(scores, -1), vv});
 }
@@ -135,6 +141,7 @@ struct AttnCase {
   int64_t Hq = 4, Hkv = 2, D = 8, Dv = 6, window = -1;
   bool causal = true;
   double scale = 0.0;
+  bool sinks = false;
 };
 
 AttentionArgs build_attn(const AttnCase& c, at::ScalarType dt) {
@@ -148,6 +155,7 @@ AttentionArgs build_attn(const AttnCase& c, at::ScalarType dt) {
   a.causal = c.causal;
   a.window_left = c.window;
   a.softmax_scale = c.scale;
+  if (c.sinks) a.sinks = at::randn({c.Hq}, at::kFloat) * 2;
   return a;
 }
 
@@ -155,13 +163,14 @@ void check_attn(const AttnCase& c) {
   auto op = registry().kernel<Attention>("reference");
   AttentionArgs a = build_attn(c, at::kDouble);
   at::Tensor q = leaf(a.q), k = leaf(a.k), v = leaf(a.v), lse;
+  at::Tensor s = c.sinks ? leaf(a.sinks.to(at::kDouble)) : at::Tensor();
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.D));
-  at::Tensor y = naive_attention(q, k, v, c.cu, scale, c.causal, c.window, &lse);
+  at::Tensor y = naive_attention(q, k, v, c.cu, scale, c.causal, c.window, &lse, s);
   AttentionResult r = op->forward(a);
   CHECK(test::rel_err(r.out, y.detach()) < 1e-12);
   CHECK(test::rel_err(r.lse, lse.detach()) < 1e-6);  // the contract keeps lse in fp32
   at::Tensor gy = at::randn(y.sizes(), at::kDouble);
-  auto g = grads_of(y, gy, {q, k, v});
+  auto g = grads_of(y, gy, c.sinks ? std::vector<at::Tensor>{q, k, v, s} : std::vector<at::Tensor>{q, k, v});
   AttentionBackwardArgs b;
   b.grad_out = gy;
   b.out = r.out;
@@ -170,6 +179,11 @@ void check_attn(const AttnCase& c) {
   CHECK(test::rel_err(d.dq, g[0]) < 1e-12);
   CHECK(test::rel_err(d.dk, g[1]) < 1e-12);
   CHECK(test::rel_err(d.dv, g[2]) < 1e-12);
+  REQUIRE(d.dsinks.defined() == c.sinks);
+  if (c.sinks) {
+    CHECK((d.dsinks.scalar_type() == at::kFloat));
+    CHECK(test::rel_err(d.dsinks, g[3]) < 1e-6);
+  }
 }
 
 // ---- linear.lora -----------------------------------------------------------------------------------
@@ -240,6 +254,14 @@ TEST_CASE("attention reference: formula, lse and autograd (GQA, MHA, MQA, window
   check_attn({.window = 2});
   check_attn({.causal = false, .scale = 0.3});
   check_attn({.cu = {0, 1}});
+}
+
+TEST_CASE("attention reference: sinks join each row's softmax (lse, out, dq/dk/dv and dsinks against the eager formula)") {
+  check_attn({.sinks = true});
+  check_attn({.Hkv = 1, .Dv = 8, .sinks = true});
+  check_attn({.window = 2, .sinks = true});
+  check_attn({.causal = false, .scale = 0.3, .sinks = true});
+  check_attn({.cu = {0, 1}, .sinks = true});
 }
 
 TEST_CASE("linear.lora reference: formula and autograd (dense and nf4, with and without LoRA and bias)") {
@@ -353,6 +375,8 @@ TEST_CASE("attention: bad input is rejected with the argument named") {
       {[](auto& a) { a.max_seqlen = 3; }, "attention: max_seqlen: is 3 but the longest sequence has 7 tokens"},
       {[](auto& a) { a.causal = false; a.window_left = 4; }, "attention: window_left: a sliding window needs causal"},
       {[](auto& a) { a.out = at::empty({13, 4, 8}, at::kDouble); }, "attention: out: must have shape [13, 4, 6]"},
+      {[](auto& a) { a.sinks = at::zeros({2}, at::kFloat); }, "attention: sinks: must have shape [4]"},
+      {[](auto& a) { a.sinks = at::zeros({4}, at::kDouble); }, "attention: sinks: must be fp32"},
   };
   expect_errors<Mut>(cases, [&](Mut& m) {
     AttentionArgs a = build_attn({}, at::kDouble);

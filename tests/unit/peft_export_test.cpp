@@ -57,6 +57,8 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"mixtral", {"q_proj", "w1", "w3", "w2"}, false},
       {"gemma3", {"q_proj", "k_proj", "o_proj", "gate_proj", "down_proj"}, true},
       {"olmoe", {"v_proj", "gate_proj", "up_proj", "down_proj"}, false},
+      {"gpt_oss", {"q_proj", "k_proj", "v_proj", "o_proj"}, true},
+      {"gpt_oss_mxfp4", {"q_proj", "v_proj"}, false},  // packed MXFP4 experts: the merge writes them dense
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

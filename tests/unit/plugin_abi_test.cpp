@@ -194,16 +194,16 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "72/8: grad_y@0 saved@8 need_dx@32 need_dlora@33 need_dgates@34 out@40");
   CHECK(AX_LAYOUT(AttentionArgs, AX_FIELD(q) AX_FIELD(k) AX_FIELD(v) AX_FIELD(cu_seqlens) AX_FIELD(max_seqlen)
                                      AX_FIELD(softmax_scale) AX_FIELD(causal) AX_FIELD(window_left) AX_FIELD(out)
-                                         AX_FIELD(check_values)) ==
-        "80/8: q@0 k@8 v@16 cu_seqlens@24 max_seqlen@32 softmax_scale@40 causal@48 window_left@56 out@64 "
-        "check_values@72");
+                                         AX_FIELD(check_values) AX_FIELD(sinks)) ==
+        "88/8: q@0 k@8 v@16 cu_seqlens@24 max_seqlen@32 softmax_scale@40 causal@48 window_left@56 out@64 "
+        "check_values@72 sinks@80");  // ABI 3.0: attention sinks
   CHECK(AX_LAYOUT(AttentionResult, AX_FIELD(out) AX_FIELD(lse) AX_FIELD(saved)) ==
         "40/8: out@0 lse@8 saved@16");
-  CHECK(AX_LAYOUT(AttentionGrads, AX_FIELD(dq) AX_FIELD(dk) AX_FIELD(dv)) ==
-        "24/8: dq@0 dk@8 dv@16");
+  CHECK(AX_LAYOUT(AttentionGrads, AX_FIELD(dq) AX_FIELD(dk) AX_FIELD(dv) AX_FIELD(dsinks)) ==
+        "32/8: dq@0 dk@8 dv@16 dsinks@24");
   CHECK(AX_LAYOUT(AttentionBackwardArgs, AX_FIELD(grad_out) AX_FIELD(out) AX_FIELD(lse) AX_FIELD(saved)
                                              AX_FIELD(grads_out)) ==
-        "72/8: grad_out@0 out@8 lse@16 saved@24 grads_out@48");
+        "80/8: grad_out@0 out@8 lse@16 saved@24 grads_out@48");
   CHECK(AX_LAYOUT(DequantArgs, AX_FIELD(weight) AX_FIELD(dtype) AX_FIELD(experts) AX_FIELD(out)
                                    AX_FIELD(check_values)) ==
         "144/8: weight@0 dtype@112 experts@120 out@128 check_values@136");

@@ -223,6 +223,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-mistral", "models/mistral");
   init("tiny-gemma3", "models/gemma3");
   init("tiny-olmoe", "models/olmoe");
+  init("tiny-gpt-oss", "models/gpt-oss");
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -236,6 +237,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"alpaca-lora.toml", "models/qwen3"},
       {"gemma3-lora.toml", "models/gemma3"},
       {"olmoe-lora.toml", "models/olmoe"},
+      {"gpt-oss-lora.toml", "models/gpt-oss"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";

@@ -15,6 +15,7 @@
 #pragma once
 
 #define AXENGINE_VERSION_STRING "0.1.0"
+// 3.0: attention sinks (AttentionArgs::sinks, AttentionGrads::dsinks); DatasetContext::model_dir.
 #define AXENGINE_PLUGIN_ABI_MAJOR 3
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 

@@ -1,7 +1,8 @@
 // The conformance problems of attention (docs/ops/attention.md): out, lse and dq, dk, dv against the
 // reference over packed variable-length batches (incl. length-1 sequences), GQA / MQA / MHA, sliding
 // windows, non-causal, Dv != D, non-contiguous q/k/v (slices of a fused qkv), preallocated outputs;
-// determinism and bad input. The checks are the suite's generic ones (suite.cpp); dq and dk's closeness
+// attention sinks (out, lse and dsinks too) for backends claiming the layout "sinks"; determinism and bad
+// input. The checks are the suite's generic ones (suite.cpp); dq and dk's closeness
 // where they vanish by cancellation is this op's own.
 #include "axengine/ops/attention.hpp"
 #include "axengine/strings.hpp"
@@ -34,9 +35,11 @@ struct Variant {
   bool causal = true;
   int64_t window = -1;
   bool noncontig = false, out = false;
+  bool sinks = false;
   std::string name() const {
     std::vector<std::string> p{causal ? "causal" : "noncausal"};
     if (window >= 0) p.push_back(ax::str("window=", window));
+    if (sinks) p.push_back("sinks");
     if (noncontig) p.push_back("noncontig");
     if (out) p.push_back("out");
     return join(p, ",");
@@ -44,7 +47,7 @@ struct Variant {
 };
 
 struct Data {
-  at::Tensor q, k, v, cu, grad;
+  at::Tensor q, k, v, cu, grad, sinks;
 };
 
 Data make_data(const Shape& s, const std::string& name, unsigned seed) {
@@ -58,6 +61,10 @@ Data make_data(const Shape& s, const std::string& name, unsigned seed) {
   for (auto l : s.seqlens) cu.push_back(cu.back() + static_cast<int32_t>(l));
   p.cu = at::tensor(cu, at::kInt);
   p.grad = at::randn({T, s.Hq, s.Dv}, g, at::kFloat);
+  // Sinks around the scores' own size (|S| ~ 1 here): large enough that a backend ignoring them, or
+  // adding them to lse without rescaling out, is far outside every tolerance; some heads dominated by the
+  // sink, some barely touched.
+  p.sinks = at::randn({s.Hq}, g, at::kFloat) * 2.0;
   return p;
 }
 
@@ -79,6 +86,7 @@ AttentionArgs make_args(const Data& p, const Shape& s, const Variant& v, at::Sca
   a.cu_seqlens = p.cu.to(dev);
   a.causal = v.causal;
   a.window_left = v.window;
+  if (v.sinks) a.sinks = p.sinks.to(dev);  // fp32 whatever the dtype (the contract)
   return a;
 }
 
@@ -97,7 +105,8 @@ AttentionGrads fwd_bwd(Attention& op, const AttentionArgs& a, const at::Tensor& 
 Problem problem(const Suite& suite, const std::string& phase, const std::string& dtype, const Shape& s, const Variant& v) {
   Problem p;
   p.phase = phase;
-  p.name = phase == "fwd+bwd" ? ax::str(dtype, "/", s.name()) : ax::str(dtype, "/", s.name(), "/", v.name());
+  p.name = phase == "fwd+bwd" ? ax::str(dtype, "/", s.name(), v.sinks ? "/sinks" : "")
+                              : ax::str(dtype, "/", s.name(), "/", v.name());
   p.dtype = dtype;
   const std::string key = ax::str("attention/", phase == "fwd+bwd" ? "determinism" : phase, "/", p.name);
   const unsigned seed = suite.seed();
@@ -110,6 +119,7 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     if (noncontig) grad = non_contiguous(grad);
     Call c;
     c.inputs = {{"q", args->q}, {"k", args->k}, {"v", args->v}, {"cu_seqlens", args->cu_seqlens}};
+    if (args->sinks.defined()) c.inputs.emplace_back("sinks", args->sinks);
     if (phase != "fwd") c.inputs.emplace_back("grad_out", grad);
     c.run = [args, grad, phase](const Backend& be, const Tensors& out) {
       auto& op = be.as<Attention>();
@@ -121,9 +131,11 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
         res.insert(res.end(), {{"out", r.out}, {"lse", r.lse}});
       }
       if (phase != "fwd") {
-        AttentionGrads preset{output(out, "dq"), output(out, "dk"), output(out, "dv")};
+        AttentionGrads preset{output(out, "dq"), output(out, "dk"), output(out, "dv"), {}};
+        if (args->sinks.defined()) preset.dsinks = output(out, "dsinks");
         AttentionGrads g = fwd_bwd(op, *args, grad, preset);
         res.insert(res.end(), {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}});
+        if (args->sinks.defined()) res.emplace_back("dsinks", g.dsinks);
       }
       return res;
     };
@@ -135,7 +147,9 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     if (v.out) p.preallocated = {"out"};
   } else if (phase == "bwd") {
     p.compare = {{"dv", tol.backward}};
+    if (v.sinks) p.compare.emplace_back("dsinks", tol.backward);
     if (v.out) p.preallocated = {"dq", "dk", "dv"};
+    if (v.out && v.sinks) p.preallocated.push_back("dsinks");
     const double t = tol.backward;
     p.extra = [t](const Tensors& got, const Tensors& want) {
       // dq and dk vanish by cancellation where a query sees a single key; dv sets their scale.
@@ -166,6 +180,8 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
        [=](B be) { auto a = good; a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 3, 6}, opt.dtype(at::kInt)); fwd(be, a); }},
       {"cu_seqlens_decreasing", "cu_seqlens",
        [=](B be) { auto a = good; a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 3, 7}, opt.dtype(at::kInt)); fwd(be, a); }},
+      {"sinks_shape", "sinks", [=](B be) { auto a = good; a.sinks = at::zeros({3}, opt.dtype(at::kFloat)); fwd(be, a); }},
+      {"sinks_dtype", "sinks", [=](B be) { auto a = good; a.sinks = at::zeros({4}, opt.dtype(dt == at::kFloat ? at::kHalf : dt)); fwd(be, a); }},
       {"out_shape", "out", [=](B be) { auto a = good; a.out = at::empty({7, 4, 15}, opt.dtype(dt)); fwd(be, a); }},
       {"grad_out_shape", "grad_out",
        [=](B be) {
@@ -191,8 +207,13 @@ void attention_problems(Suite& suite) {
       {{33, 0, 32}, 3, 3, 64, 64}, // an empty sequence inside the batch
   };
   if (!suite.quick()) shapes.push_back({{130, 65, 1, 64}, 8, 2, 128, 128});
-  const std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false},
-                                   {.causal = true, .window = -1, .noncontig = true, .out = true}};
+  std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false},
+                             {.causal = true, .window = -1, .noncontig = true, .out = true}};
+  // Sink variants only for backends that claim them (a backend listing no layouts claims every one).
+  if (suite.claims_layout("sinks"))
+    for (Variant v : {Variant{.sinks = true}, Variant{.window = 3, .sinks = true},
+                      Variant{.noncontig = true, .out = true, .sinks = true}})
+      vs.push_back(v);
   for (const auto& dtype : suite.dtypes()) {
     for (std::size_t i = 0; i < shapes.size(); ++i)
       for (std::size_t j = 0; j < vs.size(); ++j)
@@ -202,6 +223,8 @@ void attention_problems(Suite& suite) {
           suite.accuracy(p);
         }
     suite.determinism(problem(suite, "fwd+bwd", dtype, {{40, 24}, 8, 2, 32, 32}, {}));
+    if (suite.claims_layout("sinks"))
+      suite.determinism(problem(suite, "fwd+bwd", dtype, {{40, 24}, 8, 2, 32, 32}, {.sinks = true}));
     suite.bad_inputs(dtype, bad_inputs(suite, dtype));
   }
 }

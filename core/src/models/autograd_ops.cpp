@@ -83,11 +83,12 @@ struct NormRopeFn : torch::autograd::Function<NormRopeFn> {
 using AttnState = State<ops::Attention, ops::AttentionArgs>;
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            c10::intrusive_ptr<AttnState> st) {
+                            const OptT& sinks, c10::intrusive_ptr<AttnState> st) {
     st->args.q = q.detach();
     st->args.k = k.detach();
     st->args.v = v.detach();
-    st->needs = {q.requires_grad(), k.requires_grad(), v.requires_grad()};
+    st->args.sinks = det(sinks);
+    st->needs = {q.requires_grad(), k.requires_grad(), v.requires_grad(), req(sinks)};
     auto r = st->op->forward(st->args);
     st->saved = std::move(r.saved);
     // out is this node's output: it goes through save_for_backward (no reference cycle); lse is internal.
@@ -105,7 +106,7 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     bwd.saved = st->saved;
     auto g = st->op->backward(st->args, bwd);
     return {st->needs[0] ? g.dq : at::Tensor(), st->needs[1] ? g.dk : at::Tensor(), st->needs[2] ? g.dv : at::Tensor(),
-            at::Tensor()};
+            st->needs[3] ? g.dsinks : at::Tensor(), at::Tensor()};
   }
 };
 
@@ -273,9 +274,9 @@ at::Tensor norm_rope(const std::shared_ptr<ops::NormRope>& op, ops::NormRopeArgs
 at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionArgs args) {
   auto st = c10::make_intrusive<AttnState>();
   st->op = op;
-  at::Tensor q = args.q, k = args.k, v = args.v;
+  at::Tensor q = args.q, k = args.k, v = args.v, sinks = args.sinks;
   st->args = std::move(args);
-  return AttentionFn::apply(q, k, v, st);
+  return AttentionFn::apply(q, k, v, opt(sinks), st);
 }
 
 at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExpertsArgs args) {

@@ -25,7 +25,7 @@ at::Tensor linear_lora(const std::shared_ptr<ops::LinearLora>& op, ops::LinearLo
 // RMSNorm over head_dim then RoPE. `args.x` and `args.weight` may require grad.
 at::Tensor norm_rope(const std::shared_ptr<ops::NormRope>& op, ops::NormRopeArgs args);
 
-// Varlen causal attention. q, k, v may require grad. Returns out [T, Hq, Dv].
+// Varlen causal attention. q, k, v (and args.sinks, when defined) may require grad. Returns out [T, Hq, Dv].
 at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionArgs args);
 
 // Grouped expert projection. x, lora_a, lora_b, gates may require grad.

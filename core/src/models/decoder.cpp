@@ -17,6 +17,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/bnb_load.hpp"
+#include "models/gpt_oss.hpp"
 #include "models/recompute.hpp"
 #include "models/weight_policy.hpp"
 
@@ -63,7 +64,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const
       out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
       out.push_back({p + "post_feedforward_layernorm.weight", {H}});
     }
-    if (c.is_moe_layer(i)) {
+    if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
+    if (c.is_gpt_oss()) {
+      gpt_oss_moe_tensors(c, p, out);
+    } else if (c.is_moe_layer(i)) {
       const int64_t E = c.num_experts, I = c.moe_intermediate_size;
       out.push_back({p + "mlp.gate.weight", {E, H}});
       out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
@@ -155,6 +159,10 @@ void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& c) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   for (auto& [name, shape] : internal_tensors(c)) {
+    if (c.is_gpt_oss()) {  // fused experts under their own names; two of them transposed
+      out.push_back({name, gpt_oss_checkpoint_shape(name, shape)});
+      continue;
+    }
     auto pos = name.find("mlp.experts.");
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     if (pos == std::string::npos && !router) {
@@ -286,6 +294,20 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   for (auto& [name, shape] : tensors) {
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
+    if (cfg_.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK here
+      if (gpt_oss_transposed(name) && (ckpt.has(name + "_blocks") || ckpt.has(name + "_scales"))) {
+        if (!cfg_.mxfp4_experts)
+          throw UsageError(str(ckpt.source(), ": tensor '", name, "' is stored as MXFP4 blocks/scales but ", cfg_.source,
+                               " has no quantization_config with quant_method mxfp4"));
+        ops::WeightTensor q = read_gpt_oss_mxfp4(ckpt, name, shape, cfg_.source);  // packed, as stored
+        used.insert(name + "_blocks");
+        used.insert(name + "_scales");
+        hold_packed(name, std::move(q));
+        continue;
+      }
+      hold(name, gpt_oss_from_checkpoint(name, take(name, gpt_oss_checkpoint_shape(name, shape))), 0);
+      continue;
+    }
     if (!router && !experts) {
       if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
       else hold(name, take(name, shape), 0);
@@ -347,7 +369,8 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     for (const at::Tensor* t : {&wt.values, &wt.codes, &wt.scales, &wt.nested_scales, &wt.nested_code, &wt.global_scale})
       if (t->defined()) all.push_back(*t);
   stats_.bytes = tensor_bytes(all);
-  stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense") : policy.format;
+  stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense")
+                 : cfg_.mxfp4_experts && policy.format == "dense" ? "mxfp4" : policy.format;
   if (stats_.format != "dense") {
     log::info(str("base weights: ", stats_.packed_params, " of ", stats_.params, " parameters in ", stats_.format, " (",
                   bytes_per_param(stats_.packed_bytes, stats_.packed_params), " bytes/param incl. scales); resident ",
@@ -355,6 +378,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     if (!stats_.kept.empty()) log::info(str("  kept in ", ops::dtype_name(dtype_), ": ", join(stats_.kept, ", ")));
   }
   // Every (op, format) the projections need resolves now: kernels.strict fails the load, not a later step.
+  if (cfg_.attention_sinks) kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", "sinks");
   for (const auto& [n, wt] : frozen_) {
     const std::string fmt = ops::to_string(wt.format);
     if (n.find("mlp.experts.") != std::string::npos) kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), fmt, "ENK");
@@ -517,7 +541,9 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
   a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
   a.check_values = false;  // cu_seqlens were validated when the batch was built
-  auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
+  // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
+  if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
+  auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", cfg_.attention_sinks ? "sinks" : "");
   at::Tensor o = autograd::attention(op, std::move(a));
   return linear(o.reshape({T, Hq * D}), p + "o_proj");
 }
@@ -626,6 +652,7 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   }
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
+  if (cfg_.is_gpt_oss()) return x + gpt_oss_moe_block(i, n, router_logits);
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
 }
 
@@ -781,6 +808,7 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
     lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
     lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
     lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
+    if (cfg_.is_gpt_oss()) continue;  // experts: no LoRA sites yet (their peft export is not written)
     if (cfg_.is_moe_layer(i)) {
       const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
       out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
@@ -809,6 +837,10 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     const at::Tensor& t = merged.at(name);
+    if (cfg_.is_gpt_oss()) {
+      out.emplace_back(name, gpt_oss_to_checkpoint(name, t.to(dtype)).contiguous());
+      continue;
+    }
     if (!router && !experts) {
       out.emplace_back(name, t.to(dtype).contiguous());
       continue;

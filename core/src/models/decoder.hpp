@@ -1,4 +1,5 @@
-// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text and olmoe: one implementation driven by
+// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe and
+// gpt_oss: one implementation driven by
 // HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
@@ -52,6 +53,7 @@ class DecoderModel : public Model {
                              const at::Tensor& inv_freq);
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
+  at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,

@@ -142,6 +142,32 @@ RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
   return rope;
 }
 
+// GptOssConfig: layer_types (default: even layers slide, odd layers are full) with sliding_window (default
+// 128; null = none, and then no layer may slide).
+std::vector<int64_t> parse_gpt_oss_windows(const json& j, const Reader& r, int64_t num_layers) {
+  const int64_t window = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1) : 128;
+  std::vector<bool> slides(num_layers);
+  if (r.has("layer_types")) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != num_layers)
+      throw r.bad("layer_types", str("must be a list of num_hidden_layers = ", num_layers, " entries"));
+    for (int64_t i = 0; i < num_layers; ++i) {
+      if (lt[i] != "full_attention" && lt[i] != "sliding_attention")
+        throw r.bad(str("layer_types[", i, "]"), str("must be \"full_attention\" or \"sliding_attention\", got ", lt[i].dump()));
+      slides[i] = lt[i] == "sliding_attention";
+    }
+  } else {
+    for (int64_t i = 0; i < num_layers; ++i) slides[i] = (i + 1) % 2 != 0;
+  }
+  std::vector<int64_t> out(num_layers, -1);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    if (!slides[i]) continue;
+    if (window < 0) throw r.bad(str("layer_types[", i, "]"), "is sliding_attention but sliding_window is null");
+    out[i] = window;
+  }
+  return out;
+}
+
 // Qwen2Config: sliding_window counts only with use_sliding_window (default 4096 when the key is missing);
 // layer_types, when given, says which layers slide, else layers from max_window_layers (default 28) on do.
 std::vector<int64_t> parse_qwen2_windows(const json& j, const Reader& r, int64_t num_layers) {
@@ -278,15 +304,25 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     c.head_dim = r.positive("head_dim");
   } else if (c.model_type == "gemma3_text") {
     c.head_dim = 256;  // Gemma3TextConfig's default, not hidden_size / heads
+  } else if (c.model_type == "gpt_oss") {
+    c.head_dim = 64;  // GptOssConfig's class default, not hidden_size / heads
   } else {
     if (c.hidden_size % c.num_heads != 0)
       throw r.bad("hidden_size", str(c.hidden_size, " is not a multiple of num_attention_heads and head_dim is not given"));
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
-  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
-  // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6).
-  c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : 10000.0);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", c.model_type == "gpt_oss" ? 1e-5 : 1e-6);
+  // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6,
+  // GptOssConfig 150000 and, with no rope keys at all, its default YaRN parameters).
+  if (c.model_type == "gpt_oss" && !r.has("rope_parameters") && !r.has("rope_scaling")) {
+    json d = j;
+    d["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                            {"truncate", false}, {"original_max_position_embeddings", 4096}};
+    c.rope = parse_rope(d, Reader{d, source}, 150000.0);
+  } else {
+    c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : c.model_type == "gpt_oss" ? 150000.0 : 10000.0);
+  }
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   // gemma3_text reads hidden_activation instead (parse_gemma3_text); its class ignores hidden_act.
   std::string act = c.model_type == "gemma3_text" ? "silu" : r.string_or("hidden_act", "silu");
@@ -302,16 +338,17 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
 
   const std::string& t = c.model_type;
   if (t != "llama" && t != "mistral" && t != "qwen2" && t != "qwen3" && t != "qwen3_moe" && t != "mixtral" &&
-      t != "gemma3_text" && t != "olmoe")
-    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe)"));
+      t != "gemma3_text" && t != "olmoe" && t != "gpt_oss")
+    throw r.bad("model_type", str("'", t, "' is not a family this parser knows (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe, gpt_oss)"));
   // Bias keys only where the family's transformers class reads them; elsewhere the class builds no bias, so a
   // true value (a checkpoint with biases) would be dropped: refused instead.
-  const bool reads_attention_bias = t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmoe";
+  const bool reads_attention_bias =
+      t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma3_text" || t == "olmoe" || t == "gpt_oss";
   const bool reads_mlp_bias = t == "llama";
   for (const auto& [key, reads] : {std::pair{"attention_bias", reads_attention_bias}, std::pair{"mlp_bias", reads_mlp_bias}})
     if (!reads && r.boolean_or(key, false))
       throw r.bad(key, str("true is not supported for ", t, " (transformers' ", t, " builds no such bias)"));
-  c.qkv_bias = c.o_bias = reads_attention_bias && r.boolean_or("attention_bias", false);
+  c.qkv_bias = c.o_bias = reads_attention_bias && r.boolean_or("attention_bias", t == "gpt_oss");  // gpt_oss: default true
   c.mlp_bias = reads_mlp_bias && r.boolean_or("mlp_bias", false);
   if (t == "qwen2") c.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
 
@@ -326,6 +363,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     parse_gemma3_text(c, j, r);
   } else if (t == "qwen2") {
     c.layer_window = parse_qwen2_windows(j, r, c.num_layers);
+  } else if (t == "gpt_oss") {
+    c.layer_window = parse_gpt_oss_windows(j, r, c.num_layers);
   } else if (t == "mistral" || t == "mixtral") {
     // Every layer, when set. A missing key is the class default: 4096 for MistralConfig, none for Mixtral.
     const int64_t w = j.contains("sliding_window") ? (r.has("sliding_window") ? r.positive("sliding_window") : -1)
@@ -351,7 +390,7 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     }
   }
 
-  if (t == "qwen3_moe" || t == "mixtral" || t == "olmoe") {
+  if (t == "qwen3_moe" || t == "mixtral" || t == "olmoe" || t == "gpt_oss") {
     c.intermediate_size = r.positive("intermediate_size");
     c.num_experts = r.has("num_experts") ? r.positive("num_experts") : r.positive("num_local_experts");
     c.top_k = r.positive("num_experts_per_tok");
@@ -374,6 +413,13 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
       // Every layer is sparse; the experts use intermediate_size; softmax top-k, renormalised only if asked.
       c.moe_intermediate_size = c.intermediate_size;
       c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+    } else if (t == "gpt_oss") {
+      c.moe_intermediate_size = c.intermediate_size;  // every layer is MoE, its experts use intermediate_size
+      c.attention_sinks = true;
+      for (auto [key, dst] : {std::pair{"swiglu_alpha", &c.swiglu_alpha}, std::pair{"swiglu_limit", &c.swiglu_limit}}) {
+        *dst = r.number_or(key, *dst);
+        if (!(*dst > 0) || !std::isfinite(*dst)) throw r.bad(key, str("must be a finite number > 0, got ", *dst));
+      }
     } else {
       c.moe_intermediate_size = c.intermediate_size;  // mixtral's experts use intermediate_size
       c.norm_topk_prob = true;                        // mixtral always renormalises the top-k weights
@@ -383,7 +429,28 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   } else {
     c.intermediate_size = r.positive("intermediate_size");
   }
-  c.quant = parse_bnb_config(j, source);
+  if (t == "gpt_oss" && r.has("quantization_config") && j["quantization_config"].is_object() &&
+      j["quantization_config"].value("quant_method", json()) == "mxfp4") {
+    c.mxfp4_experts = true;
+    const json& q = j["quantization_config"];
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      const std::string k = "quantization_config." + it.key();
+      if (it.key() == "quant_method") continue;
+      // Which modules transformers leaves unquantised. What the checkpoint stores dense is read as dense
+      // anyway: an expert projection is packed exactly when its _blocks/_scales are there.
+      if (it.key() == "modules_to_not_convert") {
+        bool ok = it->is_null() || it->is_array();
+        if (it->is_array())
+          for (const auto& v : *it) ok = ok && v.is_string();
+        if (!ok) throw r.bad(k, "must be a list of module names");
+        continue;
+      }
+      // Mxfp4Config(dequantize=...) is a load-time choice transformers does not save; anything else is unknown.
+      throw r.bad(k, "is not a key of an mxfp4 quantization_config (known: quant_method, modules_to_not_convert)");
+    }
+  } else {
+    c.quant = parse_bnb_config(j, source);
+  }
   if (c.rope.type == "dynamic" && c.head_dim <= 2)
     throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
   // Defensive: parameters that pass each key's check must still give finite frequencies, or every forward is

@@ -1,5 +1,5 @@
 // A Hugging Face config.json, reduced to what the decoder families (llama, mistral, qwen2, qwen3, qwen3_moe,
-// mixtral, gemma3_text, olmoe) need.
+// mixtral, gemma3_text, olmoe, gpt_oss) need.
 // Parsing accepts both transformers 4.x spellings (rope_theta + rope_scaling, num_experts) and 5.x ones
 // (rope_parameters, num_local_experts); anything missing, ill-typed or unsupported is a UsageError naming
 // config.json and the key.
@@ -67,6 +67,15 @@ struct HfConfig {
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
+
+  // gpt_oss (models/gpt_oss_moe.cpp): per-head attention sinks; a router with bias and a softmax over the
+  // top-k logits; experts with biases and the clamped sigmoid GLU on interleaved gate/up columns.
+  bool attention_sinks = false;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  // quantization_config quant_method "mxfp4" (gpt_oss only): expert projections stored as `*_blocks` /
+  // `*_scales` load packed (models/gpt_oss.hpp); the rest of the checkpoint is dense.
+  bool mxfp4_experts = false;
+  bool is_gpt_oss() const { return model_type == "gpt_oss"; }
 
   BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
 

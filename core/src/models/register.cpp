@@ -91,6 +91,7 @@ void register_builtin_models(Registry& registry) {
       {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
       {"gemma3_text", "Gemma 3 text decoder (1+w sandwich RMSNorms, local/global layers, scaled embeddings)"},
       {"olmoe", "OLMoE sparse MoE (q/k RMSNorm over all heads, softmax top-k router)"},
+      {"gpt_oss", "gpt-oss MoE (attention sinks, alternating sliding/full layers, YaRN, biases, clamped GLU experts)"},
   };
   for (const auto& [name, summary] : families) {
     Provider p;
@@ -143,7 +144,8 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
     std::string hint = closest(type, known);
     // A near name is a typo fix only when it is the same kind of model: "mistral" (dense) is not a misspelt
     // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in MoE families are known.
-    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral" || hint == "olmoe") != config_is_moe(j)) hint.clear();
+    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral" || hint == "olmoe" || hint == "gpt_oss") != config_is_moe(j))
+      hint.clear();
     // The multimodal Gemma 3 (Gemma3ForConditionalGeneration) wraps the text decoder in text_config.
     if (type == "gemma3")
       throw UsageError(str(cfg_path, ": model_type 'gemma3' is the multimodal Gemma3ForConditionalGeneration, which "

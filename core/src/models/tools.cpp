@@ -92,6 +92,16 @@ json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t 
               {"output_router_logits", false}, {"clip_qkv", nullptr}, {"rms_norm_eps", 1e-5},
               {"tie_word_embeddings", false}, {"attention_bias", false},
               {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}});
+  } else if (name == "tiny-gpt-oss") {
+    // As transformers 5 writes a GptOssConfig: alternating sliding/full layers (a window of 8, so the tests'
+    // sequences slide), YaRN as gpt-oss ships it (truncate false), biases everywhere, attention sinks.
+    c.update({{"architectures", {"GptOssForCausalLM"}}, {"model_type", "gpt_oss"}, {"intermediate_size", 32},
+              {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.9},
+              {"output_router_logits", false}, {"head_dim", 16}, {"rms_norm_eps", 1e-5},
+              {"tie_word_embeddings", false}, {"attention_bias", true}, {"sliding_window", 8},
+              {"layer_types", {"sliding_attention", "full_attention"}}, {"swiglu_alpha", 1.702}, {"swiglu_limit", 7.0},
+              {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 150000.0}, {"factor", 32.0}, {"beta_fast", 32.0},
+                                   {"beta_slow", 1.0}, {"truncate", false}, {"original_max_position_embeddings", 64}}}});
   } else if (name == "tiny-mixtral") {
     c.update({{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"intermediate_size", 96},
               {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
@@ -131,8 +141,8 @@ std::string human(int64_t n) {
 }  // namespace
 
 std::vector<std::string> model_presets() {
-  return {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",          "tiny-qwen3-moe",
-          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "bench-qwen3-moe-0.9b"};
+  return {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
+          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "bench-qwen3-moe-0.9b"};
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
@@ -212,8 +222,10 @@ std::string inspect_model_dir(const std::string& dir) {
   for (int64_t i = 0; i < c.num_layers; ++i) moe_layers += c.is_moe_layer(i);
   if (c.num_experts > 0)
     os << "               MoE: " << c.num_experts << " experts, top-" << c.top_k << ", expert intermediate "
-       << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, norm_topk_prob "
-       << (c.norm_topk_prob ? "on" : "off") << ", aux loss coef " << c.router_aux_loss_coef << "\n";
+       << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, "
+       << (c.is_gpt_oss() ? std::string("softmax over the top-k logits, attention sinks")
+                          : std::string("norm_topk_prob ") + (c.norm_topk_prob ? "on" : "off"))
+       << ", aux loss coef " << c.router_aux_loss_coef << "\n";
   else
     os << "               dense MLP, intermediate " << c.intermediate_size << "\n";
 

@@ -38,6 +38,12 @@ void validate(const AttentionArgs& a) {
   if (a.window_left < -1) check::fail(kOp, "window_left", str("must be >= -1, got ", a.window_left));
   if (a.window_left >= 0 && !a.causal) check::fail(kOp, "window_left", "a sliding window needs causal = true");
   check::out_like(kOp, "out", a.out, {T, Hq, a.v.size(2)}, dt, dev);
+  if (a.sinks.defined()) {
+    check::rank(kOp, "sinks", a.sinks, 1);
+    check::shape(kOp, "sinks", a.sinks, {Hq});
+    check::dtype(kOp, "sinks", a.sinks, at::kFloat);
+    check::same_device(kOp, "sinks", a.sinks, "q", dev);
+  }
   if (a.check_values) {
     at::Tensor cu = a.cu_seqlens.to(at::kCPU).contiguous();
     const int32_t* c = cu.data_ptr<int32_t>();
@@ -68,6 +74,9 @@ void validate_backward(const AttentionArgs& a, const AttentionBackwardArgs& b) {
   check::out_like(kOp, "grads_out.dq", b.grads_out.dq, a.q.sizes(), dt, dev);
   check::out_like(kOp, "grads_out.dk", b.grads_out.dk, a.k.sizes(), dt, dev);
   check::out_like(kOp, "grads_out.dv", b.grads_out.dv, a.v.sizes(), dt, dev);
+  if (b.grads_out.dsinks.defined() && !a.sinks.defined())
+    check::fail(kOp, "grads_out.dsinks", "is given but the call has no sinks");
+  check::out_like(kOp, "grads_out.dsinks", b.grads_out.dsinks, {a.q.size(1)}, at::kFloat, dev);
 }
 
 }  // namespace ax::ops

@@ -4,6 +4,8 @@
 // Sequence b owns rows [cu_seqlens[b], cu_seqlens[b+1]). Query head h attends with key/value head
 // h / (Hq / Hkv). Within a sequence, query i sees keys j <= i (causal) and, with window_left >= 0, only
 // j >= i - window_left. out = softmax(scale · q kᵀ + mask) v; rows never attend across sequences.
+// Optional attention sinks (gpt_oss): a per-head logit that joins every row's softmax and is then dropped,
+// so a row's weights sum to less than one. Backends that take them claim the layout "sinks".
 #pragma once
 #include <vector>
 
@@ -24,11 +26,16 @@ struct AttentionArgs {
   int64_t window_left = -1;  // sliding window: keys i - window_left .. i; -1 = unlimited
   at::Tensor out;  // optional preallocated output [T, Hq, Dv]
   bool check_values = true;  // check cu_seqlens contents on the host (a device sync)
+  // Optional fp32 [Hq] on q's device: head h's sink logit (already in score units, not scaled). With it
+  // lse_f = logaddexp(lse, sink_h) and out = Σ_j exp(S_ij − lse_f) v_j. Only backends claiming the
+  // layout "sinks" are selected for such calls (docs/ops/attention.md).
+  at::Tensor sinks;
 };
 
 struct AttentionResult {
   at::Tensor out;  // [T, Hq, Dv], dtype of q
-  // Log-sum-exp of the scaled scores per (head, row), fp32 [Hq, T] (natural log). Part of the contract
+  // Log-sum-exp of the scaled scores per (head, row), fp32 [Hq, T] (natural log), the sink included when
+  // there is one. Part of the contract
   // so that backends can share it with the engine; backward receives it back.
   at::Tensor lse;
   std::vector<at::Tensor> saved;  // anything else the backend wants back in backward
@@ -36,6 +43,7 @@ struct AttentionResult {
 
 struct AttentionGrads {
   at::Tensor dq, dk, dv;
+  at::Tensor dsinks;  // fp32 [Hq]; defined exactly when args.sinks is
 };
 
 struct AttentionBackwardArgs {

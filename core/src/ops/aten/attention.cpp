@@ -9,12 +9,25 @@
 // not a multiple of 8 or above 256, or v's head_dim differing from q's. (Refusing those in Requirements is
 // not possible: requirements see device, dtype and format, not shapes.) fp32 and pre-sm_80 GPUs are
 // refused in the Requirements instead (register.cpp), so selection falls through to `reference`.
+//
+// Sinks (a per-head logit s_h that joins each row's softmax and is dropped; docs/ops/attention.md) wrap
+// flash rather than change it. Flash gives out = Σ_j exp(S_ij − lse_i) v_j and lse; with
+// lse_f = logaddexp(lse, s_h) the sink-aware output is out_f = Σ_j exp(S_ij − lse_f_i) v_j
+// = out · exp(lse − lse_f), a per-(row, head) rescale. Backward: flash recomputes P = exp(S − lse_given)
+// and D = rowsum(dO ∘ out_given) from what it is handed; given (out_f, lse_f) that P is the sink-aware
+// one, and the sink-aware gradient of S is exactly P ∘ (dP − D) with those (∂lse_f/∂S_ij = P_ij, the
+// sink only lowers each row's mass), so flash's dq/dk/dv are the right ones unchanged. The sink's own
+// gradient is outside flash: ∂out_f_i/∂s_h = −exp(s_h − lse_f_i) · out_f_i, so
+//   dsink_h = −Σ_i exp(s_h − lse_f_i) · rowsum(dO_i ∘ out_f_i),
+// computed here in fp32 (a fixed-order reduction: deterministic).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -121,6 +134,19 @@ at::Tensor emit(const at::Tensor& value, const at::Tensor& out) {
   return out;
 }
 
+// The forward's (out, lse) with the sinks joined: {out_f, lse_f} (see the top of the file).
+std::pair<at::Tensor, at::Tensor> with_sinks(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& sinks) {
+  at::Tensor lse_f = at::logaddexp(lse, sinks.unsqueeze(1));                        // [Hq, T]
+  at::Tensor factor = at::exp(lse - lse_f).transpose(0, 1).unsqueeze(-1);            // [T, Hq, 1]
+  return {(out.to(at::kFloat) * factor).to(out.scalar_type()), lse_f};
+}
+
+// dsink_h = −Σ_i exp(s_h − lse_f_i) · rowsum(dO_i ∘ out_f_i), fp32 [Hq].
+at::Tensor sink_grad(const at::Tensor& grad_out, const at::Tensor& out_f, const at::Tensor& lse_f, const at::Tensor& sinks) {
+  at::Tensor rowdot = (grad_out.to(at::kFloat) * out_f.to(at::kFloat)).sum(-1).transpose(0, 1);  // [Hq, T]
+  return -(at::exp(sinks.unsqueeze(1) - lse_f) * rowdot).sum(1);
+}
+
 class AtenAttention final : public Attention {
  protected:
   AttentionResult run_forward(const AttentionArgs& a) override {
@@ -142,6 +168,7 @@ class AtenAttention final : public Attention {
     if (lse.dim() != 2 || lse.size(0) != Hq || lse.size(1) != T)
       throw std::runtime_error(ax::str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
                                    lse.sizes(), ", expected [Hq, T] = [", Hq, ", ", T, "]"));
+    if (a.sinks.defined()) std::tie(out, lse) = with_sinks(out, lse, a.sinks);
     return {emit(out, a.out), lse, {rng_state, unused}};
   }
 
@@ -152,6 +179,7 @@ class AtenAttention final : public Attention {
       g.dq = emit(at::empty_like(a.q), b.grads_out.dq);
       g.dk = emit(at::empty_like(a.k), b.grads_out.dk);
       g.dv = emit(at::empty_like(a.v), b.grads_out.dv);
+      if (a.sinks.defined()) g.dsinks = emit(at::zeros_like(a.sinks), b.grads_out.dsinks);
       return g;
     }
     if (b.saved.size() != 2)
@@ -165,6 +193,7 @@ class AtenAttention final : public Attention {
     g.dq = emit(dq, b.grads_out.dq);
     g.dk = emit(dk, b.grads_out.dk);
     g.dv = emit(dv, b.grads_out.dv);
+    if (a.sinks.defined()) g.dsinks = emit(sink_grad(b.grad_out, b.out, b.lse, a.sinks), b.grads_out.dsinks);
     return g;
   }
 

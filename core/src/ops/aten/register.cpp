@@ -46,8 +46,9 @@ void register_aten_kernels(Registry& registry) {
     p.info.needs.devices = {"cuda"};
     p.info.needs.arch_min = 80;  // FlashAttention-2 needs Ampere or newer
     p.info.needs.dtypes = {"bf16", "fp16"};
+    p.info.needs.layouts = {"plain", "sinks"};  // sinks wrap flash (ops/aten/attention.cpp)
     p.info.summary =
-        "production: LibTorch's varlen FlashAttention-2 (native GQA, sliding window, deterministic backward); "
+        "production: LibTorch's varlen FlashAttention-2 (native GQA, sliding window, sinks, deterministic backward); "
         "head_dim > 256, not a multiple of 8, or Dv != D use the reference math";
     p.object = make_aten_attention();
     registry.add(std::move(p));

@@ -7,6 +7,10 @@
 // Backward with P = softmax(S), O = P v, G_o = dO:
 //   dV = Pᵀ·dO,  dP = dO·vᵀ,  dS = P∘(dP − rowsum(dO∘O)),  dq = scale·dS·k,  dk = scale·dSᵀ·q
 // dk/dv of a KV head sum over its query heads and over query chunks in a fixed order: deterministic.
+// Sinks (a per-head logit s_h in every row's softmax, then dropped): lse_f = logaddexp(lse, s_h) and
+// P = exp(S − lse_f), so rows of P sum to 1 − exp(s_h − lse_f). The formulas above hold with this P (O is
+// still P v, and ∂lse_f/∂S_ij = P_ij); and since ∂O_i/∂s_h = −exp(s_h − lse_f_i)·O_i,
+//   dsink_h = −Σ_i exp(s_h − lse_f_i) · rowsum(dO_i ∘ O_i)   over the rows of head h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -84,6 +88,18 @@ at::Tensor scores(const AttentionArgs& a, const at::Tensor& qg, const at::Tensor
   return s.view({Hkv, G * hide.size(0), hide.size(1)});
 }
 
+// The sinks of a chunk's rows in by_group order ([Hkv, G·C, 1], head h = kv·G + g), compute dtype.
+at::Tensor sink_rows(const at::Tensor& sinks, int64_t Hkv, int64_t C, at::ScalarType ct) {
+  const int64_t G = sinks.size(0) / Hkv;
+  return sinks.to(ct).view({Hkv, G, 1}).expand({Hkv, G, C}).reshape({Hkv, G * C, 1});
+}
+
+// Log-sum-exp of a chunk's rows, the sinks joined when there are any: [Hkv, G·C, 1].
+at::Tensor row_lse(const AttentionArgs& a, const at::Tensor& s, int64_t Hkv, int64_t C, at::ScalarType ct) {
+  at::Tensor l = at::logsumexp(s, -1, /*keepdim=*/true);
+  return a.sinks.defined() ? at::logaddexp(l, sink_rows(a.sinks, Hkv, C, ct)) : l;
+}
+
 class ReferenceAttention final : public Attention {
  protected:
   AttentionResult run_forward(const AttentionArgs& a) override {
@@ -99,7 +115,7 @@ class ReferenceAttention final : public Attention {
       const int64_t C = c.q1 - c.q0;
       at::Tensor s = scores(a, by_group(a.q.slice(0, c.q0, c.q1), Hkv, ct), by_group(a.k.slice(0, c.k0, c.k1), Hkv, ct),
                             hidden(a, seg, c), Hkv, scale);
-      at::Tensor l = at::logsumexp(s, -1, /*keepdim=*/true);                       // [Hkv, G·C, 1]
+      at::Tensor l = row_lse(a, s, Hkv, C, ct);                                     // [Hkv, G·C, 1]
       at::Tensor o = at::matmul(at::exp(s - l), by_group(a.v.slice(0, c.k0, c.k1), Hkv, ct));
       out.slice(0, c.q0, c.q1).copy_(from_group(o, Hq, C));
       lse.slice(1, c.q0, c.q1).copy_(l.reshape({Hq, C}));
@@ -115,6 +131,9 @@ class ReferenceAttention final : public Attention {
     at::Tensor dq = at::zeros(a.q.sizes(), a.q.options().dtype(ct));
     at::Tensor dk = at::zeros(a.k.sizes(), a.q.options().dtype(ct));
     at::Tensor dv = at::zeros(a.v.sizes(), a.q.options().dtype(ct));
+    // dsinks accumulate per head over the chunks, in fp32 at least (the contract's dtype is fp32).
+    const auto st = ct == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor dsinks = a.sinks.defined() ? at::zeros({Hq}, a.q.options().dtype(st)) : at::Tensor();
     if (T > 0) {
       const at::Tensor seg = segment_ids(a, T);
       for (const Chunk& c : chunks(a, T, longest(a))) {
@@ -123,9 +142,14 @@ class ReferenceAttention final : public Attention {
         at::Tensor kg = by_group(a.k.slice(0, c.k0, c.k1), Hkv, ct);              // [Hkv, S, D]
         at::Tensor vg = by_group(a.v.slice(0, c.k0, c.k1), Hkv, ct);              // [Hkv, S, Dv]
         at::Tensor gog = by_group(b.grad_out.slice(0, c.q0, c.q1), Hkv, ct);      // [Hkv, G·C, Dv]
-        at::Tensor p = at::softmax(scores(a, qg, kg, hidden(a, seg, c), Hkv, scale), -1);
+        at::Tensor s = scores(a, qg, kg, hidden(a, seg, c), Hkv, scale);
+        at::Tensor l = row_lse(a, s, Hkv, C, ct);
+        at::Tensor p = at::exp(s - l);
         at::Tensor o = at::matmul(p, vg);
-        at::Tensor ds = p * (at::matmul(gog, vg.transpose(1, 2)) - (gog * o).sum(-1, /*keepdim=*/true));
+        at::Tensor rowdot = (gog * o).sum(-1, /*keepdim=*/true);                   // [Hkv, G·C, 1]
+        at::Tensor ds = p * (at::matmul(gog, vg.transpose(1, 2)) - rowdot);
+        if (dsinks.defined())
+          dsinks.sub_((at::exp(sink_rows(a.sinks, Hkv, C, ct) - l) * rowdot).reshape({Hq, C}).sum(1).to(st));
         dq.slice(0, c.q0, c.q1).copy_(from_group(at::matmul(ds, kg) * scale, Hq, C));
         // [Hkv, S, D] per KV head (the sum over its G query heads is inside the matmul's reduction).
         dk.slice(0, c.k0, c.k1).add_((at::matmul(ds.transpose(1, 2), qg) * scale).permute({1, 0, 2}));
@@ -136,6 +160,7 @@ class ReferenceAttention final : public Attention {
     g.dq = ref::emit(dq, dt, b.grads_out.dq);
     g.dk = ref::emit(dk, dt, b.grads_out.dk);
     g.dv = ref::emit(dv, dt, b.grads_out.dv);
+    if (dsinks.defined()) g.dsinks = ref::emit(dsinks, at::kFloat, b.grads_out.dsinks);
     return g;
   }
 };

@@ -73,7 +73,10 @@ void register_reference_kernels(Registry& registry) {
                   make_reference_dequant());
   reg.op<NormRope>(spec(NormRope::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
                    make_reference_norm_rope());
-  reg.op<Attention>(spec(Attention::kOp, {}, {}, Rows::attention,
+  // Layouts are the op's variants: "plain", and "sinks" (per-head sink logits; gpt_oss). A backend that
+  // lists layouts without "sinks" is never selected for a call with sinks; one that lists none claims both
+  // and the conformance suite holds it to the sink cases.
+  reg.op<Attention>(spec(Attention::kOp, {}, {"plain", "sinks"}, Rows::attention,
                          "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
                          cd::attention_problems),
                     make_reference_attention());
