@@ -517,6 +517,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
   a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
   a.check_values = false;  // cu_seqlens were validated when the batch was built
+  if (decode_step_) return linear(cached_attention(i, a).reshape({T, Hq * D}), p + "o_proj");  // KV-cached decode
   auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
   at::Tensor o = autograd::attention(op, std::move(a));
   return linear(o.reshape({T, Hq * D}), p + "o_proj");
