@@ -17,6 +17,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/ops/attention.hpp"
+#include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"

@@ -407,7 +407,7 @@ EvalResult Loop::evaluate() {
   }
 
   if (!s_.eval.exact_match) return r;
-  if (!dynamic_cast<CausalLmDecode*>(s_.model.get())) {  // a plugin family without KV-cached decode
+  if (!dynamic_cast<CausalLmDecode*>(s_.model)) {  // a plugin family without KV-cached decode
     static bool said = false;
     if (!std::exchange(said, true)) log::warn("eval.exact_match: the model family cannot generate (no CausalLmDecode); skipped");
     return r;
