@@ -98,7 +98,7 @@ TEST_CASE("cli generate: JSONL in and out, max tokens, stop strings, chat rows, 
            {"{\"promt\": \"x\"}", "unknown key \"promt\""},
            {"[1, 2]", "a row must be a JSON object"},
            {"{\"prompt\": 3}", "\"prompt\" must be a string"},
-           {"{\"prompt\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}", "exactly one of"},
+           {"{\"prompt\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"b\"}]}", "a row needs exactly one of"},
            {"{\"messages\": [{\"content\": \"b\"}]}", "messages[0] must be an object with a string \"role\""},
            {"{\"prompt\": ", "not valid JSON"}}) {
     CAPTURE(row);
