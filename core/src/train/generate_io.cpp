@@ -90,7 +90,7 @@ ChatPrompt ChatPrompt::load(const std::string& model_dir) {
     }
   } else {
     throw UsageError(str(model_dir, ": the model has no chat template (chat_template.jinja or tokenizer_config.json's "
-                                    "chat_template); give raw prompts (generate --raw, rows with \"prompt\")"));
+                                    "chat_template), which chat and \"messages\" rows need; generate takes raw \"prompt\" rows"));
   }
   try {
     p.template_ = std::make_shared<jinja::Template>(text, p.source_);
