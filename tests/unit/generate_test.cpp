@@ -78,7 +78,7 @@ const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "lla
 TEST_CASE("decode: cached logits equal the full forward's at every step") {
   // Not llama_dynamic: its frequencies follow the forward's length, so cached keys (rotated when they were
   // new) differ from a full forward's by design, in transformers too; its tokens are checked against HF below.
-  for (const char* name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe", "qwen3_moe_top1", "mixtral"}) {
+  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe", "qwen3_moe_top1", "mixtral"}) {
     CAPTURE(name);
     auto l = load_case(name);
     auto& dec = ax::train::decoder_of(*l.model);
@@ -130,7 +130,7 @@ TEST_CASE("decode: refuses what it cannot hold") {
 }
 
 TEST_CASE("generate: greedy tokens equal transformers' generate") {
-  for (const char* name : kCases) {
+  for (const std::string name : kCases) {
     CAPTURE(name);
     auto l = load_case(name);
     auto g = golden(name);
