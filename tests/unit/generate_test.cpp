@@ -71,14 +71,16 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<ax::train::Generat
   return out;
 }
 
-const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral"};
+const char* kCases[] = {"llama",     "qwen2",          "mistral", "qwen3",  "qwen3_yarn", "llama_dynamic",
+                        "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe"};
 
 }  // namespace
 
 TEST_CASE("decode: cached logits equal the full forward's at every step") {
   // Not llama_dynamic: its frequencies follow the forward's length, so cached keys (rotated when they were
   // new) differ from a full forward's by design, in transformers too; its tokens are checked against HF below.
-  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe", "qwen3_moe_top1", "mixtral"}) {
+  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe",
+                                    "qwen3_moe_top1", "mixtral", "gemma3", "olmoe"}) {
     CAPTURE(name);
     auto l = load_case(name);
     auto& dec = ax::train::decoder_of(*l.model);

@@ -1,7 +1,7 @@
 // Incremental decoding with a KV cache: what `axengine generate` / `chat` and the eval's exact_match ask of a
 // model. A family opts in by implementing CausalLmDecode beside Model (class MyModel : public Model, public
 // CausalLmDecode); callers find it with dynamic_cast, as check_model finds ModelFamilyCheck. The built-in
-// decoder (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral) implements it.
+// decoder (every family DecoderModel serves) implements it.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -63,6 +63,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   // While decode runs (decode_step_ set): appends a's k/v (after RoPE) to the cache and attends a's queries
   // over it, with a's scale, window and causality. A family's own attention calls it at the same point.
   at::Tensor cached_attention(int64_t layer, const ops::AttentionArgs& a);
+  at::Tensor embed(const at::Tensor& ids) const;  // the token embeddings [T, H] (times embed_scale where set)
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without

@@ -186,7 +186,7 @@ at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens,
   at::Tensor inv_freq = inv_freq_;
   if (cfg_.rope.type == "dynamic" && step.keys > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, step.keys).to(device_);
   cast_lora_factors();
-  at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids_t);
+  at::Tensor h = embed(ids_t);
   std::vector<at::Tensor> router_logits;  // the aux loss is training's; decode drops them
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     h = layer(i, h, pos_t, cu_t, C, inv_freq, router_logits);
