@@ -34,7 +34,7 @@ set(AX_LAYER_CONFORMANCE_DIRS conformance)
 # Public headers (core/include/axengine/) that belong to a library other than core: a mechanism file may not
 # include them. The others are the interfaces and the mechanism (some declare a function built-ins define,
 # e.g. check_model in model_check.hpp beside the ModelFamilyCheck interface: the link catches those calls).
-set(AX_LAYER_BUILTINS_HEADERS axengine/builtins.hpp axengine/engine.hpp axengine/hf_tokenizer.hpp
+set(AX_LAYER_BUILTINS_HEADERS axengine/builtins.hpp axengine/engine.hpp axengine/generation.hpp axengine/hf_tokenizer.hpp
   axengine/models.hpp axengine/training.hpp)
 set(AX_LAYER_CONFORMANCE_HEADERS axengine/conformance.hpp axengine/op_conformance.hpp)
 

@@ -353,6 +353,17 @@ put("chat_template", "macro_slices", b"{% macro m(a, b=[1,2][::-1]) -%} {{ a ~ b
     b"{% for k, v in {'x': 1}.items() if k %}{{ m(k, b=v) }}{% else %}{% break %}{% endfor %}"
     b"{% set ns = namespace(a='\\u00e9') %}{% set ns.a = ns.a[1:] %}{{ ns.a is string }}{% generation %}g{% endgeneration %}")
 
+# --- generate_request: a JSONL request row of `axengine generate`, then a model dir's tokenizer_config.json (its
+# chat_template and special tokens), rendered for the row's messages.
+_chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+put("generate_request", "prompt", b'{"prompt": "The sum of 2 and 3 is", "id": 7}')
+put("generate_request", "messages_chatml", json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi \u00fc"}], "id": "a"}).encode()
+    + SEP + json.dumps({"chat_template": _chatml, "bos_token": "<s>", "eos_token": {"content": "</s>"}}).encode())
+put("generate_request", "template_list", json.dumps({"messages": [{"role": "user", "content": None}]}).encode()
+    + SEP + json.dumps({"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": _chatml}]}).encode())
+put("generate_request", "bad_key", b'{"promt": "x"}' + SEP + b'{"chat_template": 3}')
+
 # every harness also replays its regression inputs (tests/fuzz/regressions/<harness>/)
 for h in os.listdir(OUT):
     reg = os.path.join(ROOT, "tests", "fuzz", "regressions", h)

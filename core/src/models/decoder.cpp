@@ -543,6 +543,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
+  if (decode_step_) return linear(cached_attention(i, a).reshape({T, Hq * D}), p + "o_proj");  // KV-cached decode
   auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", cfg_.attention_sinks ? "sinks" : "");
   at::Tensor o = autograd::attention(op, std::move(a));
   return linear(o.reshape({T, Hq * D}), p + "o_proj");
@@ -638,6 +639,13 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, 
   return (counts / rows * (prob_sum / rows)).sum() * double(E);
 }
 
+at::Tensor DecoderModel::embed(const at::Tensor& ids) const {
+  at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
+  // gemma3_text: times sqrt(hidden_size), the fp32 scalar rounded to the weights' dtype as transformers does.
+  if (cfg_.embed_scale > 0) h = h * at::scalar_tensor(cfg_.embed_scale, at::kFloat).to(h.device(), h.scalar_type());
+  return h;
+}
+
 at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                                const at::Tensor& inv_freq,
                                std::vector<at::Tensor>& router_logits) {
@@ -703,9 +711,7 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                     : batch.position_ids.max().item<int64_t>() + 1;
     if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
   }
-  at::Tensor h = at::embedding(w("model.embed_tokens.weight"), ids);
-  // gemma3_text: times sqrt(hidden_size), the fp32 scalar rounded to the weights' dtype as transformers does.
-  if (cfg_.embed_scale > 0) h = h * at::scalar_tensor(cfg_.embed_scale, at::kFloat).to(h.device(), h.scalar_type());
+  at::Tensor h = embed(ids);
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   if (recompute) lora_cast_.clear();

@@ -10,15 +10,22 @@
 #include <string>
 #include <vector>
 
+#include "axengine/decode.hpp"
 #include "axengine/model.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
 #include "models/lora.hpp"
 
+namespace ax::ops {
+struct AttentionArgs;
+}  // namespace ax::ops
+
 namespace ax::models {
 
-class DecoderModel : public Model {
+struct DecodeStep;  // decoder_decode.cpp
+
+class DecoderModel : public Model, public CausalLmDecode {
  public:
   // Reads the weights of `cfg` from `ckpt` (fused or per-expert) onto `device`: the projections `weights`
   // packs go into its format (quantised from the checkpoint's own dtype, one tensor at a time, so no dense
@@ -35,6 +42,9 @@ class DecoderModel : public Model {
   void set_activation_checkpointing(bool on) { recompute_layers_ = on; }
   void save_adapter(const std::string& dir) const override;
   WeightStats weight_stats() const override { return stats_; }
+  // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
+  std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
+  at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache) override;
 
   const HfConfig& config() const { return cfg_; }
   std::vector<LoraSite> lora_sites() const;
@@ -51,6 +61,10 @@ class DecoderModel : public Model {
   // inv_freq: this forward's rotary frequencies (rope_inv_freq; dynamic RoPE's depend on the batch).
   at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                              const at::Tensor& inv_freq);
+  // While decode runs (decode_step_ set): appends a's k/v (after RoPE) to the cache and attends a's queries
+  // over it, with a's scale, window and causality. A family's own attention calls it at the same point.
+  at::Tensor cached_attention(int64_t layer, const ops::AttentionArgs& a);
+  at::Tensor embed(const at::Tensor& ids) const;  // the token embeddings [T, H] (times embed_scale where set)
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
@@ -84,6 +98,7 @@ class DecoderModel : public Model {
   std::map<const LoraModule*, std::pair<at::Tensor, at::Tensor>> lora_cast_;  // this forward's; see cast_lora_factors
   bool training_ = true;
   bool recompute_layers_ = false;
+  DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
 };
 
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for

@@ -3,75 +3,122 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
 
 namespace ax::train {
 namespace {
 
-Batch packed_row(const std::vector<std::vector<int32_t>*>& seqs, at::Device device) {
-  std::vector<int64_t> ids, pos;
-  std::vector<int32_t> cu{0};
-  int64_t max_len = 0;
-  for (const auto* s : seqs) {
-    for (std::size_t k = 0; k < s->size(); ++k) {
-      ids.push_back((*s)[k]);
-      pos.push_back(static_cast<int64_t>(k));
-    }
-    cu.push_back(static_cast<int32_t>(ids.size()));
-    max_len = std::max<int64_t>(max_len, static_cast<int64_t>(s->size()));
-  }
-  const int64_t S = static_cast<int64_t>(ids.size());
-  Batch b;  // built on the host, so Batch::to records what the forward validates without a device sync
-  b.input_ids = at::tensor(ids, at::kLong).view({1, S});
-  b.position_ids = at::tensor(pos, at::kLong).view({1, S});
-  b.labels = at::full({1, S}, -100, at::kLong);
-  b.cu_seqlens = at::tensor(cu, at::kInt);
-  b.max_seqlen = max_len;
-  return b.to(device);
+// Bytes at the end of `s` that may not be final yet: the longest suffix that is a proper prefix of a stop
+// string (it may grow into one), and a trailing U+FFFD (a byte-level decoder's stand-in for a UTF-8
+// character whose remaining bytes are still to come).
+std::size_t held_back(const std::string& s, const std::vector<std::string>& stop) {
+  std::size_t hold = 0;
+  for (const auto& st : stop)
+    for (std::size_t n = std::min(st.size() - 1, s.size()); n > hold; --n)
+      if (s.compare(s.size() - n, n, st, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  static const std::string replacement = "\xEF\xBF\xBD";
+  if (s.size() >= replacement.size() && s.compare(s.size() - 3, 3, replacement) == 0) hold = std::max<std::size_t>(hold, 3);
+  return hold;
 }
+
+struct Row {
+  std::size_t prompt = 0;
+  int64_t limit = 0;
+  at::Generator gen;
+  std::size_t streamed = 0;  // bytes of text already streamed
+  bool done = false;
+};
 
 }  // namespace
 
-std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                                                  const std::vector<int64_t>& max_new, int32_t eos, at::Device device,
-                                                  int64_t token_budget) {
-  at::NoGradGuard no_grad;
-  std::vector<std::vector<int32_t>> seqs = prompts, out(prompts.size());
-  std::size_t begin = 0;
-  while (begin < prompts.size()) {
-    // A group whose final length (prompt + answer) fits the budget; at least one sequence.
-    std::size_t end = begin;
-    int64_t total = 0;
-    while (end < prompts.size()) {
-      int64_t len = static_cast<int64_t>(prompts[end].size()) + max_new[end];
-      if (end > begin && total + len > token_budget) break;
-      total += len;
-      ++end;
+CausalLmDecode& decoder_of(Model& model) {
+  auto* d = dynamic_cast<CausalLmDecode*>(&model);
+  if (!d) throw UsageError("this model family has no KV-cached decode (CausalLmDecode, axengine/decode.hpp): it cannot generate");
+  return *d;
+}
+
+std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 const GenerateOptions& o, const TextStream& stream, const std::vector<int64_t>& max_new) {
+  check_sampling(o.sampling);
+  if (o.max_new_tokens < 0) throw UsageError(str("max_new_tokens must be >= 0, got ", o.max_new_tokens));
+  if (o.batch_size < 1) throw UsageError(str("batch size must be >= 1, got ", o.batch_size));
+  if (!max_new.empty() && max_new.size() != prompts.size()) throw UsageError("generate: max_new must have one entry per prompt");
+  for (const auto& s : o.stop)
+    if (s.empty()) throw UsageError("a stop string must not be empty");
+  if ((!o.stop.empty() || stream) && !o.detokenize) throw UsageError("generate: stop strings and streaming need a detokenizer");
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].empty()) throw UsageError(str("prompt ", i, " is empty: there is nothing to continue"));
+
+  std::vector<Generation> out(prompts.size());
+  for (std::size_t begin = 0; begin < prompts.size(); begin += static_cast<std::size_t>(o.batch_size)) {
+    const std::size_t end = std::min(prompts.size(), begin + static_cast<std::size_t>(o.batch_size));
+    std::vector<Row> rows;
+    std::vector<std::vector<int64_t>> feed;
+    int64_t capacity = 1;
+    for (std::size_t i = begin; i < end; ++i) {
+      Row r;
+      r.prompt = i;
+      r.limit = max_new.empty() ? o.max_new_tokens : max_new[i];
+      r.gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed + i);
+      r.done = r.limit <= 0;
+      if (r.done) out[i].finish_reason = "length";
+      feed.emplace_back(r.done ? std::vector<int64_t>{} : std::vector<int64_t>(prompts[i].begin(), prompts[i].end()));
+      capacity = std::max<int64_t>(capacity, static_cast<int64_t>(prompts[i].size()) + r.limit);
+      rows.push_back(std::move(r));
     }
-    std::vector<std::size_t> active;
-    for (std::size_t i = begin; i < end; ++i)
-      if (max_new[i] > 0) active.push_back(i);
-    while (!active.empty()) {
-      std::vector<std::vector<int32_t>*> ptrs;
-      for (auto i : active) ptrs.push_back(&seqs[i]);
-      Batch b = packed_row(ptrs, device);
-      at::Tensor logits = model.forward(b, /*want_logits=*/true).logits;  // [1, S, V]
-      std::vector<int64_t> last;
-      int64_t at_token = 0;
-      for (auto i : active) last.push_back((at_token += static_cast<int64_t>(seqs[i].size())) - 1);
-      at::Tensor next = logits[0].index_select(0, at::tensor(last, at::kLong).to(logits.device())).argmax(-1).to(at::kCPU);
-      std::vector<std::size_t> still;
-      for (std::size_t k = 0; k < active.size(); ++k) {
-        auto i = active[k];
-        int32_t tok = static_cast<int32_t>(next[k].item<int64_t>());
-        seqs[i].push_back(tok);
-        out[i].push_back(tok);
-        if (tok != eos && static_cast<int64_t>(out[i].size()) < max_new[i]) still.push_back(i);
+    auto cache = model.new_cache(static_cast<int64_t>(rows.size()), capacity);
+    while (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.done; })) {
+      at::Tensor logits = model.decode(feed, *cache);  // [rows, V] fp32, CPU
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        Row& r = rows[k];
+        feed[k].clear();
+        if (r.done) continue;
+        Generation& g = out[r.prompt];
+        const int64_t tok = sample_token(logits[static_cast<int64_t>(k)], o.sampling, r.gen);
+        g.tokens.push_back(static_cast<int32_t>(tok));
+        const bool eos = std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end();
+        if (eos) g.finish_reason = "eos";
+        if (o.detokenize) {
+          std::vector<int32_t> shown(g.tokens.begin(), g.tokens.end() - (eos ? 1 : 0));
+          g.text = o.detokenize(shown);
+          std::size_t cut = std::string::npos;
+          for (const auto& s : o.stop) cut = std::min(cut, g.text.find(s));
+          if (cut != std::string::npos) {
+            g.text.resize(cut);
+            g.finish_reason = "stop";
+          }
+        }
+        if (g.finish_reason.empty() && static_cast<int64_t>(g.tokens.size()) >= r.limit) g.finish_reason = "length";
+        r.done = !g.finish_reason.empty();
+        if (stream) {
+          const std::size_t ready = r.done ? g.text.size() : g.text.size() - held_back(g.text, o.stop);
+          // A detokenizer may rewrite earlier text (a merged character); only what is past the streamed
+          // bytes is sent.
+          if (ready > r.streamed) {
+            stream(r.prompt, g.text.substr(r.streamed, ready - r.streamed));
+            r.streamed = ready;
+          }
+        }
+        if (!r.done) feed[k].push_back(tok);
       }
-      active = std::move(still);
     }
-    begin = end;
   }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<int64_t>& max_new, int32_t eos) {
+  GenerateOptions o;
+  if (eos >= 0) o.eos_ids = {eos};
+  auto gens = generate(decoder_of(model), prompts, o, {}, max_new);
+  std::vector<std::vector<int32_t>> out;
+  for (auto& g : gens) out.push_back(std::move(g.tokens));
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/DeviceAccelerator.h>
@@ -406,6 +407,11 @@ EvalResult Loop::evaluate() {
   }
 
   if (!s_.eval.exact_match) return r;
+  if (!dynamic_cast<CausalLmDecode*>(s_.model)) {  // a plugin family without KV-cached decode
+    static bool said = false;
+    if (!std::exchange(said, true)) log::warn("eval.exact_match: the model family cannot generate (no CausalLmDecode); skipped");
+    return r;
+  }
   // Samples with a prompt (a loss-free prefix after which every token is labelled): prompt in, answer out.
   std::vector<std::vector<int32_t>> prompts, answers;
   std::vector<int64_t> max_new;
@@ -423,7 +429,7 @@ EvalResult Loop::evaluate() {
     max_new.push_back(n);
   }
   if (prompts.empty()) return r;
-  auto got = generate_greedy(*s_.model, prompts, max_new, s_.eos_id, device_);
+  auto got = generate_greedy(*s_.model, prompts, max_new, s_.eos_id);
   std::size_t right = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     bool ok = got[i] == answers[i];

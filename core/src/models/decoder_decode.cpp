@@ -1,0 +1,212 @@
+// DecoderModel's KV-cached incremental forward (axengine/decode.hpp). decode runs the training forward's own
+// layers (embedding, norms, projections with LoRA, RoPE, MoE blocks) over just the new tokens; only attention
+// differs, and attention_block hands it to cached_attention while decode_step_ is set:
+//   - the new tokens' k/v (after RoPE / q-k norm) are written into the cache at their rows' positions;
+//   - when every row started empty (a prefill), the queries and keys are the same tokens and the `attention`
+//     op runs exactly as in training (varlen, causal, equal q/k lengths);
+//   - otherwise (decoding one token, or appending a turn to a conversation) the queries are fewer than the
+//     keys, outside the op's contract, and the reference math runs here in ATen: fp32 scores scale·q·kᵀ
+//     (the scale carries yarn's attention factor, as the op's softmax_scale does), causal and sliding-window
+//     masks by absolute position, softmax, ·v, GQA by grouping query heads over their KV head.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "axengine/error.hpp"
+#include "axengine/ops/attention.hpp"
+#include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
+#include "models/autograd_ops.hpp"
+#include "models/decoder.hpp"
+
+namespace ax::models {
+
+namespace {
+
+// Per layer k and v, [batch, capacity, Hkv, D] (token-major, the varlen layout), and each row's length.
+class DecoderKvCache final : public KvCache {
+ public:
+  DecoderKvCache(const DecoderModel* owner, int64_t batch, int64_t capacity) : owner(owner), cap(capacity), len(batch, 0) {}
+  int64_t batch() const override { return static_cast<int64_t>(len.size()); }
+  int64_t capacity() const override { return cap; }
+  int64_t length(int64_t row) const override { return len.at(static_cast<std::size_t>(row)); }
+  void truncate(int64_t row, int64_t length) override {
+    if (row < 0 || row >= batch()) throw UsageError(str("KV cache: row ", row, " out of [0, ", batch(), ")"));
+    if (length < 0 || length > len[row])
+      throw UsageError(str("KV cache: cannot truncate row ", row, " of ", len[row], " tokens to ", length));
+    len[row] = length;  // what lies beyond is overwritten by the next tokens and never attended before
+  }
+
+  const DecoderModel* owner;
+  int64_t cap;
+  std::vector<int64_t> len;
+  std::vector<at::Tensor> k, v;
+};
+
+}  // namespace
+
+// One decode call's layout: the new tokens packed segment by segment (one segment per row given tokens).
+struct DecodeStep {
+  DecoderKvCache* cache = nullptr;
+  std::vector<int64_t> rows, start, count;  // per segment: cache row, its length before, tokens added
+  int64_t keys = 0;                         // longest row after the step: the key span attention reads
+  bool fresh = false;                       // every segment's row started empty
+  at::Tensor rows_dev;                      // rows on the device
+  at::Tensor dest;                          // each token's slot in a [segments · max count] padded layout
+  at::Tensor qpos;                          // [segments, max count]: each query's absolute position
+  at::Tensor kpos;                          // [keys]: 0, 1, ...
+};
+
+std::unique_ptr<KvCache> DecoderModel::new_cache(int64_t batch, int64_t capacity) {
+  if (batch < 1 || capacity < 1) throw UsageError(str("KV cache: batch ", batch, " and capacity ", capacity, " must be >= 1"));
+  auto c = std::make_unique<DecoderKvCache>(this, batch, capacity);
+  const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    c->k.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+    c->v.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+  }
+  return c;
+}
+
+at::Tensor DecoderModel::cached_attention(int64_t layer, const ops::AttentionArgs& a) {
+  DecodeStep& s = *decode_step_;
+  DecoderKvCache& c = *s.cache;
+  const int64_t n_seg = static_cast<int64_t>(s.rows.size());
+  int64_t off = 0;
+  for (int64_t g = 0; g < n_seg; ++g) {
+    c.k[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(a.k.narrow(0, off, s.count[g]));
+    c.v[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(a.v.narrow(0, off, s.count[g]));
+    off += s.count[g];
+  }
+  if (s.fresh)
+    return autograd::attention(kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", a.sinks.defined() ? "sinks" : ""), a);
+
+  const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2), Hkv = a.k.size(1), G = Hq / Hkv;
+  const int64_t C = s.qpos.size(1), L = s.keys;
+  const auto ct = a.q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  // Queries padded to [segments, C, Hq, D], then grouped [segments, Hkv, G·C, D] (query heads of a KV head
+  // side by side, as transformers' repeat_kv pairs them).
+  at::Tensor q = at::zeros({n_seg * C, Hq, D}, a.q.options().dtype(ct)).index_copy_(0, s.dest, a.q.to(ct));
+  q = q.view({n_seg, C, Hq, D}).permute({0, 2, 1, 3}).reshape({n_seg, Hkv, G * C, D});
+  at::Tensor k = c.k[layer].index_select(0, s.rows_dev).narrow(1, 0, L).to(ct).permute({0, 2, 1, 3});  // [S, Hkv, L, D]
+  at::Tensor v = c.v[layer].index_select(0, s.rows_dev).narrow(1, 0, L).to(ct).permute({0, 2, 1, 3});
+  const double scale = a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor scores = (at::matmul(q, k.transpose(2, 3)) * scale).view({n_seg, Hkv, G, C, L});
+  // Key j is hidden from the query at absolute position p when j > p (causal) or j < p - window_left (the
+  // op's sliding window, which attention_block set from transformers' W: p - W < j <= p). Rows of a segment
+  // beyond its count are padding: they see keys too (no all-masked row, no NaN) and are dropped below.
+  at::Tensor kp = s.kpos.view({1, 1, L}), qp = s.qpos.unsqueeze(2);
+  at::Tensor hidden = a.causal ? kp > qp : at::zeros({n_seg, C, L}, s.kpos.options().dtype(at::kBool));
+  if (a.window_left >= 0) hidden = hidden | (kp < qp - a.window_left);
+  scores = scores.masked_fill(hidden.view({n_seg, 1, 1, C, L}), -std::numeric_limits<double>::infinity());
+  at::Tensor probs;
+  if (a.sinks.defined()) {
+    // gpt_oss: each head's sink logit joins every row's softmax as one more key with no value, then is dropped
+    // (the attention op's `sinks`, docs/ops/attention.md). Query head h = kv·G + g, as the grouping above.
+    at::Tensor sink = a.sinks.to(ct).view({1, Hkv, G, 1, 1}).expand({n_seg, Hkv, G, C, 1});
+    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, L).reshape({n_seg, Hkv, G * C, L});
+  } else {
+    probs = at::softmax(scores, -1).view({n_seg, Hkv, G * C, L});
+  }
+  at::Tensor o = at::matmul(probs, v).view({n_seg, Hq, C, v.size(3)}).permute({0, 2, 1, 3}).reshape({n_seg * C, Hq, v.size(3)});
+  return o.index_select(0, s.dest).to(a.q.scalar_type()).view({T, Hq, v.size(3)});
+}
+
+at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& kv) {
+  auto* cache = dynamic_cast<DecoderKvCache*>(&kv);
+  if (!cache || cache->owner != this) throw UsageError("decode: the KV cache was not made by this model (new_cache)");
+  if (static_cast<int64_t>(tokens.size()) != cache->batch())
+    throw UsageError(str("decode: ", tokens.size(), " rows of tokens for a cache of ", cache->batch()));
+  const int64_t B = cache->batch(), V = cfg_.vocab_size;
+  // Dynamic RoPE's frequencies follow the longest position of the forward (transformers recomputes them per
+  // call from max(position_ids) + 1): one row at a time, so that each row gets its own, as it would alone.
+  if (cfg_.rope.type == "dynamic") {
+    int64_t given = 0;
+    for (const auto& t : tokens) given += !t.empty();
+    if (given > 1) {
+      at::Tensor out = at::zeros({B, V}, at::kFloat);
+      for (int64_t r = 0; r < B; ++r) {
+        if (tokens[r].empty()) continue;
+        std::vector<std::vector<int64_t>> one(static_cast<std::size_t>(B));
+        one[r] = tokens[r];
+        out[r].copy_(decode(one, kv)[r]);
+      }
+      return out;
+    }
+  }
+
+  DecodeStep step;
+  step.cache = cache;
+  std::vector<int64_t> ids, pos;
+  std::vector<int32_t> cu{0};
+  int64_t C = 0;
+  for (int64_t r = 0; r < B; ++r) {
+    const auto& t = tokens[r];
+    if (t.empty()) continue;
+    const int64_t n = static_cast<int64_t>(t.size()), start = cache->len[r];
+    if (start + n > cache->cap)
+      throw UsageError(str("decode: row ", r, " would hold ", start + n, " tokens, over the cache's capacity ", cache->cap));
+    for (int64_t j = 0; j < n; ++j) {
+      if (t[j] < 0 || t[j] >= V) throw UsageError(str("decode: token id ", t[j], " out of [0, ", V, ")"));
+      ids.push_back(t[j]);
+      pos.push_back(start + j);
+    }
+    step.rows.push_back(r);
+    step.start.push_back(start);
+    step.count.push_back(n);
+    step.keys = std::max(step.keys, start + n);
+    C = std::max(C, n);
+    cu.push_back(static_cast<int32_t>(ids.size()));
+  }
+  at::Tensor out = at::zeros({B, V}, at::kFloat);
+  if (ids.empty()) return out;
+  const int64_t n_seg = static_cast<int64_t>(step.rows.size());
+  step.fresh = std::all_of(step.start.begin(), step.start.end(), [](int64_t s) { return s == 0; });
+
+  // The padded query layout: token j of segment g sits at g·C + j.
+  std::vector<int64_t> dest;
+  for (int64_t g = 0; g < n_seg; ++g)
+    for (int64_t j = 0; j < step.count[g]; ++j) dest.push_back(g * C + j);
+  const auto dev_long = at::TensorOptions().dtype(at::kLong).device(device_);
+  step.dest = at::tensor(dest, at::kLong).to(device_);
+  step.rows_dev = at::tensor(step.rows, at::kLong).to(device_);
+  step.qpos = at::tensor(step.start, at::kLong).to(device_).unsqueeze(1) + at::arange(C, dev_long).unsqueeze(0);
+  step.kpos = at::arange(step.keys, dev_long);
+
+  at::NoGradGuard no_grad;
+  struct Restore {  // decode_step_ and training_ go back as they were, however the forward ends
+    DecoderModel* m;
+    bool training;
+    DecodeStep*& slot;
+    ~Restore() {
+      slot = nullptr;
+      m->set_training(training);
+    }
+  } restore{this, training_, decode_step_};
+  training_ = false;  // no LoRA dropout
+  decode_step_ = &step;
+
+  at::Tensor ids_t = at::tensor(ids, at::kLong).to(device_);
+  at::Tensor pos_t = at::tensor(pos, at::kLong).to(device_);
+  at::Tensor cu_t = at::tensor(cu, at::kInt).to(device_);
+  at::Tensor inv_freq = inv_freq_;
+  if (cfg_.rope.type == "dynamic" && step.keys > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, step.keys).to(device_);
+  cast_lora_factors();
+  at::Tensor h = embed(ids_t);
+  std::vector<at::Tensor> router_logits;  // the aux loss is training's; decode drops them
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    h = layer(i, h, pos_t, cu_t, C, inv_freq, router_logits);
+    router_logits.clear();
+  }
+  h = rms_norm(h, "model.norm.weight").first;
+  at::Tensor last = (cu_t.narrow(0, 1, n_seg).to(at::kLong) - 1);
+  at::Tensor logits = linear(h.index_select(0, last), "lm_head").to(at::kFloat).to(at::kCPU);  // [S, V]
+  out.index_copy_(0, at::tensor(step.rows, at::kLong), logits);
+  for (int64_t g = 0; g < n_seg; ++g) cache->len[step.rows[g]] = step.start[g] + step.count[g];
+  return out;
+}
+
+}  // namespace ax::models
