@@ -77,8 +77,19 @@ void check_on_cuda(const std::string& name, const std::string& dtype, double log
 
 const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral",
                         "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4"};
-// YaRN cases (the folded attention factor, see below); gpt_oss uses YaRN too. Not yet measured on a GPU.
-bool yarn(const std::string& c) { return c == "qwen3_yarn" || c.rfind("gpt_oss", 0) == 0; }
+// The LoRA-gradient tolerance of a bf16 run against the fp32 transformers golden (fp32 parity on CUDA holds at
+// 1e-4 for every case; the bf16 backends are held to the op contracts by conformance):
+// - yarn: transformers multiplies cos and sin by the attention factor and rounds them to bf16; we fold its square
+//   into the softmax scale (fp32), so in bf16 the two differ by more rounding than the other families: one LoRA
+//   gradient measured 12.4% off on an H200.
+// - olmoe and gpt_oss: their goldens are built so the clamps bite (olmoe clip_qkv 1.1 on q/k/v; gpt_oss's GLU
+//   limit 0.6 / 1.5 at init scale) and a clamp's gradient is 0 or 1: in bf16 values near the limit land on the
+//   other side, which moves whole gradient entries. Measured on an H200 (2026-11-24): olmoe 32% (layer 0 k_proj
+//   lora_B), gpt_oss 29% (o_proj, aten backends; 16% with the reference ones).
+double bf16_grad_tol(const std::string& c) {
+  if (c == "olmoe" || c.rfind("gpt_oss", 0) == 0) return 4e-1;
+  return c == "qwen3_yarn" ? 1.5e-1 : 1e-1;
+}
 
 }  // namespace
 
@@ -89,16 +100,10 @@ TEST_CASE("model parity on CUDA, fp32, reference backends") {
 
 TEST_CASE("model parity on CUDA, bf16, reference backends (documented tolerances)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) {
-    // yarn: transformers multiplies cos and sin by the attention factor and rounds them to bf16; we fold its
-    // square into the softmax scale (fp32), so in bf16 the two differ by more rounding than the other
-    // families: one LoRA gradient measured 12.4% off on an H200 (fp32 parity above holds at 1e-4).
-    const double grad_tol = yarn(c) ? 1.5e-1 : 1e-1;
-    check_on_cuda(c, "bf16", 5e-2, 2e-2, grad_tol, reference_only());
-  }
+  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, bf16_grad_tol(c), reference_only());
 }
 
 TEST_CASE("model parity on CUDA, bf16, default selection (production aten backends)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, yarn(c) ? 1.5e-1 : 1e-1, ax::KernelPreferences{});
+  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, bf16_grad_tol(c), ax::KernelPreferences{});
 }
