@@ -86,6 +86,10 @@ const char* kCases[] = {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "lla
 //   limit 0.6 / 1.5 at init scale) and a clamp's gradient is 0 or 1: in bf16 values near the limit land on the
 //   other side, which moves whole gradient entries. Measured on an H200 (2026-11-24): olmoe 32% (layer 0 k_proj
 //   lora_B), gpt_oss 29% (o_proj, aten backends; 16% with the reference ones).
+// Logits: 5% of the largest logit, except gpt_oss (the dense-weight golden): transformers' own bf16 run of it is
+// 5.9% off its fp32 golden on the same inputs (measured on CPU with transformers 5.23; ours on an H200: 5.8%, the
+// same with reference and aten backends).
+double bf16_logit_tol(const std::string& c) { return c == "gpt_oss" ? 8e-2 : 5e-2; }
 double bf16_grad_tol(const std::string& c) {
   if (c == "olmoe" || c.rfind("gpt_oss", 0) == 0) return 4e-1;
   return c == "qwen3_yarn" ? 1.5e-1 : 1e-1;
@@ -100,10 +104,10 @@ TEST_CASE("model parity on CUDA, fp32, reference backends") {
 
 TEST_CASE("model parity on CUDA, bf16, reference backends (documented tolerances)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, bf16_grad_tol(c), reference_only());
+  for (const char* c : kCases) check_on_cuda(c, "bf16", bf16_logit_tol(c), 2e-2, bf16_grad_tol(c), reference_only());
 }
 
 TEST_CASE("model parity on CUDA, bf16, default selection (production aten backends)") {
   if (no_cuda()) return;
-  for (const char* c : kCases) check_on_cuda(c, "bf16", 5e-2, 2e-2, bf16_grad_tol(c), ax::KernelPreferences{});
+  for (const char* c : kCases) check_on_cuda(c, "bf16", bf16_logit_tol(c), 2e-2, bf16_grad_tol(c), ax::KernelPreferences{});
 }
