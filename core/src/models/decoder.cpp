@@ -562,7 +562,7 @@ at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
 
 at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {
   const std::string p = layer_prefix(i) + "mlp.";
-  const int64_t E = cfg_.num_experts, k = cfg_.top_k;
+  const int64_t k = cfg_.top_k;
   at::Tensor logits = at::linear(x, w(p + "gate.weight"));  // [T, E]
   router_logits.push_back(logits);
   at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
@@ -570,34 +570,13 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   if (cfg_.norm_topk_prob) top_v = top_v / top_v.sum(-1, true);
   top_v = top_v.to(x.scalar_type());
 
-  ops::MoeRouting routing;
-  at::Tensor flat = top_i.reshape({-1});
-  auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
-  routing.sorted_expert_idxs = sorted;
-  routing.sorted_scattered_idxs = perm;
-  routing.expert_offsets = expert_counts(flat, E).cumsum(0);
-  routing.top_k = k;
+  const ops::MoeRouting routing = moe_routing(top_i);
 
-  // Each expert weight asks for a backend of its own format (skip_modules may keep one of them dense).
-  auto op_for = [&](const ops::WeightTensor& wt) {
-    return kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(wt.format), "ENK");
-  };
-  auto lora_args = [&](ops::MoeExpertsArgs& a, const std::string& module) {
-    if (const LoraModule* m = lora_.find(module)) {
-      std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
-      a.scaling = m->scaling;
-    }
-  };
   ops::MoeExpertsArgs up;
   up.x = x;
   up.routing = routing;
-  up.weight = projection(p + "experts.gate_up_proj");
-  up.layout = ops::ExpertLayout::ENK;
   up.grouped_out = true;
-  up.check_values = false;
-  lora_args(up, p + "experts.gate_up_proj");
-  auto up_op = op_for(up.weight);
-  at::Tensor gu = autograd::moe_experts(up_op, std::move(up));  // [T·k, 2I], grouped
+  at::Tensor gu = experts(std::move(up), p + "experts.gate_up_proj");  // [T·k, 2I], grouped
   ops::SwigluArgs sw;
   sw.gate_up = gu;  // [T·k, 2I]: gate in the first I columns, up in the last I
   at::Tensor act = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(sw));
@@ -605,14 +584,33 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   ops::MoeExpertsArgs down;
   down.x = act;
   down.routing = routing;
-  down.weight = projection(p + "experts.down_proj");
-  down.layout = ops::ExpertLayout::ENK;
   down.grouped_in = true;
   down.gates = top_v;
-  down.check_values = false;
-  lora_args(down, p + "experts.down_proj");
-  auto down_op = op_for(down.weight);
-  return autograd::moe_experts(down_op, std::move(down));  // [T, H]
+  return experts(std::move(down), p + "experts.down_proj");  // [T, H]
+}
+
+ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
+  ops::MoeRouting routing;
+  at::Tensor flat = top_i.reshape({-1});
+  auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
+  routing.sorted_expert_idxs = sorted;
+  routing.sorted_scattered_idxs = perm;
+  routing.expert_offsets = expert_counts(flat, cfg_.num_experts).cumsum(0);
+  routing.top_k = top_i.size(-1);
+  return routing;
+}
+
+at::Tensor DecoderModel::experts(ops::MoeExpertsArgs a, const std::string& module) {
+  a.weight = projection(module);
+  a.layout = ops::ExpertLayout::ENK;
+  a.check_values = false;  // the routing was built here
+  if (const LoraModule* m = lora_.find(module)) {
+    std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
+    a.scaling = m->scaling;
+  }
+  // Each expert weight asks for a backend of its own format (skip_modules may keep one of them dense).
+  auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(a.weight.format), "ENK");
+  return autograd::moe_experts(op, std::move(a));
 }
 
 at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const {

@@ -12,6 +12,7 @@
 
 #include "axengine/decode.hpp"
 #include "axengine/model.hpp"
+#include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
@@ -68,6 +69,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
+  // The moe.experts routing of each token's top-k expert ids [T, k].
+  ops::MoeRouting moe_routing(const at::Tensor& top_i) const;
+  // One moe.experts call on `module`'s expert weight through the backend of its format, with its LoRA; `a` holds
+  // the rest (x, routing, grouping, gates, bias).
+  at::Tensor experts(ops::MoeExpertsArgs a, const std::string& module);
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,

@@ -96,40 +96,21 @@ ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const 
 
 at::Tensor DecoderModel::gpt_oss_moe_block(int64_t i, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {
   const std::string p = "model.layers." + std::to_string(i) + ".mlp.";
-  const int64_t E = cfg_.num_experts, k = cfg_.top_k;
+  const int64_t k = cfg_.top_k;
   at::Tensor logits = at::linear(x, w(p + "router.weight"), w(p + "router.bias"));  // [T, E]
   router_logits.push_back(logits);  // the aux loss is transformers' load_balancing_loss_func on these
   auto [top_v, top_i] = at::topk(logits, k, -1);
   // transformers: softmax(router_top_value, dim=1, dtype=router_top_value.dtype), in the compute dtype.
   at::Tensor gates = at::softmax(top_v, -1);
 
-  ops::MoeRouting routing;
-  at::Tensor flat = top_i.reshape({-1});
-  auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
-  routing.sorted_expert_idxs = sorted;
-  routing.sorted_scattered_idxs = perm;
-  routing.expert_offsets = at::zeros({E}, flat.options()).scatter_add_(0, flat, at::ones_like(flat)).cumsum(0);
-  routing.top_k = k;
+  const ops::MoeRouting routing = moe_routing(top_i);
 
-  auto op_for = [&](const ops::WeightTensor& wt) {
-    return kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(wt.format), "ENK");
-  };
-  auto lora_args = [&](ops::MoeExpertsArgs& a, const std::string& module) {
-    if (const LoraModule* m = lora_.find(module)) {
-      std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
-      a.scaling = m->scaling;
-    }
-  };
   ops::MoeExpertsArgs up;
   up.x = x;
   up.routing = routing;
-  up.weight = projection(p + "experts.gate_up_proj");
-  up.layout = ops::ExpertLayout::ENK;
   up.bias = w(p + "experts.gate_up_proj_bias");
   up.grouped_out = true;
-  up.check_values = false;
-  lora_args(up, p + "experts.gate_up_proj");
-  at::Tensor gu = autograd::moe_experts(op_for(up.weight), std::move(up));  // [T·k, 2I], grouped, interleaved
+  at::Tensor gu = experts(std::move(up), p + "experts.gate_up_proj");  // [T·k, 2I], grouped, interleaved
 
   const double limit = cfg_.swiglu_limit, alpha = cfg_.swiglu_alpha;
   at::Tensor gate = gu.slice(1, 0, gu.size(1), 2).clamp_max(limit);
@@ -139,14 +120,10 @@ at::Tensor DecoderModel::gpt_oss_moe_block(int64_t i, const at::Tensor& x, std::
   ops::MoeExpertsArgs down;
   down.x = act;
   down.routing = routing;
-  down.weight = projection(p + "experts.down_proj");
-  down.layout = ops::ExpertLayout::ENK;
   down.bias = w(p + "experts.down_proj_bias");
   down.grouped_in = true;
   down.gates = gates;
-  down.check_values = false;
-  lora_args(down, p + "experts.down_proj");
-  return autograd::moe_experts(op_for(down.weight), std::move(down));  // [T, H]
+  return experts(std::move(down), p + "experts.down_proj");  // [T, H]
 }
 
 }  // namespace ax::models
