@@ -15,6 +15,7 @@
 #include "models/hf_config.hpp"
 #include "models/register.hpp"
 #include "unit/model_test_backends.hpp"
+#include "unit/model_case_util.hpp"
 #include "unit/test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -22,27 +23,12 @@ using nlohmann::json;
 
 namespace {
 
-fs::path case_dir(const std::string& name) { return fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name; }
-json config_of(const std::string& name) { return ax::models::read_json_file((case_dir(name) / "config.json").string()); }
+using ax::test::case_dir;
+using ax::test::config_of;
+using ax::test::EditedModel;
+using ax::test::parse_error;
 
-std::string parse_error(const json& j) {
-  try {
-    ax::models::parse_hf_config(j, "dir/config.json");
-  } catch (const ax::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
-// A model dir with the weights of test case `name` and the config `cfg`; removed on destruction.
-struct EditedModel {
-  fs::path dir;
-  EditedModel(const std::string& name, const json& cfg, const std::string& tag) : dir(ax::test::scratch_dir(tag)) {
-    fs::copy_file(case_dir(name) / "model.safetensors", dir / "model.safetensors");
-    std::ofstream(dir / "config.json") << cfg.dump();
-  }
-  ~EditedModel() { ax::test::remove_tree(dir); }
-};
 
 // The base model's logits (no adapter) on the case's golden input_ids.
 at::Tensor logits_of(const fs::path& dir, const std::string& golden_case) {

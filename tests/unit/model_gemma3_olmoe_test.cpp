@@ -13,6 +13,7 @@
 #include "models/hf_config.hpp"
 #include "models/register.hpp"
 #include "unit/model_test_backends.hpp"
+#include "unit/model_case_util.hpp"
 #include "unit/test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -20,27 +21,13 @@ using nlohmann::json;
 
 namespace {
 
-fs::path case_dir(const std::string& name) { return fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name; }
+using ax::test::case_dir;
+using ax::test::config_of;
+using ax::test::EditedModel;
+using ax::test::parse_error;
 json json_of(const fs::path& p) { return ax::models::read_json_file(p.string()); }
 
-std::string parse_error(const json& j) {
-  try {
-    ax::models::parse_hf_config(j, "dir/config.json");
-  } catch (const ax::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
-// A model dir with the weights of test case `name` and the config `cfg`; removed on destruction.
-struct Edited {
-  fs::path dir;
-  Edited(const std::string& name, const json& cfg, const std::string& tag) : dir(ax::test::scratch_dir(tag)) {
-    fs::copy_file(case_dir(name) / "model.safetensors", dir / "model.safetensors");
-    std::ofstream(dir / "config.json") << cfg.dump();
-  }
-  ~Edited() { ax::test::remove_tree(dir); }
-};
 
 std::unique_ptr<ax::Model> load(const fs::path& dir, ax::Registry& reg) {
   ax::test::add_naive_backends(reg);
@@ -122,20 +109,20 @@ TEST_CASE("gemma3_text: the transformers 4 spelling (rope_theta, rope_local_base
   // config_v4.json is the golden config respelt; make_model_goldens.py asserts transformers reads it back the same.
   const json v4 = json_of(case_dir("gemma3") / "config_v4.json");
   REQUIRE_FALSE(v4.contains("rope_parameters"));
-  Edited m("gemma3", v4, "gemma3_v4");
+  EditedModel m("gemma3", v4, "gemma3_v4");
   at::Tensor want = logits_of(case_dir("gemma3"), "gemma3");
   CHECK(at::allclose(logits_of(m.dir, "gemma3"), want, 0, 0));
   // The local RoPE matters: with the global one on every layer the logits move.
   json same = v4;
   same["rope_local_base_freq"] = 10000.0;
-  Edited g("gemma3", same, "gemma3_same_rope");
+  EditedModel g("gemma3", same, "gemma3_same_rope");
   CHECK((logits_of(g.dir, "gemma3") - want).abs().max().item<double>() > 1e-3);
 }
 
 TEST_CASE("gemma3_text: the multimodal gemma3 model_type is refused with a pointer to gemma3_text") {
   json j = json_of(case_dir("gemma3") / "config.json");
   j = {{"model_type", "gemma3"}, {"text_config", j}};
-  Edited m("gemma3", j, "gemma3_multimodal");
+  EditedModel m("gemma3", j, "gemma3_multimodal");
   ax::Registry reg;
   try {
     load(m.dir, reg);
@@ -198,7 +185,7 @@ TEST_CASE("olmoe: config keys as OlmoeConfig reads them; clip_qkv clamps") {
   // The clamp is active on the golden (the parity test's logits include it): without it the logits move.
   json unclipped = good;
   unclipped["clip_qkv"] = nullptr;
-  Edited m("olmoe", unclipped, "olmoe_unclipped");
+  EditedModel m("olmoe", unclipped, "olmoe_unclipped");
   CHECK((logits_of(m.dir, "olmoe") - logits_of(case_dir("olmoe"), "olmoe")).abs().max().item<double>() > 1e-3);
 }
 

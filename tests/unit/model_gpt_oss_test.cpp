@@ -17,6 +17,7 @@
 #include "axengine/selection.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "unit/model_case_util.hpp"
 #include "unit/test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -24,17 +25,11 @@ using nlohmann::json;
 
 namespace {
 
-fs::path case_dir(const std::string& name) { return fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name; }
-json config_of(const std::string& name) { return ax::models::read_json_file((case_dir(name) / "config.json").string()); }
+using ax::test::case_dir;
+using ax::test::config_of;
+using ax::test::EditedModel;
+using ax::test::parse_error;
 
-std::string parse_error(const json& j) {
-  try {
-    ax::models::parse_hf_config(j, "dir/config.json");
-  } catch (const ax::UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::unique_ptr<ax::Model> load(ax::Registry& reg, const fs::path& dir, const std::string& adapter = "") {
   ax::ModelLoadOptions o;
