@@ -9,7 +9,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/.axdev/env.sh"
 build=${AXENGINE_GPU_BUILD:-/tmp/axbuild}
 out=${OUT:-/tmp}
-cmake -S "$root" -B "$build" $AX_CMAKE_ARGS -DCMAKE_BUILD_TYPE=Release -DAXENGINE_PYTHON=python3 2>&1 | tail -n 5
+# That machine's python has torch's nvidia-cudnn wheel but not the header-only nvidia-cudnn-frontend: a copy
+# of its include/ travels in .axdev/cudnn_frontend/include (fused_attn's attention backend needs it).
+cfe=()
+[ -f "$root/.axdev/cudnn_frontend/include/cudnn_frontend.h" ] && cfe=(-DAX_CUDNN_FRONTEND_INCLUDE="$root/.axdev/cudnn_frontend/include")
+cmake -S "$root" -B "$build" $AX_CMAKE_ARGS -DCMAKE_BUILD_TYPE=Release -DAXENGINE_PYTHON=python3 "${cfe[@]}" 2>&1 | tail -n 8
 cmake --build "$build" -j "$(nproc)" 2>&1 | tail -n 20
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 ctest --test-dir "$build" -j 4 --output-on-failure --timeout 600 "$@" 2>&1 | tee "$out/ctest-gpu.log" | tail -n 40

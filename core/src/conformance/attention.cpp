@@ -4,6 +4,8 @@
 // attention sinks (out, lse and dsinks too) for backends claiming the layout "sinks"; determinism and bad
 // input. The checks are the suite's generic ones (suite.cpp); dq and dk's closeness
 // where they vanish by cancellation is this op's own.
+#include <algorithm>
+
 #include "axengine/ops/attention.hpp"
 #include "axengine/strings.hpp"
 #include "conformance/harness.hpp"
@@ -36,8 +38,12 @@ struct Variant {
   int64_t window = -1;
   bool noncontig = false, out = false;
   bool sinks = false;
+  // The engine always passes the longest length (graph-safe backends need it: deriving it is a sync);
+  // max_seqlen = 0 (the op derives it) is the contract's other form, tested on the non-causal variants.
+  bool max_seqlen_given = true;
   std::string name() const {
     std::vector<std::string> p{causal ? "causal" : "noncausal"};
+    if (!max_seqlen_given) p.push_back("max_seqlen=0");
     if (window >= 0) p.push_back(ax::str("window=", window));
     if (sinks) p.push_back("sinks");
     if (noncontig) p.push_back("noncontig");
@@ -84,6 +90,7 @@ AttentionArgs make_args(const Data& p, const Shape& s, const Variant& v, at::Sca
     a.v = p.v.to(dev, dt);
   }
   a.cu_seqlens = p.cu.to(dev);
+  if (v.max_seqlen_given) a.max_seqlen = std::max<int64_t>(1, *std::max_element(s.seqlens.begin(), s.seqlens.end()));
   a.causal = v.causal;
   a.window_left = v.window;
   if (v.sinks) a.sinks = p.sinks.to(dev);  // fp32 whatever the dtype (the contract)
@@ -115,6 +122,7 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     Data d = make_data(s, b.draw ? key + "#1" : key, seed);  // the same sequence lengths in every draw
     const bool noncontig = b.as_tested && v.noncontig;
     auto args = std::make_shared<AttentionArgs>(make_args(d, s, v, dt, b.device, noncontig));
+    args->check_values = !b.for_graph;  // the value checks read cu_seqlens on the host
     at::Tensor grad = d.grad.to(b.device, dt);
     if (noncontig) grad = non_contiguous(grad);
     Call c;
@@ -123,6 +131,8 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     if (phase != "fwd") c.inputs.emplace_back("grad_out", grad);
     c.run = [args, grad, phase](const Backend& be, const Tensors& out) {
       auto& op = be.as<Attention>();
+      // A call the backend declines goes to the next backend in the engine: nothing of this one to certify.
+      if (std::string why = op.decline(*args); !why.empty()) skip(ax::str("the backend declines this call: ", why));
       Tensors res;
       if (phase != "bwd") {
         AttentionArgs a = *args;
@@ -207,7 +217,7 @@ void attention_problems(Suite& suite) {
       {{33, 0, 32}, 3, 3, 64, 64}, // an empty sequence inside the batch
   };
   if (!suite.quick()) shapes.push_back({{130, 65, 1, 64}, 8, 2, 128, 128});
-  std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false},
+  std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false, .max_seqlen_given = false},
                              {.causal = true, .window = -1, .noncontig = true, .out = true}};
   // Sink variants only for backends that claim them (a backend listing no layouts claims every one).
   if (suite.claims_layout("sinks"))

@@ -175,7 +175,10 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
 }  // namespace
 
 void norm_rope_problems(Suite& suite) {
-  std::vector<Shape> shapes = {{{17}, 3, 64, 64}, {{1}, 1, 34, 34}, {{2, 9}, 5, 130, 66}, {{3}, 2, 128, 32}};
+  // The last two: more heads than a run of 8 with a partial batch (11 = 8 + 3) and a partial rotary of
+  // 3 vectors (48 of 64) — the shapes a heads-major kernel (one item per token and run of heads) must get right.
+  std::vector<Shape> shapes = {{{17}, 3, 64, 64}, {{1}, 1, 34, 34}, {{2, 9}, 5, 130, 66}, {{3}, 2, 128, 32},
+                               {{2, 7}, 11, 128, 128}, {{5}, 9, 64, 48}};
   if (!suite.quick()) shapes.push_back({{4, 65}, 8, 256, 256});
   const std::vector<Variant> vs = {{}, {.positions = true}, {.offset = true}, {.positions = true, .offset = true, .noncontig = true, .out = true}};
   for (const auto& dtype : suite.dtypes()) {

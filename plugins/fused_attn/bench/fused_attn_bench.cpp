@@ -3,30 +3,42 @@
 //
 //   fused_attn_bench [--iters 50] [--warmup 10] [--skip-linear-ce]
 //
-// (a) norm_rope q [1, 4096, 32, 128] bf16: fused vs reference vs eager (fp32 rms, ·w, rotate_half, cat)
+// (a) norm_rope q [1, 4096, 32, 128] bf16: fused vs reference vs eager (fp32 rms, ·w, rotate_half, cat);
+//     the fused pair also forward and backward alone, and replayed from a CUDA graph (kernel time only)
 // (b) linear_ce T=4096, H=4096, V=151936 bf16: fused (chunked) with the gradient in the forward
 //     (grad_in_forward: what training runs, 2 GEMMs) and with the recomputing backward (3 GEMMs) vs
 //     unfused (bf16 logits [T, V], .float(), at::cross_entropy_loss; backward by the explicit softmax
 //     formula, 2 GEMMs) — ms and peak memory of each
 // (c) rms_norm with residual [4096, 4096] and swiglu [4096, 12288] bf16 vs their eager composites
+// (d) attention, causal bf16 fwd+bwd at the step benchmarks' shapes (and packed short samples): the cuDNN
+//     backend vs the `aten` backend (LibTorch's varlen FlashAttention-2, as training runs it: deterministic
+//     backward), both through their op interfaces; with the max abs differences between them and whether
+//     two cuDNN runs are bitwise equal (when the build has the cuDNN backend)
 // Times: CUDA events around each fwd+bwd on the current stream, median of --iters after --warmup.
 // The kernels are called through the backends' bodies (src/backends.hpp), the reference through the
 // registry; arguments are well-formed, so nothing is validated here.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <axengine/engine.hpp>
 #include <axengine/ops/norm_rope.hpp>
+#include <axengine/strings.hpp>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../src/backends.hpp"
+#ifdef AXENGINE_WITH_CUDNN_ATTENTION
+#include "../src/cudnn_attention.hpp"
+#endif
 #include "../src/plan.hpp"
 
 namespace {
@@ -58,6 +70,23 @@ double median_ms(const Timing& t, const std::function<void()>& f) {
   for (auto& e : ev) cudaEventDestroy(e);
   std::nth_element(ms.begin(), ms.begin() + t.iters / 2, ms.end());
   return ms[t.iters / 2];
+}
+
+// The same work captured once in a CUDA graph and replayed: the kernels' own time, without the host's
+// per-call work (argument views, allocations, launches) that eager timing includes when it is the longer
+// side — what a training step captured by the compile plugin's graph executor sees.
+double graph_median_ms(const Timing& t, const std::function<void()>& f) {
+  at::cuda::CUDAGraph graph;
+  {
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    c10::cuda::CUDAStreamGuard guard(side);
+    f();  // warm-up on the capture stream: lazy initialisation must not happen in capture
+    side.synchronize();
+    graph.capture_begin();
+    f();
+    graph.capture_end();
+  }
+  return median_ms(t, [&] { graph.replay(); });
 }
 
 // Peak bytes the caching allocator held above what was allocated before f (one call after a sync).
@@ -98,10 +127,14 @@ json bench_norm_rope(const Timing& t, const ax::Registry& registry) {
 
   json j;
   j["shape"] = "q [1, 4096, 32, 128] bf16, position_ids + inv_freq, fwd+bwd (dx, dweight)";
-  j["fused_ms"] = median_ms(t, [&] {
+  auto fused = [&] {
     fa::norm_rope_forward(a);
     fa::norm_rope_backward(a, b);
-  });
+  };
+  j["fused_ms"] = median_ms(t, fused);
+  j["fused_fwd_ms"] = median_ms(t, [&] { fa::norm_rope_forward(a); });
+  j["fused_bwd_ms"] = median_ms(t, [&] { fa::norm_rope_backward(a, b); });
+  j["fused_graph_ms"] = graph_median_ms(t, fused);
   auto ref = registry.kernel<ax::ops::NormRope>("reference");
   j["reference_ms"] = median_ms(t, [&] {
     ref->forward(a);
@@ -225,6 +258,82 @@ json bench_swiglu(const Timing& t) {
 
 }  // namespace
 
+#ifdef AXENGINE_WITH_CUDNN_ATTENTION
+// Sequence lengths summing to T: `n` equal ones, or a deterministic spread of short samples (64..512).
+std::vector<int64_t> lengths(int64_t T, int64_t n) {
+  std::vector<int64_t> out;
+  if (n > 0) return std::vector<int64_t>(static_cast<size_t>(n), T / n);
+  int64_t left = T;
+  for (int64_t i = 0; left > 0; ++i) {
+    const int64_t l = std::min(left, 64 + (i * 97) % 449);
+    out.push_back(l);
+    left -= l;
+  }
+  return out;
+}
+
+json bench_attention_case(const Timing& t, const ax::Registry& registry, const char* name, int64_t T, int64_t n,
+                          int64_t Hq, int64_t Hkv, int64_t D) {
+  const auto bf = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const std::vector<int64_t> ls = lengths(T, n);
+  std::vector<int32_t> cu{0};
+  int64_t longest = 0;
+  double flops = 0;
+  for (int64_t l : ls) {
+    cu.push_back(cu.back() + static_cast<int32_t>(l));
+    longest = std::max(longest, l);
+    flops += 2.0 * static_cast<double>(l) * static_cast<double>(l) * static_cast<double>(Hq * D);
+  }
+  ax::ops::AttentionArgs a;
+  a.q = at::randn({T, Hq, D}, bf);
+  a.k = at::randn({T, Hkv, D}, bf);
+  a.v = at::randn({T, Hkv, D}, bf);
+  a.cu_seqlens = at::tensor(cu, bf.dtype(at::kInt));
+  a.max_seqlen = longest;
+  a.check_values = false;
+  const at::Tensor g = at::randn({T, Hq, D}, bf);
+  auto fwd_bwd = [&](ax::ops::Attention& op) {
+    ax::ops::AttentionResult r = op.forward(a);
+    ax::ops::AttentionBackwardArgs b;
+    b.grad_out = g;
+    b.out = r.out;
+    b.lse = r.lse;
+    b.saved = r.saved;
+    ax::ops::AttentionGrads d = op.backward(a, b);
+    return std::make_tuple(r.out, d.dq, d.dk, d.dv);
+  };
+  auto cudnn = fa::make_cudnn_attention();
+  auto flash = registry.kernel<ax::ops::Attention>("aten");
+  json j;
+  j["case"] = name;
+  j["shape"] = ax::str("T=", T, " in ", ls.size(), " sequences (longest ", longest, "), Hq=", Hq, ", Hkv=", Hkv,
+                       ", D=", D, ", causal, bf16, fwd+bwd");
+  j["cudnn_ms"] = median_ms(t, [&] { fwd_bwd(*cudnn); });
+  j["aten_flash_ms"] = median_ms(t, [&] { fwd_bwd(*flash); });
+  // `flops` is one full l×l GEMM per sequence; causal fwd (2 GEMMs) + bwd (5) over half the matrix: 3.5×.
+  j["cudnn_tflops"] = flops * 3.5 / (j["cudnn_ms"].get<double>() * 1e9);
+  j["aten_flash_tflops"] = flops * 3.5 / (j["aten_flash_ms"].get<double>() * 1e9);
+  auto [o1, dq1, dk1, dv1] = fwd_bwd(*cudnn);
+  auto [o2, dq2, dk2, dv2] = fwd_bwd(*cudnn);
+  auto [of, dqf, dkf, dvf] = fwd_bwd(*flash);
+  j["cudnn_bitwise_repeatable"] = at::equal(o1, o2) && at::equal(dq1, dq2) && at::equal(dk1, dk2) && at::equal(dv1, dv2);
+  auto diff = [](const at::Tensor& x, const at::Tensor& y) { return (x.to(at::kFloat) - y.to(at::kFloat)).abs().max().item<double>(); };
+  j["max_abs_diff_vs_flash"] = {{"out", diff(o1, of)}, {"dq", diff(dq1, dqf)}, {"dk", diff(dk1, dkf)}, {"dv", diff(dv1, dvf)}};
+  return ratios(j, "cudnn_ms", {"aten_flash"});
+}
+
+json bench_attention(const Timing& t, const ax::Registry& registry) {
+  json j = json::array();
+  j.push_back(bench_attention_case(t, registry, "moe bench 2x2048", 4096, 2, 16, 4, 64));
+  j.push_back(bench_attention_case(t, registry, "moe bench, packed short samples", 4096, 0, 16, 4, 64));
+  j.push_back(bench_attention_case(t, registry, "dense 1x2048", 2048, 1, 32, 8, 128));
+  j.push_back(bench_attention_case(t, registry, "dense 2x4096", 8192, 2, 32, 8, 128));
+  j.push_back(bench_attention_case(t, registry, "dense, packed short samples", 4096, 0, 32, 8, 128));
+  j.push_back(bench_attention_case(t, registry, "dense 1x8192", 8192, 1, 32, 8, 128));
+  return j;
+}
+#endif
+
 int main(int argc, char** argv) try {
   Timing t;
   bool linear_ce = true;
@@ -255,6 +364,9 @@ int main(int argc, char** argv) try {
   out["rms_norm"] = bench_rms_norm(t);
   out["swiglu"] = bench_swiglu(t);
   if (linear_ce) out["linear_ce"] = bench_linear_ce(t);
+#ifdef AXENGINE_WITH_CUDNN_ATTENTION
+  out["attention"] = bench_attention(t, engine->registry);
+#endif
   std::cout << out.dump(2) << "\n";
   return 0;
 } catch (const std::exception& e) {

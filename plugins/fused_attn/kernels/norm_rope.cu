@@ -1,5 +1,7 @@
 // norm_rope forward and backward (docs/ops/norm_rope.md): RMSNorm over head_dim, scale by w or 1 + w,
 // rotate-half RoPE over the first R columns. One launch each way (plus the dweight partial reduce).
+// Two paths: the heads-major one below (bf16/fp16 with D 64 or 128: every model we run) and the general
+// one described here (any D up to 256, any even R, fp32, strided rows).
 //
 // A block of 256 threads takes a group of tokens at a time (tokens_per_iteration: enough that the group's
 // rows fill the block). First it builds the group's cos/sin table in shared memory — computed in fp32
@@ -227,6 +229,240 @@ __global__ void __launch_bounds__(plan::kNormRopeThreads) norm_rope_bwd(NormRope
   }
 }
 
+
+// ---- The heads-major path (plan::norm_rope_group_lanes): what training runs (bf16/fp16, D 64 or 128).
+// A group of L = D/8 lanes owns one item — a token and a run of up to kNormRopeHeadRun of its heads — and
+// each lane one 16-byte vector of columns. The token's cos/sin for the lane's columns are made once in
+// registers and serve the whole run; the rotation partner (column c ± R/2) sits exactly (R/2)/8 lanes
+// away, so it comes by one shuffle; several rows are loaded before any is used, to keep loads in
+// flight per thread. No shared memory but the backward's final dweight sum, no block barrier in the loop.
+// The arithmetic is the general kernels' in the same order, except cos/sin (fast_sincos below): the
+// outputs are 16-bit, where the two agree but for rare last-bit roundings.
+namespace heads_major {
+
+// Rows loaded ahead: the forward's whole run of 8 heads, the backward's half of it (two tensors a row).
+constexpr int kForwardRows = plan::kNormRopeHeadRun, kBackwardRows = 4;
+
+// cos/sin of an fp32 angle through the SFU: the angle reduced to [-π, π] by a two-constant Cody–Waite
+// step (the fma makes x − k·2π_hi exact but for one rounding), then __sincosf, whose error there is
+// ~4e-7: ~1e-6 in all against sincosf's correctly-rounded-ish result, far below the bf16/fp16 outputs'
+// resolution (this path serves only those), at a fraction of sincosf's ~40 instructions a value.
+__device__ __forceinline__ void fast_sincos(float x, float* s, float* c) {
+  const float k = rintf(x * 0.159154943091895336f);  // 1 / 2π
+  float r = fmaf(-k, 6.28318548202514648f, x);        // 2π rounded to float
+  r = fmaf(-k, -1.74845553146951714e-7f, r);          // 2π − float(2π)
+  __sincosf(r, s, c);
+}
+
+// The lanes of this thread's group, for the shuffles (a group never straddles a warp: L divides 32).
+template <int L>
+__device__ __forceinline__ unsigned group_mask() {
+  if constexpr (L == 32) return 0xffffffffu;
+  return ((1u << L) - 1u) << ((threadIdx.x % 32) / L * L);
+}
+
+template <int L>
+__device__ __forceinline__ float gsum(float v, unsigned mask) {
+#pragma unroll
+  for (int off = L / 2; off > 0; off >>= 1) v += __shfl_xor_sync(mask, v, off, L);
+  return v;
+}
+
+// Per-thread constants: the lane's columns, whether they rotate, the partner lane and w'.
+template <class T, int L>
+struct Lane {
+  static constexpr int V = kVec<T>;
+  int c0, partner;
+  bool rot, first_half;
+  float w[V];
+  __device__ Lane(const NormRopeArgs& a) {
+    const int ln = threadIdx.x % L;
+    c0 = ln * V;
+    const int half = a.R / 2;
+    rot = c0 < a.R;
+    first_half = c0 < half;
+    partner = first_half ? ln + half / V : ln - half / V;
+    const T* wp = static_cast<const T*>(a.w.p);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float v = to_f(wp[(c0 + e) * a.w.s]);
+      w[e] = a.weight_offset ? 1.f + v : v;
+    }
+  }
+};
+
+// Rows stay packed (one 16-byte vector, 4 registers) until used: at 8 floats a row the loads in flight
+// would cost the occupancy that keeps the memory system busy (148 registers, one block per SM).
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& u, float* out) {
+  const T* h = reinterpret_cast<const T*>(&u);
+#pragma unroll
+  for (int i = 0; i < kVec<T>; ++i) out[i] = to_f(h[i]);
+}
+__device__ __forceinline__ uint4 load_raw(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// One item's cos/sin for the lane's columns (zeros where it does not rotate).
+template <int V>
+__device__ __forceinline__ void item_angles(const NormRopeArgs& a, int64_t t, int c0, bool rot, float* c, float* s) {
+#pragma unroll
+  for (int e = 0; e < V; ++e) c[e] = s[e] = 0.f;
+  if (!rot) return;
+  if (a.pos.p) {
+    const float p = static_cast<float>(static_cast<const int64_t*>(a.pos.p)[t * a.pos.s]);
+    const float* f = static_cast<const float*>(a.inv_freq.p);
+    const int half = a.R / 2;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      fast_sincos(p * f[static_cast<int64_t>((c0 + e) % half) * a.inv_freq.s], &s[e], &c[e]);  // as HF: fp32 angle
+      c[e] *= a.scaling;
+      s[e] *= a.scaling;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      c[e] = load_any(a.cos.p, a.cs_dtype, t * a.cos.ld + (c0 + e) * a.cos.si);
+      s[e] = load_any(a.sin.p, a.cs_dtype, t * a.sin.ld + (c0 + e) * a.sin.si);
+    }
+  }
+}
+
+// Blocks a SM the register budget is cut for: the forward's three (85 registers: 8 packed rows), the
+// backward's two (128: 4 rows of x and of the gradient, the dweight sums, cos/sin, w' — at 85 it spills).
+constexpr int kForwardMinBlocks = 3, kBackwardMinBlocks = 2;
+
+template <class T, int L>
+__global__ void __launch_bounds__(plan::kNormRopeThreads, kForwardMinBlocks) fwd(NormRopeArgs a, int64_t items) {
+  constexpr int V = kVec<T>;
+  const Lane<T, L> lane(a);
+  const unsigned mask = group_mask<L>();
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / L);
+  const int runs = (a.heads + plan::kNormRopeHeadRun - 1) / plan::kNormRopeHeadRun;
+  const T* x = static_cast<const T*>(a.x.p);
+  T* y = static_cast<T*>(a.y.p);
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / L) + threadIdx.x / L; item < items;
+       item += groups) {
+    const int64_t t = item / runs;
+    const int h_begin = static_cast<int>(item % runs) * plan::kNormRopeHeadRun;
+    const int h_end = min(a.heads, h_begin + plan::kNormRopeHeadRun);
+    uint4 raw[kForwardRows];
+#pragma unroll
+    for (int u = 0; u < kForwardRows; ++u)  // issued first: the angles are computed while they fly
+      if (h_begin + u < h_end) raw[u] = load_raw(x + t * a.x.st + (h_begin + u) * a.x.sh + lane.c0);
+    float c[V], s[V];
+    item_angles<V>(a, t, lane.c0, lane.rot, c, s);
+#pragma unroll
+    for (int u = 0; u < kForwardRows; ++u) {
+      if (h_begin + u >= h_end) break;  // uniform over the group
+      float v[V];
+      unpack<T>(raw[u], v);
+      float ss = 0.f;
+#pragma unroll
+      for (int e = 0; e < V; ++e) ss += v[e] * v[e];
+      const float rstd = rsqrtf(gsum<L>(ss, mask) / a.D + a.eps);
+      float o[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        v[e] = v[e] * rstd * lane.w[e];
+        const float p = __shfl_sync(mask, v[e], lane.partner, L);
+        o[e] = lane.rot ? v[e] * c[e] + (lane.first_half ? -p : p) * s[e] : v[e];
+      }
+      store<T, V>(y + t * a.y.st + (h_begin + u) * a.y.sh + lane.c0, o);
+    }
+  }
+}
+
+template <class T, int L>
+__global__ void __launch_bounds__(plan::kNormRopeThreads, kBackwardMinBlocks) bwd(NormRopeArgs a, int64_t items) {
+  constexpr int V = kVec<T>;
+  const Lane<T, L> lane(a);
+  const unsigned mask = group_mask<L>();
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (blockDim.x / L);
+  const int runs = (a.heads + plan::kNormRopeHeadRun - 1) / plan::kNormRopeHeadRun;
+  const T* x = static_cast<const T*>(a.x.p);
+  const T* gy = static_cast<const T*>(a.gy.p);
+  T* dx = static_cast<T*>(a.dx.p);
+  float acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = 0.f;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / L) + threadIdx.x / L; item < items;
+       item += groups) {
+    const int64_t t = item / runs;
+    const int h_begin = static_cast<int>(item % runs) * plan::kNormRopeHeadRun;
+    const int h_end = min(a.heads, h_begin + plan::kNormRopeHeadRun);
+    float c[V], s[V];
+    bool have_angles = false;
+    for (int h0 = h_begin; h0 < h_end; h0 += kBackwardRows) {
+      uint4 rx[kBackwardRows], rg[kBackwardRows];
+#pragma unroll
+      for (int u = 0; u < kBackwardRows; ++u)
+        if (h0 + u < h_end) {
+          rx[u] = load_raw(x + t * a.x.st + (h0 + u) * a.x.sh + lane.c0);
+          rg[u] = load_raw(gy + t * a.gy.st + (h0 + u) * a.gy.sh + lane.c0);
+        }
+      if (!have_angles) {  // once the first loads fly
+        item_angles<V>(a, t, lane.c0, lane.rot, c, s);
+        have_angles = true;
+      }
+#pragma unroll
+      for (int u = 0; u < kBackwardRows; ++u) {
+        if (h0 + u >= h_end) break;
+        float n[V], g[V];
+        unpack<T>(rx[u], n);
+        unpack<T>(rg[u], g);
+        float ss = 0.f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) ss += n[e] * n[e];
+        const float rstd = rsqrtf(gsum<L>(ss, mask) / a.D + a.eps);
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          n[e] *= rstd;
+          const float us = lane.rot ? g[e] * s[e] : 0.f;  // u = g·sin, read by the rotation partner
+          const float p = __shfl_sync(mask, us, lane.partner, L);
+          const float dh = lane.rot ? g[e] * c[e] + (lane.first_half ? p : -p) : g[e];
+          acc[e] += dh * n[e];
+          g[e] = dh * lane.w[e];  // dn
+          dot += g[e] * n[e];
+        }
+        if (dx) {
+          dot = gsum<L>(dot, mask) / a.D;
+#pragma unroll
+          for (int e = 0; e < V; ++e) g[e] = rstd * (g[e] - n[e] * dot);
+          store<T, V>(dx + t * a.dx.st + (h0 + u) * a.dx.sh + lane.c0, g);
+        }
+      }
+    }
+  }
+  if (a.partial) {  // the block's groups summed in ascending order
+    __shared__ float red[plan::kNormRopeThreads / 8][128];
+#pragma unroll
+    for (int e = 0; e < V; ++e) red[threadIdx.x / L][lane.c0 + e] = acc[e];
+    __syncthreads();
+    for (int col = threadIdx.x; col < a.D; col += blockDim.x) {
+      float sum = 0.f;
+      for (int gi = 0; gi < static_cast<int>(blockDim.x) / L; ++gi) sum += red[gi][col];
+      a.partial[static_cast<int64_t>(blockIdx.x) * a.D + col] = sum;
+    }
+  }
+}
+
+template <class T>
+void launch(const NormRopeArgs& a, bool forward, int lanes, cudaStream_t stream) {
+  const int64_t items = plan::norm_rope_items(a.tokens, a.heads);
+  const int groups_per_block = plan::kNormRopeThreads / lanes;
+  const auto blocks = forward ? static_cast<unsigned>(plan::row_blocks(items, groups_per_block))
+                              : static_cast<unsigned>(a.blocks);
+  if (lanes == 16) {
+    if (forward) fwd<T, 16><<<blocks, plan::kNormRopeThreads, 0, stream>>>(a, items);
+    else bwd<T, 16><<<blocks, plan::kNormRopeThreads, 0, stream>>>(a, items);
+  } else {
+    if (forward) fwd<T, 8><<<blocks, plan::kNormRopeThreads, 0, stream>>>(a, items);
+    else bwd<T, 8><<<blocks, plan::kNormRopeThreads, 0, stream>>>(a, items);
+  }
+}
+
+}  // namespace heads_major
+
 template <class T, int VEC, int L>
 void launch(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
   const plan::NormRopeShape sh = plan::norm_rope_shape(a.D, a.heads, VEC);
@@ -243,6 +479,12 @@ void launch(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
 template <class T>
 void dispatch(const NormRopeArgs& a, bool forward, cudaStream_t stream) {
   constexpr int V = kVec<T>;
+  if constexpr (V == 8) {
+    if (const int lanes = plan::norm_rope_group_lanes(a.D, a.R, V, a.vec)) {
+      heads_major::launch<T>(a, forward, lanes, stream);
+      return;
+    }
+  }
   const int lanes = plan::norm_rope_lanes(a.D, a.vec ? V : 1);
   if (a.vec) {
     if (lanes == 16)

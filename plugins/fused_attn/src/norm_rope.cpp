@@ -90,12 +90,17 @@ ops::NormRopeGrads norm_rope_backward(const ops::NormRopeArgs& a, const ops::Nor
   const cudaStream_t stream = stream_of(a.x);
   const bool rows = p.k.tokens > 0 && p.k.heads > 0;
   at::Tensor partial;
+  // The heads-major kernels hand out (token, run of heads) items, 256 / lanes per block.
+  const int lanes = plan::norm_rope_group_lanes(p.k.D, p.k.R, p.k.vec ? plan::vector_width(p.elem) : 1, p.k.vec);
+  const int64_t work = lanes ? plan::norm_rope_items(p.k.tokens, p.k.heads) : p.k.tokens;
+  const int64_t per_block = lanes ? plan::kNormRopeThreads / lanes : sh.tokens_per_iteration;
   if (b.need_dweight && rows) {
-    p.k.blocks = plan::reduction_blocks(p.k.tokens, sh.tokens_per_iteration, sm_count(a.x), kBackwardBlocksPerSm);
+    // The heads-major kernel holds fewer registers: twice the partial rows keep more loads in flight.
+    p.k.blocks = plan::reduction_blocks(work, per_block, sm_count(a.x), lanes ? 2 * kBackwardBlocksPerSm : kBackwardBlocksPerSm);
     partial = at::empty({p.k.blocks, p.k.D}, a.x.options().dtype(at::kFloat));
     p.k.partial = partial.data_ptr<float>();
   } else {
-    p.k.blocks = static_cast<int>(plan::row_blocks(p.k.tokens, sh.tokens_per_iteration));
+    p.k.blocks = static_cast<int>(plan::row_blocks(work, per_block));
   }
   if (rows) {
     launch_norm_rope_backward(p.k, stream);

@@ -46,6 +46,15 @@ int norm_rope_tokens_per_iteration(int64_t heads, int rows_in_parallel) {
   return static_cast<int>(std::clamp<int64_t>(rows_in_parallel / std::max<int64_t>(heads, 1), 1, 16));
 }
 
+int norm_rope_group_lanes(int64_t D, int64_t R, int vec, bool vectorised) {
+  if (!vectorised || vec != 8 || (D != 64 && D != 128) || R % 16 != 0 || R > D) return 0;
+  return static_cast<int>(D / vec);
+}
+
+int64_t norm_rope_items(int64_t tokens, int64_t heads) {
+  return tokens * ((heads + kNormRopeHeadRun - 1) / kNormRopeHeadRun);
+}
+
 int64_t norm_rope_smem_bytes(int tokens_per_iteration, int64_t R, int rows_in_parallel, int64_t D) {
   return (2 * tokens_per_iteration * R + rows_in_parallel * D + D) * static_cast<int64_t>(sizeof(float));
 }

@@ -54,6 +54,16 @@ struct NormRopeShape {
 };
 NormRopeShape norm_rope_shape(int64_t D, int64_t heads, int vec);
 
+// The heads-major path (kernels/norm_rope.cu, norm_rope_*_heads): a group of D / vec lanes (8 or 16) owns
+// one (token, run of kNormRopeHeadRun heads) item, its cos/sin in registers and the rotation partner a
+// whole lane away. It takes 16-byte vectors of a 2-byte type, D of 64 or 128 and R a multiple of 16 (so
+// R/2 is whole vectors); 0 when the call needs the general path.
+constexpr int kNormRopeHeadRun = 8;
+int norm_rope_group_lanes(int64_t D, int64_t R, int vec, bool vectorised);
+// Items of the heads-major path: tokens · ceil(heads / kNormRopeHeadRun); a 256-thread block holds
+// 256 / lanes groups.
+int64_t norm_rope_items(int64_t tokens, int64_t heads);
+
 // Chunks per lane the norm_rope kernels hold in registers (a half-warp only serves rows of <= 16 chunks).
 constexpr int norm_rope_chunk_cap(int lanes, int vec) {
   return lanes == 16 ? 1 : (kMaxHeadDim + 32 * vec - 1) / (32 * vec);

@@ -131,6 +131,34 @@ TEST_CASE("fused_attn plan: norm_rope registers and shared memory cover every ad
   CHECK(plan::norm_rope_shape(256, 8, 8).lanes == 32);
 }
 
+TEST_CASE("fused_attn plan: norm_rope's heads-major path takes exactly what its kernels assume") {
+  // Its lanes hold one 16-byte vector each, a group fits a warp, the partner is whole vectors away and the
+  // backward's block sum has room for 128 columns of 256 / lanes groups.
+  for (int vec : {8, 4, 1})
+    for (bool vectorised : {true, false})
+      for (int64_t D = 2; D <= plan::kMaxHeadDim; D += 2)
+        for (int64_t R = 2; R <= D; R += 2) {
+          const int lanes = plan::norm_rope_group_lanes(D, R, vec, vectorised);
+          CAPTURE(D);
+          CAPTURE(R);
+          CAPTURE(vec);
+          if (lanes == 0) continue;
+          CHECK(vectorised);
+          CHECK(vec == 8);
+          CHECK(lanes * vec == D);
+          CHECK(D <= 128);
+          CHECK(32 % lanes == 0);
+          CHECK((R / 2) % vec == 0);
+        }
+  CHECK(plan::norm_rope_group_lanes(128, 128, 8, true) == 16);  // Qwen3's q/k
+  CHECK(plan::norm_rope_group_lanes(64, 64, 8, true) == 8);     // the MoE bench model
+  CHECK(plan::norm_rope_group_lanes(128, 64, 8, true) == 16);   // partial rotary
+  CHECK(plan::norm_rope_group_lanes(128, 72, 8, true) == 0);    // R/2 not whole vectors
+  CHECK(plan::norm_rope_group_lanes(256, 256, 8, true) == 0);   // gemma's 256: the general path
+  CHECK(plan::norm_rope_items(4096, 32) == 4096 * 4);
+  CHECK(plan::norm_rope_items(3, 9) == 6);
+}
+
 TEST_CASE("fused_attn plan: rms_norm blocks hold every row up to H = 16384") {
   for (int vec : {8, 4, 1})
     for (int64_t H = 1; H <= plan::kMaxHidden; H += (H < 600 ? 1 : 97)) {

@@ -7,6 +7,7 @@
 // Optional attention sinks (gpt_oss): a per-head logit that joins every row's softmax and is then dropped,
 // so a row's weights sum to less than one. Backends that take them claim the layout "sinks".
 #pragma once
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -72,6 +73,10 @@ class Attention : public KernelBackend {
     validate_backward(args, bwd);
     return run_backward(args, bwd);
   }
+  // Why this backend will not take these arguments (empty: it takes them). A backend whose kernels cover
+  // only part of the contract declines the rest; the caller then hands the call, forward and backward, to
+  // the next backend of its preference list (docs/ops/attention.md, "Declining").
+  virtual std::string decline(const AttentionArgs&) const { return {}; }
 
  protected:
   virtual AttentionResult run_forward(const AttentionArgs& args) = 0;
