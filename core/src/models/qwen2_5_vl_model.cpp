@@ -103,6 +103,7 @@ Qwen25VlModel::Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, 
 ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
   const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
+  if (T == 0) throw UsageError("model forward: empty batch");
   auto pv = batch.extras.find("pixel_values");
   auto gt = batch.extras.find("image_grid_thw");
   if ((pv == batch.extras.end()) != (gt == batch.extras.end()))
