@@ -204,7 +204,7 @@ TEST_CASE("qwen2_5_vl config: transformers 4 layout, refusals") {
   CHECK(a.vision.window_size == b.vision.window_size);
   auto refused = [&](nlohmann::json c, const std::string& what) {
     CAPTURE(what);
-    CHECK_THROWS_WITH_AS(ax::models::parse_qwen2_5_vl_config(c, "c.json"), doctest::Contains(what), ax::UsageError);
+    CHECK_THROWS_WITH_AS(ax::models::parse_qwen2_5_vl_config(c, "c.json"), doctest::Contains(what.c_str()), ax::UsageError);
   };
   nlohmann::json c = j;
   c["model_type"] = "qwen2_vl";
