@@ -327,13 +327,32 @@ std::vector<std::string> Checkpoint::names() const {
 const TensorInfo& Checkpoint::info(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw UsageError(str(source_, ": missing tensor '", name, "'"));
-  return *files_[it->second]->find(name);
+  return *files_[it->second]->find(stored(name));
 }
 
 at::Tensor Checkpoint::get(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) throw UsageError(str(source_, ": missing tensor '", name, "'"));
-  return files_[it->second]->get(name);
+  return files_[it->second]->get(stored(name));
+}
+
+const std::string& Checkpoint::stored(const std::string& name) const {
+  auto it = stored_.find(name);
+  return it == stored_.end() ? name : it->second;
+}
+
+Checkpoint Checkpoint::renamed(const std::function<std::optional<std::string>(const std::string&)>& rename) const {
+  Checkpoint c;
+  c.source_ = source_;
+  c.files_ = files_;
+  for (const auto& [name, file] : where_) {
+    std::optional<std::string> to = rename(name);
+    if (!to) continue;
+    if (c.where_.count(*to)) throw UsageError(str(source_, ": tensors '", stored(name), "' and '", c.stored(*to), "' are the same weight ('", *to, "')"));
+    c.where_[*to] = file;
+    if (*to != stored(name)) c.stored_[*to] = stored(name);
+  }
+  return c;
 }
 
 std::string Checkpoint::file_of(const std::string& name) const {

@@ -28,6 +28,7 @@ set(AX_FUZZ_CORE_SOURCES
   models/bnb_config.cpp
   models/hf_config.cpp
   models/lora.cpp
+  models/qwen2_5_vl_config.cpp
   ops/check.cpp
   ops/moe_experts.cpp
   ops/quant_formats.cpp

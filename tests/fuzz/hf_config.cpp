@@ -8,11 +8,20 @@
 
 #include "harness.hpp"
 #include "models/hf_config.hpp"
+#include "models/qwen2_5_vl.hpp"
 
 AX_FUZZ_HARNESS(hf_config) {
   const std::string path = ax::fuzz::scratch() + "/config.json";
   ax::fuzz::write_file(path, {reinterpret_cast<const char*>(data), size});
-  auto c = ax::models::parse_hf_config(ax::models::read_json_file(path), path);
+  const nlohmann::json j = ax::models::read_json_file(path);
+  // qwen2_5_vl (its own parser, models/qwen2_5_vl_config.cpp): the text decoder it yields gets the checks below.
+  const bool vl = j.is_object() && j.contains("model_type") && j["model_type"] == "qwen2_5_vl";
+  auto c = vl ? ax::models::parse_qwen2_5_vl_config(j, path).text : ax::models::parse_hf_config(j, path);
+  if (vl) {
+    int64_t sum = 0;
+    for (int64_t s : c.mrope_section) sum += s;
+    if (c.mrope_section.size() != 3 || 2 * sum != c.head_dim) std::abort();  // the decoder slices inv_freq by it
+  }
   for (int64_t layer = 0; layer < std::min<int64_t>(c.num_layers, 64); ++layer) (void)c.is_moe_layer(layer);
   // A config that parses must give finite rotary frequencies, or every forward pass is NaN. (Bounded so the
   // harness does not allocate what the model itself would refuse later; real head_dims are <= 256.)

@@ -6,6 +6,8 @@
 // UsageError naming the file and the tensor, never a crash or an out-of-bounds read.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,8 +80,13 @@ class Checkpoint {
   at::Tensor get(const std::string& name) const;          // CPU copy, file dtype
   const std::string& source() const { return source_; }   // the file or index, for messages
   std::string file_of(const std::string& name) const;
+  // A view holding the tensors `rename` maps to a name (nullopt: left out), under those names; reads go to the
+  // same files under the stored names. For a family whose checkpoints come in more than one layout.
+  Checkpoint renamed(const std::function<std::optional<std::string>(const std::string&)>& rename) const;
 
  private:
+  const std::string& stored(const std::string& name) const;  // the name in the file
+  std::map<std::string, std::string> stored_;  // view name -> stored name, where they differ
   std::string source_;
   std::vector<std::shared_ptr<File>> files_;
   std::map<std::string, std::size_t> where_;  // tensor name -> index into files_

@@ -120,6 +120,19 @@ at::Tensor next_token_targets(const at::Tensor& labels, const at::Tensor& positi
   return tgt;
 }
 
+// Multimodal RoPE (Qwen2_5_VLRotaryEmbedding): angles of the [3, T] positions, frequency j of section s
+// taken from axis s % 3 (temporal, height, width). [T, head_dim/2] fp32.
+at::Tensor mrope_freqs(const at::Tensor& pos3, const at::Tensor& inv_freq, const std::vector<int64_t>& section) {
+  at::Tensor f = pos3.to(at::kFloat).unsqueeze(-1) * inv_freq.view({1, 1, -1});  // [3, T, D/2]
+  std::vector<at::Tensor> parts;
+  int64_t start = 0;
+  for (std::size_t s = 0; s < section.size(); ++s) {
+    parts.push_back(f[static_cast<int64_t>(s % 3)].narrow(-1, start, section[s]));
+    start += section[s];
+  }
+  return at::cat(parts, -1);
+}
+
 std::string with_expert(std::string pattern, int64_t e) {
   auto pos = pattern.find("{e}");
   return pattern.replace(pos, 3, std::to_string(e));
@@ -516,7 +529,8 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
     k = nr(k, p + "k_norm.weight");
   } else {
     // Plain RoPE (HF rotate-half): norm_rope is a norm+rope op, and these families have no q/k norm.
-    at::Tensor freqs = pos.to(at::kFloat).unsqueeze(-1) * inv_freq.unsqueeze(0);
+    at::Tensor freqs = pos.dim() == 2 ? mrope_freqs(pos, inv_freq, cfg_.mrope_section)
+                                      : pos.to(at::kFloat).unsqueeze(-1) * inv_freq.unsqueeze(0);
     at::Tensor emb = at::cat({freqs, freqs}, -1);
     at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1), sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
     auto rot = [&](const at::Tensor& t) {
@@ -662,7 +676,10 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
 }
 
-ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
+ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
+
+ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds,
+                                         const at::Tensor& rope_pos) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
     throw UsageError("model forward: input_ids must be [B, S]");
   const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
@@ -709,20 +726,24 @@ ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) {
                     : batch.position_ids.max().item<int64_t>() + 1;
     if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
   }
-  at::Tensor h = embed(ids);
+  at::Tensor h = embeds.defined() ? embeds : embed(ids);
+  if (rope_pos.defined() && (rope_pos.dim() != 2 || rope_pos.size(0) != 3 || rope_pos.size(1) != T || cfg_.mrope_section.empty() || cfg_.qk_norm))
+    throw UsageError("model forward: multimodal RoPE positions must be [3, B*S], for a config with mrope_section and no q/k norm");
+  // Layers rotate by rope_pos ([3, T]: multimodal RoPE) where given; pos stays the 1-D sample positions (targets).
+  const at::Tensor rpos = rope_pos.defined() ? rope_pos.to(device_, at::kLong) : pos;
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   if (recompute) lora_cast_.clear();
   else cast_lora_factors();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     if (!recompute) {
-      h = layer(i, h, pos, cu, max_len, inv_freq, router_logits);
+      h = layer(i, h, rpos, cu, max_len, inv_freq, router_logits);
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
-    auto outs = autograd::recompute([this, i, pos, cu, max_len, inv_freq](const at::Tensor& x) {
+    auto outs = autograd::recompute([this, i, rpos, cu, max_len, inv_freq](const at::Tensor& x) {
       std::vector<at::Tensor> r;
-      at::Tensor y = layer(i, x, pos, cu, max_len, inv_freq, r);
+      at::Tensor y = layer(i, x, rpos, cu, max_len, inv_freq, r);
       r.insert(r.begin(), y);
       return r;
     }, h);

@@ -36,6 +36,11 @@ class DecoderModel : public Model, public CausalLmDecode {
                std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights = {});
 
   ModelOutput forward(const Batch& batch, bool want_logits) override;
+  // forward with the token embeddings given ([B*S, H] in the compute dtype; undefined: embedded from input_ids)
+  // and the RoPE positions: int64 [3, B*S] for multimodal RoPE (cfg.mrope_section), undefined: position_ids.
+  // For a family that splices other features into the embeddings (qwen2_5_vl).
+  ModelOutput forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds, const at::Tensor& rope_pos);
+  at::Tensor embed_tokens(const at::Tensor& ids) const { return embed(ids); }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
   void set_training(bool training) override { training_ = training; }

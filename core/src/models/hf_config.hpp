@@ -59,6 +59,9 @@ struct HfConfig {
   // -1 = full causal attention. Empty = every layer full.
   std::vector<int64_t> layer_window;
   int64_t window(int64_t layer) const { return layer_window.empty() ? -1 : layer_window[layer]; }
+  // Multimodal RoPE (qwen2_5_vl, models/qwen2_5_vl.hpp): the head_dim/2 frequencies in three sections rotated by
+  // the temporal, height and width positions. Empty: one position per token.
+  std::vector<int64_t> mrope_section;
 
   // MoE (num_experts == 0: dense)
   int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;

@@ -111,7 +111,7 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec, const std::string& model_t
 static std::string peft_key_for(const LoraSite& s, bool both_expert_params_targeted) {
   // peft nests one ParamWrapper per targeted parameter of the experts module, in parameter order
   // (gate_up_proj inner, down_proj outer): the inner one's keys gain ".base_layer".
-  if (!s.experts) return "base_model.model." + s.path;
+  if (!s.experts) return "base_model.model." + (s.peft_path.empty() ? s.path : s.peft_path);
   std::string module = s.path.substr(0, s.path.rfind('.'));  // ...mlp.experts
   if (s.leaf == "gate_up_proj" && both_expert_params_targeted) return "base_model.model." + module + ".base_layer";
   return "base_model.model." + module;
@@ -309,8 +309,13 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
   at::ScalarType lora_dtype = at::kFloat;
   for (auto& m : set.modules) {
     const int64_t E = m.site.experts ? m.site.num_experts : 1;
-    auto fetch = [&](const std::string& key, std::vector<int64_t> shape) {
+    auto fetch = [&](std::string key, std::vector<int64_t> shape) {
       const auto* info = file->find(key);
+      // An adapter peft saved against the transformers 4 module tree names the module by its path.
+      if (!info && !m.site.peft_path.empty() && key.rfind(m.peft_key, 0) == 0) {
+        const std::string legacy = "base_model.model." + m.site.path + key.substr(m.peft_key.size());
+        if ((info = file->find(legacy))) key = legacy;
+      }
       if (!info) throw UsageError(str(st_path, ": missing tensor '", key, "' for ", m.site.path));
       if (info->shape != shape)
         throw UsageError(str(st_path, ": tensor '", key, "' has shape [", join([&] {

@@ -25,6 +25,9 @@ struct LoraSite {
   bool experts = false;  // a fused [E, N, K] expert parameter
   int64_t num_experts = 1;
   int64_t in_features = 0, out_features = 0;  // K, N
+  // The module's path in peft's model where it differs from `path` (qwen2_5_vl's language model sits under
+  // model.language_model. in transformers 5); empty: `path`. Adapter keys use it; loading also accepts `path`.
+  std::string peft_path;
 };
 
 struct LoraModule {

@@ -11,6 +11,7 @@
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/strings.hpp"
 #include "models/decoder.hpp"
+#include "models/qwen2_5_vl.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
@@ -101,6 +102,7 @@ void register_builtin_models(Registry& registry) {
     p.object = std::shared_ptr<ModelFamily>(std::make_shared<DecoderFamily>(name));  // the ModelFamily pointer, as get<> reads it
     registry.add(std::move(p));
   }
+  register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
 }
 
 }  // namespace ax::models

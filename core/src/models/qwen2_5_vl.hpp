@@ -1,0 +1,128 @@
+// Qwen2.5-VL (model_type "qwen2_5_vl", Qwen2_5_VLForConditionalGeneration): a vision transformer whose merged
+// patch features replace the image placeholder tokens of the text, and the qwen2 decoder with multimodal RoPE.
+//
+//   qwen2_5_vl_config.cpp  config.json (transformers 4 top-level text keys, or 5's text_config) -> VlConfig
+//   qwen2_5_vl_vision.cpp  the vision tower: patch embedding, window/full attention blocks, 2x2 patch merger
+//   qwen2_5_vl_model.cpp   the rope index (transformers' get_rope_index), image-token splicing, the Model and
+//                          its family
+//
+// The math follows transformers 5.23's modeling_qwen2_5_vl.py; docs/models.md lists what is supported.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include "axengine/model.hpp"
+#include "axengine/safetensors.hpp"
+#include "models/decoder.hpp"
+#include "models/hf_config.hpp"
+
+namespace ax {
+class KernelSet;
+class Registry;
+}
+
+namespace ax::models {
+
+// adapter_config.json's exclude_modules in adapters we write: peft leaves the vision tower without LoRA (its
+// MLP's gate_proj / up_proj / down_proj would match the language model's target names).
+inline constexpr const char* kVisionExclude = ".*visual.*";
+
+// Registers the family (registry kind "model", "qwen2_5_vl"); called by register_builtin_models.
+void register_qwen2_5_vl(Registry& registry);
+
+// Qwen2_5_VLVisionConfig, the keys the tower reads.
+struct VisionConfig {
+  int64_t depth = 32, hidden_size = 3584, intermediate_size = 3420, num_heads = 16, out_hidden_size = 3584;
+  int64_t in_channels = 3, patch_size = 14, temporal_patch_size = 2, spatial_merge_size = 2, window_size = 112;
+  std::vector<int64_t> fullatt_block_indexes{7, 15, 23, 31};
+  double rope_theta = 10000.0;  // the 2-D (axial) rotary of the tower
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  // One flattened patch: channels x temporal x patch x patch (1176 for 3 x 2 x 14 x 14).
+  int64_t patch_dim() const { return in_channels * temporal_patch_size * patch_size * patch_size; }
+  int64_t merge_unit() const { return spatial_merge_size * spatial_merge_size; }
+};
+
+struct VlConfig {
+  std::string source;
+  HfConfig text;  // the language model as a qwen2 decoder, with text.mrope_section set
+  VisionConfig vision;
+  int64_t image_token_id = 151655, video_token_id = 151656;
+  int64_t vision_start_token_id = 151652, vision_end_token_id = 151653;
+};
+
+// Throws UsageError naming `source` and the key (text keys as "text_config.<key>" when nested).
+VlConfig parse_qwen2_5_vl_config(const nlohmann::json& j, const std::string& source);
+
+// The image grids of a batch, on the host: image i has grid_thw[i] = {t, h, w} in patches.
+using Grids = std::vector<std::array<int64_t, 3>>;
+Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // validates shape, values, merge
+
+// transformers' get_rope_index for the flattened tokens `ids` (int64 [T], host), split into spans by `cu`
+// (host int64, 0 ... T): positions restart at 0 in every span (a packed sample or padding). Text tokens count
+// on from the span's current position on all three axes; each maximal run of image_token_id is one image (the
+// next grid, in order) at positions (t, h, w) + the current position, after which the position advances by
+// max(h, w) / merge. A run whose length is not t·h·w / merge² is an error, as is a grid left over. int64 [3, T].
+at::Tensor mrope_positions(const at::Tensor& ids, const at::Tensor& cu, const Grids& grids, const VlConfig& cfg);
+
+// The frozen vision tower (weights under transformers' names without the "visual." prefix).
+class VisionTower {
+ public:
+  VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
+              at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels);
+  // pixel_values [N, patch_dim] (all images, in order), grids summing to N patches -> merged features
+  // [N / merge², out_hidden_size] in the images' order. No autograd: the tower is frozen.
+  at::Tensor forward(const at::Tensor& pixel_values, const Grids& grids) const;
+  const std::vector<std::pair<std::string, at::Tensor>>& weights() const { return named_; }  // checkpoint names
+  const std::vector<std::string>& used_keys() const { return used_; }
+
+ private:
+  const at::Tensor& w(const std::string& name) const;
+  at::Tensor linear(const at::Tensor& x, const std::string& module) const;  // weight + bias
+  at::Tensor rms_norm(const at::Tensor& x, const std::string& weight) const;
+  at::Tensor block(int64_t i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                   const at::Tensor& cu, int64_t max_len) const;
+
+  VisionConfig cfg_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::shared_ptr<KernelSet> kernels_;
+  std::map<std::string, at::Tensor> weights_;
+  std::vector<std::pair<std::string, at::Tensor>> named_;
+  std::vector<std::string> used_;
+};
+
+class Qwen25VlModel : public Model {
+ public:
+  Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
+                std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
+
+  // Reads Batch::extras "pixel_values" (float [N, patch_dim]) and "image_grid_thw" (int64 [n_images, 3]),
+  // both concatenated over the batch's samples in token order; a batch without them is text only.
+  ModelOutput forward(const Batch& batch, bool want_logits) override;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
+  void set_training(bool training) override { text_->set_training(training); }
+  void save_adapter(const std::string& dir) const override;
+  WeightStats weight_stats() const override { return text_->weight_stats(); }
+
+  DecoderModel& text() { return *text_; }
+  const VlConfig& config() const { return cfg_; }
+  // The LoRA sites of the language model, with their transformers 5 module paths for peft.
+  std::vector<LoraSite> lora_sites() const { return vl_lora_sites(cfg_.text); }
+  static std::vector<LoraSite> vl_lora_sites(const HfConfig& text);
+
+ private:
+  VlConfig cfg_;
+  at::Device device_;
+  std::unique_ptr<DecoderModel> text_;
+  std::unique_ptr<VisionTower> vision_;
+};
+
+}  // namespace ax::models

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Parity goldens for the qwen2_5_vl family (Qwen2_5_VLForConditionalGeneration), transformers + peft, CPU fp32.
+
+tests/data/models/qwen2_5_vl/ gets:
+  config.json, model.safetensors   a tiny random model as save_pretrained writes it (visual.*, model.layers.*)
+  adapter/                         a peft LoRA adapter on the language model (B random so every factor matters)
+  golden.safetensors               per sample k: ids.k, labels.k, logits.k (with the adapter), and for the
+                                   samples with images pixel_values.k [n_patches, patch_dim] and grid.k
+                                   [n_images, 3]; loss (the mean token loss over all three samples, as one
+                                   packed batch computes it) and grad.<peft key> of every LoRA factor
+
+Samples: 0 holds two images of different sizes (one 4x6 patches, one 8x10: windows cut at the image's edge),
+1 one image of another shape (6x4), 2 is text only. transformers runs each alone (no padding, positions from
+its get_rope_index); tests/unit/model_qwen2_5_vl_test.cpp packs them into rows.
+
+patch_size is 2 (patch_dim 3*2*2*2 = 24) to keep the files small; the code paths are those of 14 (1176).
+
+Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_vlm_goldens.py
+"""
+import os
+import shutil
+
+import peft
+import torch
+import transformers
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models", "qwen2_5_vl")
+IMG, VID, VS, VE = 90, 91, 92, 93
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def config():
+    return transformers.Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, rms_norm_eps=1e-6, max_position_embeddings=256,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [1, 2, 3]},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        # head_dim 16; window_size 8 = 2 merge blocks of 2x2 patches of 2 pixels; block 1 has full attention.
+        vision_config=dict(depth=3, hidden_size=32, intermediate_size=24, num_heads=2, out_hidden_size=48, patch_size=2,
+                           temporal_patch_size=2, spatial_merge_size=2, window_size=8, fullatt_block_indexes=[1]),
+        image_token_id=IMG, video_token_id=VID, vision_start_token_id=VS, vision_end_token_id=VE, tie_word_embeddings=False)
+
+
+def text(g, n):
+    return torch.randint(3, 88, (n,), generator=g).tolist()
+
+
+def image(grid):
+    t, h, w = grid
+    return [VS] + [IMG] * (t * h * w // 4) + [VE]
+
+
+def main():
+    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+    torch.manual_seed(1234)
+    cfg = config()
+    cfg._attn_implementation = "eager"
+    cfg.text_config._attn_implementation = "eager"
+    cfg.vision_config._attn_implementation = "eager"
+    cfg.initializer_range = 0.2
+    cfg.text_config.initializer_range = 0.2
+    cfg.vision_config.initializer_range = 0.2
+    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n or "ln_q" in n:
+                p.add_(0.1 * torch.randn_like(p))  # weights at 1 would hide a missing norm
+            elif n.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    shutil.rmtree(OUT, ignore_errors=True)
+    model.save_pretrained(OUT)
+
+    torch.manual_seed(99)
+    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=TARGETS, exclude_modules=".*visual.*", lora_dropout=0.0)
+    pm = get_peft_model(model, lcfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.copy_(0.3 * torch.randn_like(p))
+    assert not any("visual" in n for n, p in pm.named_parameters() if p.requires_grad)
+    pm.save_pretrained(os.path.join(OUT, "adapter"))
+
+    g = torch.Generator().manual_seed(7)
+    grids = [[[1, 4, 6], [1, 8, 10]], [[1, 6, 4]], []]
+    samples = [text(g, 3) + image(grids[0][0]) + text(g, 4) + image(grids[0][1]) + text(g, 2),
+               text(g, 5) + image(grids[1][0]) + text(g, 6),
+               text(g, 12)]
+    golden = {}
+    total, count = 0.0, 0
+    for k, (ids, gr) in enumerate(zip(samples, grids)):
+        ids = torch.tensor(ids)[None]
+        labels = ids.clone()
+        labels[ids == IMG] = -100
+        kw = {}
+        if gr:
+            n = sum(t * h * w for t, h, w in gr)
+            kw = dict(pixel_values=torch.randn(n, 3 * 2 * 2 * 2, generator=g), image_grid_thw=torch.tensor(gr),
+                      mm_token_type_ids=(ids == IMG).int())
+            golden[f"pixel_values.{k}"] = kw["pixel_values"]
+            golden[f"grid.{k}"] = kw["image_grid_thw"]
+        logits = pm(input_ids=ids, **kw).logits
+        # The loss a packed batch of all three computes: summed token losses over all samples' targets.
+        tgt = labels[0, 1:]
+        total = total + torch.nn.functional.cross_entropy(logits[0, :-1].float(), tgt, ignore_index=-100, reduction="sum")
+        count += int((tgt != -100).sum())
+        golden[f"ids.{k}"] = ids[0]
+        golden[f"labels.{k}"] = labels[0]
+        golden[f"logits.{k}"] = logits[0].detach().contiguous()
+    loss = total / count
+    loss.backward()
+    golden["loss"] = loss.detach().reshape(1)
+    for n, p in pm.named_parameters():
+        if p.requires_grad:
+            golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
+    save_file(golden, os.path.join(OUT, "golden.safetensors"))
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
+    assert size < 450_000, size
+    print(f"qwen2_5_vl: loss {loss.item():.6f}, {size} bytes")
+
+
+if __name__ == "__main__":
+    main()

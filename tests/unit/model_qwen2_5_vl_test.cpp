@@ -1,0 +1,300 @@
+// qwen2_5_vl against transformers + peft (goldens: scripts/goldens/make_vlm_goldens.py, fp32 CPU): logits, loss
+// and LoRA gradients of three samples (two images of different sizes; one image; text only) that transformers
+// ran one by one and that we run packed into two rows with padding. Also: the rope index, both checkpoint
+// layouts, config refusals, adapters we save, and a few training steps.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/ATen.h>
+
+#include "axengine/builtins.hpp"
+#include "axengine/error.hpp"
+#include "axengine/models.hpp"
+#include "axengine/safetensors.hpp"
+#include "axengine/strings.hpp"
+#include "models/qwen2_5_vl.hpp"
+#include "models/register.hpp"
+#include "unit/model_case_util.hpp"
+#include "unit/model_test_backends.hpp"
+#include "unit/test_paths.hpp"
+
+namespace fs = std::filesystem;
+using ax::models::Qwen25VlModel;
+
+namespace {
+
+struct Loaded {
+  std::unique_ptr<ax::Registry> registry;
+  std::unique_ptr<ax::Model> model;
+  Qwen25VlModel& vl() { return dynamic_cast<Qwen25VlModel&>(*model); }
+};
+
+Loaded load(const std::string& dir, const std::string& backends, const std::string& adapter,
+            std::optional<ax::LoraSpec> spec = std::nullopt) {
+  Loaded l;
+  l.registry = std::make_unique<ax::Registry>();
+  if (backends == "naive") {
+    ax::test::add_naive_backends(*l.registry);
+    ax::models::register_builtin_models(*l.registry);
+  } else {
+    ax::register_builtins(*l.registry);
+  }
+  ax::ModelLoadOptions o;
+  o.dir = dir;
+  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, ax::KernelPreferences{}, ax::DeviceInfo{});
+  o.adapter_dir = adapter;
+  o.lora = std::move(spec);
+  l.model = ax::load_model(*l.registry, o);
+  return l;
+}
+
+std::string case_path() { return ax::test::case_dir("qwen2_5_vl").string(); }
+std::shared_ptr<ax::safetensors::File> golden() {
+  return ax::safetensors::File::open((ax::test::case_dir("qwen2_5_vl") / "golden.safetensors").string());
+}
+
+double rel_max(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
+}
+double rel_norm(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
+}
+
+// Row 0: sample 0 (39 tokens). Row 1: sample 1 (19), sample 2 (12, text only), 8 padding tokens. The spans and
+// positions make_batch gives them; the images' extras concatenated in token order.
+struct Packed {
+  ax::Batch batch;
+  std::vector<std::array<int64_t, 3>> where;  // sample k: row, offset, length
+};
+Packed packed_batch(const ax::safetensors::File& g) {
+  const int64_t S = g.get("ids.0").size(0);
+  Packed p;
+  p.where = {{0, 0, S}, {1, 0, g.get("ids.1").size(0)}, {1, g.get("ids.1").size(0), g.get("ids.2").size(0)}};
+  at::Tensor ids = at::zeros({2, S}, at::kLong), labels = at::full({2, S}, -100, at::kLong), pos = at::zeros({2, S}, at::kLong);
+  std::vector<int32_t> cu{0};
+  for (int k = 0; k < 3; ++k) {
+    auto [row, off, len] = p.where[k];
+    ids[row].narrow(0, off, len).copy_(g.get(ax::str("ids.", k)));
+    labels[row].narrow(0, off, len).copy_(g.get(ax::str("labels.", k)));
+    pos[row].narrow(0, off, len).copy_(at::arange(len, at::kLong));
+    cu.push_back(static_cast<int32_t>(row * S + off + len));
+  }
+  const int64_t pad_off = p.where[2][1] + p.where[2][2];
+  pos[1].narrow(0, pad_off, S - pad_off).copy_(at::arange(S - pad_off, at::kLong));
+  cu.push_back(static_cast<int32_t>(2 * S));
+  ax::Batch& b = p.batch;
+  b.input_ids = ids;
+  b.labels = labels;
+  b.position_ids = pos;
+  b.cu_seqlens = at::tensor(cu, at::kInt);
+  b.cu_seqlens_host = b.cu_seqlens;
+  b.max_seqlen = S;
+  b.extras["pixel_values"] = at::cat({g.get("pixel_values.0"), g.get("pixel_values.1")});
+  b.extras["image_grid_thw"] = at::cat({g.get("grid.0"), g.get("grid.1")});
+  return p;
+}
+
+void check_logits(const at::Tensor& logits, const Packed& p, const ax::safetensors::File& g) {
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    auto [row, off, len] = p.where[k];
+    CHECK(rel_max(logits[row].narrow(0, off, len), g.get(ax::str("logits.", k))) <= 1e-4);
+  }
+}
+
+void check_parity(const std::string& backends) {
+  CAPTURE(backends);
+  auto g = golden();
+  auto l = load(case_path(), backends, case_path() + "/adapter");
+  Packed p = packed_batch(*g);
+  auto out = l.model->forward(p.batch, true);
+  check_logits(out.logits, p, *g);
+  const double want = g->get("loss").item<double>();
+  CHECK(std::abs(out.loss.item<double>() - want) <= 1e-5 * std::max(1.0, want));
+  out.loss.backward();
+  int checked = 0;
+  for (const auto& m : l.vl().text().lora().modules) {
+    CAPTURE(m.peft_key);
+    REQUIRE(m.a.grad().defined());
+    CHECK(rel_norm(m.a.grad(), g->get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
+    CHECK(rel_norm(m.b.grad(), g->get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
+    checked += 2;
+  }
+  int golden_grads = 0;
+  for (const auto& t : g->tensors()) golden_grads += t.name.rfind("grad.", 0) == 0;
+  CHECK(checked == golden_grads);
+  CHECK(checked == 2 * 7 * 2);  // every projection of both layers, none in the vision tower
+}
+
+}  // namespace
+
+TEST_CASE("qwen2_5_vl parity: images of three sizes, several per sample, packed rows with a text-only sample vs transformers+peft") {
+  check_parity("reference");
+  check_parity("naive");
+}
+
+TEST_CASE("qwen2_5_vl: the transformers 5 checkpoint layout (model.language_model.*, model.visual.*) loads the same model") {
+  auto g = golden();
+  auto src = ax::safetensors::File::open(case_path() + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> renamed;
+  for (const auto& t : src->tensors()) {
+    std::string n = t.name;
+    if (n.rfind("visual.", 0) == 0) n = "model." + n;
+    else if (n.rfind("model.", 0) == 0) n = "model.language_model." + n.substr(6);
+    renamed.emplace_back(n, src->get(t.name));
+  }
+  fs::path dir = ax::test::scratch_dir("qwen2_5_vl_v5");
+  fs::copy_file(fs::path(case_path()) / "config.json", dir / "config.json");
+  ax::safetensors::save((dir / "model.safetensors").string(), renamed);
+  auto l = load(dir.string(), "reference", case_path() + "/adapter");
+  Packed p = packed_batch(*g);
+  check_logits(l.model->forward(p.batch, true).logits, p, *g);
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("qwen2_5_vl: rope index as transformers' get_rope_index, per packed span") {
+  ax::models::VlConfig cfg = ax::models::parse_qwen2_5_vl_config(ax::test::config_of("qwen2_5_vl"), "config.json");
+  const int64_t I = cfg.image_token_id, V = cfg.vision_start_token_id, E = cfg.vision_end_token_id;
+  // Span 0: 2 text, <vs>, a 1x4x6 grid (2x3 merged), <ve>, 1 text. Span 1: 3 text.
+  std::vector<int64_t> ids{5, 6, V, I, I, I, I, I, I, E, 7, 8, 9, 10};
+  at::Tensor pos = ax::models::mrope_positions(at::tensor(ids), at::tensor(std::vector<int64_t>{0, 11, 14}), {{1, 4, 6}}, cfg);
+  std::vector<std::vector<int64_t>> want{{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7, 0, 1, 2},
+                                         {0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7, 0, 1, 2},
+                                         {0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7, 0, 1, 2}};
+  for (int a = 0; a < 3; ++a) {
+    CAPTURE(a);
+    CHECK(at::equal(pos[a], at::tensor(want[a])));
+  }
+  auto err = [&](std::vector<int64_t> t, ax::models::Grids grids) {
+    try {
+      ax::models::mrope_positions(at::tensor(t), at::tensor(std::vector<int64_t>{0, int64_t(t.size())}), grids, cfg);
+    } catch (const ax::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(err({5, I, I, I, 6}, {{1, 4, 6}}).find("needs 6 placeholder tokens but its run at token 1 has 3") != std::string::npos);
+  CHECK(err({5, I, I, I, I, I, I}, {{1, 4, 6}, {1, 2, 2}}).find("2 images but the tokens hold 1") != std::string::npos);
+  CHECK(err({5, I, 6}, {}).find("more image placeholder runs") != std::string::npos);
+  CHECK(err({5, cfg.video_token_id}, {}).find("videos are not supported") != std::string::npos);
+  // Grids the tower cannot take.
+  CHECK_THROWS_WITH_AS(ax::models::read_grids(at::tensor(std::vector<int64_t>{1, 3, 4}).view({1, 3}), cfg.vision),
+                       doctest::Contains("not multiples of spatial_merge_size"), ax::UsageError);
+  CHECK_THROWS_WITH_AS(ax::models::read_grids(at::tensor(std::vector<int64_t>{1, 4}).view({1, 2}), cfg.vision),
+                       doctest::Contains("must be [n_images, 3]"), ax::UsageError);
+}
+
+TEST_CASE("qwen2_5_vl config: transformers 4 layout, refusals") {
+  nlohmann::json j = ax::test::config_of("qwen2_5_vl");
+  // transformers 4: the text keys at the top level, rope_scaling {type: mrope}.
+  nlohmann::json v4 = j["text_config"];
+  v4.erase("rope_parameters");
+  v4["rope_theta"] = 1000.0;
+  v4["rope_scaling"] = {{"type", "mrope"}, {"mrope_section", {1, 2, 3}}};
+  for (const char* k : {"model_type", "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                        "tie_word_embeddings"})
+    v4[k] = j[k];
+  auto a = ax::models::parse_qwen2_5_vl_config(j, "c.json"), b = ax::models::parse_qwen2_5_vl_config(v4, "c.json");
+  CHECK(a.text.mrope_section == b.text.mrope_section);
+  CHECK(a.text.rope.theta == b.text.rope.theta);
+  CHECK(a.text.hidden_size == b.text.hidden_size);
+  CHECK(a.vision.window_size == b.vision.window_size);
+  auto refused = [&](nlohmann::json c, const std::string& what) {
+    CAPTURE(what);
+    CHECK_THROWS_WITH_AS(ax::models::parse_qwen2_5_vl_config(c, "c.json"), doctest::Contains(what.c_str()), ax::UsageError);
+  };
+  nlohmann::json c = j;
+  c["model_type"] = "qwen2_vl";
+  refused(c, "Qwen2-VL) is not supported");
+  c = j;
+  c["text_config"]["rope_parameters"]["mrope_section"] = {2, 2, 3};
+  refused(c, "'mrope_section' must be three sizes summing to head_dim / 2 = 6");
+  c = j;
+  c["vision_config"]["out_hidden_size"] = 40;
+  refused(c, "'vision_config.out_hidden_size' is 40");
+  c = j;
+  c["vision_config"]["window_size"] = 6;
+  refused(c, "'vision_config.window_size' 6 is not a multiple");
+  c = j;
+  c["vision_config"]["fullatt_block_indexes"] = {3};
+  refused(c, "not a block index in [0, 3)");
+  c = j;
+  c["vision_config"]["hidden_act"] = "gelu";
+  refused(c, "'vision_config.hidden_act' must be \"silu\"");
+  c = j;
+  c["text_config"]["rope_parameters"]["rope_type"] = "yarn";
+  c["text_config"]["rope_parameters"]["factor"] = 2.0;
+  refused(c, "not supported with multimodal RoPE");
+  // LoRA on the vision tower is refused by name.
+  ax::LoraSpec spec;
+  spec.targets = {"q_proj", "qkv"};
+  CHECK_THROWS_WITH_AS(load(case_path(), "reference", "", spec), doctest::Contains("target 'qkv' names a module of the qwen2_5_vl vision tower"),
+                       ax::UsageError);
+}
+
+TEST_CASE("qwen2_5_vl: adapters we save reload with the same logits; with AXENGINE_VLM_PEFT_EXPORT_DIR, written for peft") {
+  auto g = golden();
+  ax::LoraSpec spec;
+  spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
+  spec.r = 3;
+  spec.alpha = 7;
+  spec.seed = 5;
+  auto l = load(case_path(), "reference", "", spec);
+  for (const auto& m : l.vl().text().lora().modules) {  // B random, so the adapter changes the logits
+    at::NoGradGuard ng;
+    m.b.copy_(at::randn_like(m.b) * 0.3);
+  }
+  Packed p = packed_batch(*g);
+  at::Tensor logits = l.model->forward(p.batch, true).logits.detach();
+  const char* env = std::getenv("AXENGINE_VLM_PEFT_EXPORT_DIR");
+  fs::path dir = env ? fs::path(env) : ax::test::scratch_dir("qwen2_5_vl_adapter");
+  l.model->save_adapter((dir / "adapter").string());
+  auto cfg = ax::models::read_json_file((dir / "adapter" / "adapter_config.json").string());
+  CHECK(cfg["exclude_modules"] == ax::models::kVisionExclude);
+  auto st = ax::safetensors::File::open((dir / "adapter" / "adapter_model.safetensors").string());
+  CHECK(st->find("base_model.model.model.language_model.layers.1.self_attn.q_proj.lora_A.weight") != nullptr);
+  auto again = load(case_path(), "reference", (dir / "adapter").string());
+  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
+  if (env) {  // tests/python/check_vlm_peft.py: peft's logits of each sample alone against ours
+    std::vector<std::pair<std::string, at::Tensor>> expected;
+    for (int k = 0; k < 3; ++k) {
+      auto [row, off, len] = p.where[k];
+      expected.emplace_back(ax::str("ids.", k), g->get(ax::str("ids.", k)));
+      expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
+      if (g->find(ax::str("grid.", k))) {
+        expected.emplace_back(ax::str("pixel_values.", k), g->get(ax::str("pixel_values.", k)));
+        expected.emplace_back(ax::str("grid.", k), g->get(ax::str("grid.", k)));
+      }
+    }
+    ax::safetensors::save((dir / "expected.safetensors").string(), expected);
+    std::ofstream(dir / "base_dir.txt") << case_path();
+  } else {
+    ax::test::remove_tree(dir);
+  }
+}
+
+TEST_CASE("qwen2_5_vl: LoRA training on an image+text batch lowers the loss") {
+  auto g = golden();
+  ax::LoraSpec spec;
+  spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  spec.r = 4;
+  auto l = load(case_path(), "reference", "", spec);
+  Packed p = packed_batch(*g);
+  std::vector<at::Tensor> params;
+  for (const auto& [n, t] : l.model->trainable_parameters()) params.push_back(t);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    auto out = l.model->forward(p.batch, false);
+    for (auto& t : params) t.mutable_grad() = at::Tensor();
+    out.loss.backward();
+    at::NoGradGuard ng;
+    for (auto& t : params) t.sub_(t.grad() * 0.05);
+    (step == 0 ? first : last) = out.loss.item<double>();
+  }
+  CAPTURE(first);
+  CAPTURE(last);
+  CHECK(last < first - 0.3);
+}
