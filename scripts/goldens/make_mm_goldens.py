@@ -91,6 +91,7 @@ def main():
                             for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")])
     (out / "tokenizer").mkdir(exist_ok=True)
     tok.save(str(out / "tokenizer/tokenizer.json"))
+    shutil.copy(root / "tests/data/tokenizers/transformers_qwen2/tokenizer_config.json", out / "tokenizer/")  # EOS
     print("wrote", out, len(tensors), "tensors")
 
 

@@ -1,12 +1,13 @@
 // The mm_cpt dataset type: raw rows (placeholders -> vision tokens), tokenized rows, bad rows and images under
 // on_bad_row, config validation, the prepared-data cache (decode counts) and collation.
-#include <doctest/doctest.h>
-
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 #include <random>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
@@ -16,6 +17,8 @@
 #include "image.hpp"
 #include "mm_dataset.hpp"
 #include "processor.hpp"
+// Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
+#include <doctest/doctest.h>
 
 namespace fs = std::filesystem;
 using namespace ax::mm;
@@ -74,7 +77,7 @@ TEST_CASE("mm_cpt dataset: raw rows expand each placeholder to vision_start + im
 
   ax::Sample two = ds->get(1);
   const at::Tensor grid = two.extras.at("image_grid_thw");
-  REQUIRE(grid.sizes() == at::IntArrayRef{2, 3});
+  REQUIRE((grid.sizes() == at::IntArrayRef{2, 3}));
   const int64_t n0 = grid[0].prod().item<int64_t>() / 4, n1 = grid[1].prod().item<int64_t>() / 4;
   CHECK(count(two.input_ids, pad) == n0 + n1);
   CHECK(count(two.input_ids, vs) == 2);
@@ -91,8 +94,8 @@ TEST_CASE("mm_cpt dataset: raw rows expand each placeholder to vision_start + im
   CHECK(at::equal(two.extras.at("pixel_values"), at::cat({a.pixel_values, b.pixel_values}, 0)));
 
   ax::Sample none = ds->get(2);
-  CHECK(none.extras.at("pixel_values").sizes() == at::IntArrayRef{0, 1176});
-  CHECK(none.extras.at("image_grid_thw").sizes() == at::IntArrayRef{0, 3});
+  CHECK((none.extras.at("pixel_values").sizes() == at::IntArrayRef{0, 1176}));
+  CHECK((none.extras.at("image_grid_thw").sizes() == at::IntArrayRef{0, 3}));
   CHECK(count(none.input_ids, pad) == 0);
   fs::remove_all(dir);
 }
@@ -106,7 +109,7 @@ TEST_CASE("mm_cpt dataset: placeholder/image count mismatches and bad images nam
 {"text": "injected <|image_pad|> <image>", "images": "img/a.jpg"}
 )");
   std::ofstream(dir / "img/empty.png").close();
-  std::ofstream(dir / "img/corrupt.webp") << "RIFF\x10\0\0\0WEBPVP8 garbage";
+  std::ofstream(dir / "img/corrupt.webp") << std::string("RIFF\x10\0\0\0WEBPVP8 garbage", 23);
   std::string err = error_of([&] { open(dir, entry("")); });
   CHECK(err.find("data.jsonl:2: the text has 2 '<image>' placeholder(s) for 1 image(s)") != std::string::npos);
 
@@ -161,7 +164,8 @@ TEST_CASE("mm_cpt dataset: unknown and ambiguous keys are config errors with the
   err = error_of([&] { open(dir, toml::parse("type = \"mm_cpt\"\nrows = \"tokenized\"\npath = \"data.jsonl\"\ntext_column = \"t\"\n")); });
   CHECK(err.find("run.toml:4:") != std::string::npos);
   CHECK(err.find("applies to rows = \"raw\"") != std::string::npos);
-  err = error_of([&] { open(dir, entry("min_pixels = 20000\n")); });
+  err = error_of([&] { open(dir, toml::parse("type = \"mm_cpt\"\npath = \"data.jsonl\"\nmin_pixels = 20000\nmax_pixels = 12544\n")); });
+  CHECK(err.find("run.toml:4:") != std::string::npos);
   CHECK(err.find("min_pixels <= max_pixels") != std::string::npos);
   fs::remove_all(dir);
 }

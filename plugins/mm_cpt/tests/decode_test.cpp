@@ -1,13 +1,15 @@
 // Image decoding: bad inputs are errors naming the file, a decompression bomb is refused from its header, and
 // the EXIF reader is bounds-checked.
-#include <doctest/doctest.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "axengine/error.hpp"
 #include "image.hpp"
+// Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
+#include <doctest/doctest.h>
 
 namespace fs = std::filesystem;
 using namespace ax::mm;

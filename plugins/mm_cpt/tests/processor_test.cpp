@@ -1,8 +1,6 @@
 // The C++ Qwen2-VL processor against transformers' fast processor (Qwen2VLImageProcessor, torchvision
 // backend) on the committed images (scripts/goldens/make_mm_goldens.py): our decoders give PIL's pixels
 // (after exif_transpose and convert_to_rgb), and our pixel_values / image_grid_thw equal transformers' on them.
-#include <doctest/doctest.h>
-
 #include <filesystem>
 
 #include <ATen/ATen.h>
@@ -12,6 +10,8 @@
 #include "axengine/safetensors.hpp"
 #include "image.hpp"
 #include "processor.hpp"
+// Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
+#include <doctest/doctest.h>
 
 namespace fs = std::filesystem;
 using namespace ax::mm;
@@ -32,12 +32,12 @@ std::vector<std::string> image_names() {
 
 TEST_CASE("mm_cpt processor: smart_resize equals transformers' (rounding half to even, min/max bounds, ratio)") {
   // Values from transformers' smart_resize (factor 28).
-  CHECK(smart_resize(61, 97, 28, 3136, 12544) == std::pair<int64_t, int64_t>{56, 84});
-  CHECK(smart_resize(480, 640, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{476, 644});
-  CHECK(smart_resize(11, 13, 28, 3136, 12544) == std::pair<int64_t, int64_t>{56, 84});
-  CHECK(smart_resize(42, 42, 28, 28 * 28, 1 << 20) == std::pair<int64_t, int64_t>{56, 56});  // 1.5 -> 2 (even)
-  CHECK(smart_resize(70, 70, 28, 28 * 28, 1 << 20) == std::pair<int64_t, int64_t>{56, 56});  // 2.5 -> 2 (even)
-  CHECK(smart_resize(4000, 3000, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{1148, 840});
+  CHECK((smart_resize(61, 97, 28, 3136, 12544) == std::pair<int64_t, int64_t>{56, 84}));
+  CHECK((smart_resize(480, 640, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{476, 644}));
+  CHECK((smart_resize(11, 13, 28, 3136, 12544) == std::pair<int64_t, int64_t>{56, 84}));
+  CHECK((smart_resize(42, 42, 28, 28 * 28, 1 << 20) == std::pair<int64_t, int64_t>{56, 56}));  // 1.5 -> 2 (even)
+  CHECK((smart_resize(70, 70, 28, 28 * 28, 1 << 20) == std::pair<int64_t, int64_t>{56, 56}));  // 2.5 -> 2 (even)
+  CHECK((smart_resize(4000, 3000, 28, 3136, 1003520) == std::pair<int64_t, int64_t>{1148, 840}));
   CHECK_THROWS_WITH_AS(smart_resize(1, 300, 28, 3136, 12544), doctest::Contains("aspect ratio"), ax::UsageError);
 }
 
