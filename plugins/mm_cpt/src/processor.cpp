@@ -4,14 +4,46 @@
 #include <cstring>
 #include <sstream>
 
+#include <dlfcn.h>
+
 #include <ATen/ATen.h>
-#include <c10/util/ParallelGuard.h>
+#include <ATen/Parallel.h>
 #include <tbb/parallel_for.h>
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::mm {
+namespace {
+
+// ATen (the torch wheel) parallelises its kernels with OpenMP, whose thread count is per calling thread.
+// Called from oneTBB workers that already run one image each, every kernel would start its own OpenMP team
+// (threads x threads on a 16-core host), so for the length of one image the calling thread's OpenMP count
+// is set to 1 and restored after. The functions are looked up in the process (torch's own libgomp, which a
+// plugin does not link directly); without OpenMP they are absent and this does nothing.
+class SerialAten {
+ public:
+  SerialAten() {
+    static const auto set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    static const auto get = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (!set || !get) return;
+    at::get_num_threads();  // ATen's lazy per-thread initialisation first, or it would overwrite ours
+    set_ = set;
+    saved_ = get();
+    if (saved_ != 1) set_(1);
+  }
+  ~SerialAten() {
+    if (set_ && saved_ != 1) set_(saved_);
+  }
+  SerialAten(const SerialAten&) = delete;
+  SerialAten& operator=(const SerialAten&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int saved_ = 1;
+};
+
+}  // namespace
 
 std::string ProcessorConfig::fingerprint() const {
   std::ostringstream os;
@@ -58,8 +90,7 @@ std::pair<int64_t, int64_t> smart_resize(int64_t height, int64_t width, int64_t 
 ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
   if (img.width <= 0 || img.height <= 0 || img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3))
     throw UsageError("image processor: an empty or inconsistent image");
-  // ATen's parallel_for runs inline inside a ParallelGuard: the caller (a oneTBB task) is the parallelism.
-  c10::ParallelGuard inline_only(true);
+  SerialAten serial;  // the caller (a oneTBB task per image) is the parallelism
   const int64_t factor = cfg.patch_size * cfg.merge_size;
   auto [rh, rw] = smart_resize(img.height, img.width, factor, cfg.min_pixels, cfg.max_pixels);
   // uint8 [1, 3, H, W], contiguous: what the torchvision backend hands to resize (HWC permuted, .contiguous()).

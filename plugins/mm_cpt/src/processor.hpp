@@ -46,7 +46,7 @@ struct ProcessedImage {
 };
 
 // One image. Safe to call from several threads; ATen's own intra-op threading is kept out of the way
-// (each call runs its kernels on the calling thread) so that callers parallelise over images.
+// (each call runs its kernels on the calling thread, see SerialAten) so that callers parallelise over images.
 ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg);
 
 // Many images in parallel (oneTBB), concatenated in order: pixel_values [sum patches, 1176], grid [n, 3].
