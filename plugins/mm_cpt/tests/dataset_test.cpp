@@ -223,6 +223,24 @@ TEST_CASE("mm_cpt dataset: a cached prepare decodes no image again; changing max
   auto changed = prepare();
   CHECK_FALSE(changed.sources.at(0).from_cache);
   CHECK(image_decodes() - before == 4);
+
+  // The processor settings of the model dir key the cache too (core's prepare step hashes the model's
+  // preprocessor_config.json): editing it re-prepares, an unchanged one is a cache hit.
+  fs::create_directories(dir / "model");
+  std::ofstream(dir / "model/preprocessor_config.json") << R"({"min_pixels": 3136, "max_pixels": 12544})";
+  auto with_model = [&](const std::string& text) {
+    std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[model]\npath = \"model\"\n[data]\nsequence_len = 256\n"
+                                       "eval_fraction = 0.0\ncache = true\ncache_dir = \"" << (dir / "cache").string()
+                                    << "\"\n[[datasets]]\ntype = \"mm_cpt\"\npath = \"data.jsonl\"\n";
+    if (!text.empty()) std::ofstream(dir / "model/preprocessor_config.json") << text;
+    return prepare();
+  };
+  CHECK_FALSE(with_model("").sources.at(0).from_cache);
+  CHECK(with_model("").sources.at(0).from_cache);
+  before = image_decodes();
+  auto edited = with_model(R"({"min_pixels": 3136, "max_pixels": 6272})");
+  CHECK_FALSE(edited.sources.at(0).from_cache);
+  CHECK(image_decodes() - before == 4);
   fs::remove_all(dir);
 }
 
