@@ -186,6 +186,7 @@ TEST_CASE("mm_cpt dataset: a cached prepare decodes no image again; changing max
   auto dir = corpus("cache", R"({"text": "one <image>", "images": "img/a.jpg"}
 {"text": "two <image> <image>", "images": ["img/c.webp", "img/d.webp"]}
 {"text": "three <image>", "images": "img/j_large.jpg"}
+{"text": "four, text only"}
 )");
   ax::Registry reg;
   ax::Provider p;
