@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>
 
+#include "axengine/config_binder.hpp"
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
@@ -231,11 +232,6 @@ std::vector<std::string> MmCptType::known_keys() const {
   return {"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row", "rows", "text_column", "image_column",
           "image_base_dir", "image_placeholder", "vision_start_token", "vision_end_token", "image_token", "add_bos",
           "add_eos", "min_pixels", "max_pixels", "max_decode_pixels"};
-}
-
-void document_mm_cpt_keys(TableBinder& t) {
-  Options o;
-  bind(t, o);
 }
 
 std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const DatasetContext& ctx) const {

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "axengine/config_binder.hpp"
 #include "axengine/dataset.hpp"
 
 namespace ax::mm {
@@ -32,8 +31,5 @@ class MmCptType final : public DatasetType {
   // The image token of the last opened entry, to refuse a batch that cuts a sample inside its image tokens.
   mutable std::atomic<int32_t> image_token_id_{-1};
 };
-
-// The type's keys and their documentation (docs/config.md).
-void document_mm_cpt_keys(TableBinder& t);
 
 }  // namespace ax::mm
