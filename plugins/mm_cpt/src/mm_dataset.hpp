@@ -1,0 +1,35 @@
+// The `mm_cpt` dataset type: image + text rows for multimodal continued pre-training of Qwen2-VL-style models
+// (docs/plugins/mm_cpt.md). Two row forms (`rows`):
+//   raw        {"text": "a cat <image> on a mat", "images": "cat.jpg"}: each placeholder becomes
+//              <|vision_start|> <|image_pad|> x (t*h*w / merge^2) <|vision_end|>, the text is tokenised;
+//   tokenized  {"_mm_text": ..., "images": [...], "input_ids": [...], "attention_mask": [...], "labels": [...]}:
+//              ids passed through, checked against the images' token counts.
+// Samples carry extras "pixel_values" float32 [patches, 1176] (the sample's images in order) and
+// "image_grid_thw" int64 [images, 3]; collate() concatenates both over a batch's samples in layout order.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "axengine/dataset.hpp"
+
+namespace ax::mm {
+
+// Images decoded by this process (every decode_image_file of the type): the tests prove that a cached
+// prepare decodes nothing.
+std::uint64_t image_decodes();
+
+class MmCptType final : public DatasetType {
+ public:
+  std::vector<std::string> known_keys() const override;
+  std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override;
+  std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const override;
+
+ private:
+  // The image token of the last opened entry, to refuse a batch that cuts a sample inside its image tokens.
+  mutable std::atomic<int32_t> image_token_id_{-1};
+};
+
+}  // namespace ax::mm

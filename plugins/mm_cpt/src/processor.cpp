@@ -1,0 +1,162 @@
+#include "processor.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include <dlfcn.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <tbb/parallel_for.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::mm {
+namespace {
+
+// ATen (the torch wheel) parallelises its kernels with OpenMP, whose thread count is per calling thread.
+// Called from oneTBB workers that already run one image each, every kernel would start its own OpenMP team
+// (threads x threads on a 16-core host), so for the length of one image the calling thread's OpenMP count
+// is set to 1 and restored after. The functions are looked up in the process (torch's own libgomp, which a
+// plugin does not link directly); without OpenMP they are absent and this does nothing.
+class SerialAten {
+ public:
+  SerialAten() {
+    static const auto set = reinterpret_cast<void (*)(int)>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    static const auto get = reinterpret_cast<int (*)()>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (!set || !get) return;
+    at::get_num_threads();  // ATen's lazy per-thread initialisation first, or it would overwrite ours
+    set_ = set;
+    saved_ = get();
+    if (saved_ != 1) set_(1);
+  }
+  ~SerialAten() {
+    if (set_ && saved_ != 1) set_(saved_);
+  }
+  SerialAten(const SerialAten&) = delete;
+  SerialAten& operator=(const SerialAten&) = delete;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int saved_ = 1;
+};
+
+}  // namespace
+
+std::string ProcessorConfig::fingerprint() const {
+  std::ostringstream os;
+  os.precision(17);
+  os << "qwen2_vl_fast v1 min " << min_pixels << " max " << max_pixels << " patch " << patch_size << " t "
+     << temporal_patch_size << " merge " << merge_size << " mean";
+  for (double m : image_mean) os << ' ' << m;
+  os << " std";
+  for (double s : image_std) os << ' ' << s;
+  return os.str();
+}
+
+void ProcessorConfig::validate() const {
+  if (patch_size <= 0 || merge_size <= 0 || temporal_patch_size <= 0)
+    throw UsageError("image processor: patch_size, merge_size and temporal_patch_size must be positive");
+  if (min_pixels <= 0 || max_pixels <= 0 || min_pixels > max_pixels)
+    throw UsageError(ax::str("image processor: need 0 < min_pixels <= max_pixels (got ", min_pixels, ", ", max_pixels, ")"));
+  if (image_mean.size() != 3 || image_std.size() != 3)
+    throw UsageError("image processor: image_mean and image_std need 3 values (R, G, B)");
+  for (double s : image_std)
+    if (!(s > 0)) throw UsageError("image processor: image_std values must be positive");
+}
+
+std::pair<int64_t, int64_t> smart_resize(int64_t height, int64_t width, int64_t factor, int64_t min_pixels,
+                                         int64_t max_pixels) {
+  const double h = static_cast<double>(height), w = static_cast<double>(width), f = static_cast<double>(factor);
+  if (std::max(h, w) / std::min(h, w) > 200)
+    throw UsageError(ax::str("image of ", width, "x", height, ": absolute aspect ratio must be smaller than 200"));
+  // Python's round() rounds half to even, as nearbyint does in the default rounding mode.
+  int64_t hb = static_cast<int64_t>(std::nearbyint(h / f)) * factor;
+  int64_t wb = static_cast<int64_t>(std::nearbyint(w / f)) * factor;
+  if (hb * wb > max_pixels) {
+    const double beta = std::sqrt(h * w / static_cast<double>(max_pixels));
+    hb = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
+    wb = std::max<int64_t>(factor, static_cast<int64_t>(std::floor(w / beta / f)) * factor);
+  } else if (hb * wb < min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(min_pixels) / (h * w));
+    hb = static_cast<int64_t>(std::ceil(h * beta / f)) * factor;
+    wb = static_cast<int64_t>(std::ceil(w * beta / f)) * factor;
+  }
+  return {hb, wb};
+}
+
+ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
+  if (img.width <= 0 || img.height <= 0 || img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3))
+    throw UsageError("image processor: an empty or inconsistent image");
+  SerialAten serial;  // the caller (a oneTBB task per image) is the parallelism
+  const int64_t factor = cfg.patch_size * cfg.merge_size;
+  auto [rh, rw] = smart_resize(img.height, img.width, factor, cfg.min_pixels, cfg.max_pixels);
+  // uint8 [1, 3, H, W], contiguous: what the torchvision backend hands to resize (HWC permuted, .contiguous()).
+  at::Tensor x = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {1, img.height, img.width, 3}, at::kByte)
+                     .permute({0, 3, 1, 2})
+                     .contiguous();
+  if (rh != img.height || rw != img.width)
+    x = at::_upsample_bicubic2d_aa(x, {rh, rw}, /*align_corners=*/false, std::nullopt, std::nullopt);
+  x = x.contiguous();
+  const std::uint8_t* px = x.data_ptr<std::uint8_t>();
+
+  // Fused rescale + normalise as transformers does it: mean and std as float32 tensors times 1 / (1/255).
+  float mean[3], stdv[3];
+  const double inv_rescale = 1.0 / (1.0 / 255.0);
+  for (int c = 0; c < 3; ++c) {
+    mean[c] = static_cast<float>(static_cast<float>(cfg.image_mean[c]) * inv_rescale);
+    stdv[c] = static_cast<float>(static_cast<float>(cfg.image_std[c]) * inv_rescale);
+  }
+  const int64_t P = cfg.patch_size, M = cfg.merge_size, T = cfg.temporal_patch_size;
+  const int64_t gh = rh / P, gw = rw / P;
+  const int64_t dim = 3 * T * P * P;
+  ProcessedImage out;
+  out.grid_h = gh;
+  out.grid_w = gw;
+  out.pixel_values = at::empty({gh * gw, dim}, at::kFloat);
+  float* dst = out.pixel_values.data_ptr<float>();
+  // transformers' patchify: patches ordered (block row, block col, row in block, col in block), each patch
+  // (channel, temporal copy, y, x).
+  int64_t patch = 0;
+  for (int64_t bh = 0; bh < gh / M; ++bh)
+    for (int64_t bw = 0; bw < gw / M; ++bw)
+      for (int64_t mh = 0; mh < M; ++mh)
+        for (int64_t mw = 0; mw < M; ++mw, ++patch) {
+          const int64_t y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
+          float* p = dst + patch * dim;
+          for (int64_t c = 0; c < 3; ++c) {
+            const std::uint8_t* plane = px + c * rh * rw;
+            float* first = p + c * T * P * P;
+            for (int64_t y = 0; y < P; ++y)
+              for (int64_t xx = 0; xx < P; ++xx)
+                first[y * P + xx] = (static_cast<float>(plane[(y0 + y) * rw + x0 + xx]) - mean[c]) / stdv[c];
+            for (int64_t t = 1; t < T; ++t) std::memcpy(first + t * P * P, first, sizeof(float) * P * P);
+          }
+        }
+  return out;
+}
+
+ProcessedBatch concat(const std::vector<ProcessedImage>& parts, int64_t patch_dim) {
+  ProcessedBatch b;
+  std::vector<at::Tensor> pv;
+  b.image_grid_thw = at::empty({static_cast<int64_t>(parts.size()), 3}, at::kLong);
+  auto g = b.image_grid_thw.accessor<int64_t, 2>();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    pv.push_back(parts[i].pixel_values);
+    g[i][0] = parts[i].grid_t;
+    g[i][1] = parts[i].grid_h;
+    g[i][2] = parts[i].grid_w;
+  }
+  b.pixel_values = pv.empty() ? at::empty({0, patch_dim}, at::kFloat) : at::cat(pv, 0);
+  return b;
+}
+
+ProcessedBatch process_images(const std::vector<Image>& images, const ProcessorConfig& cfg) {
+  std::vector<ProcessedImage> parts(images.size());
+  tbb::parallel_for(std::size_t(0), images.size(), [&](std::size_t i) { parts[i] = process_image(images[i], cfg); });
+  return concat(parts, 3 * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size);
+}
+
+}  // namespace ax::mm

@@ -1,0 +1,106 @@
+// Image decoding: bad inputs are errors naming the file, a decompression bomb is refused from its header, and
+// the EXIF reader is bounds-checked.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "axengine/error.hpp"
+#include "image.hpp"
+// Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
+#include <doctest/doctest.h>
+
+namespace fs = std::filesystem;
+using namespace ax::mm;
+
+namespace {
+const std::string kData = MM_CPT_TEST_DATA;
+std::string read(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+std::string scratch(const std::string& name, const std::string& bytes) {
+  fs::path d = fs::temp_directory_path() / ("mm_cpt_decode_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  std::ofstream(d / name, std::ios::binary) << bytes;
+  return (d / name).string();
+}
+const uint8_t* u8(const std::string& s) { return reinterpret_cast<const uint8_t*>(s.data()); }
+}  // namespace
+
+TEST_CASE("mm_cpt decode: missing, empty, unknown and corrupt files are errors naming the file") {
+  CHECK_THROWS_WITH_AS(decode_image_file("/nonexistent/x.jpg", {}), doctest::Contains("/nonexistent/x.jpg: cannot open"), ax::UsageError);
+  const std::string empty = scratch("empty.png", "");
+  CHECK_THROWS_WITH_AS(decode_image_file(empty, {}), doctest::Contains("empty.png: the image file is empty"), ax::UsageError);
+  const std::string text = scratch("text.jpg", "hello, not an image");
+  CHECK_THROWS_WITH_AS(decode_image_file(text, {}), doctest::Contains("text.jpg: not a JPEG, PNG or WebP"), ax::UsageError);
+  for (const char* name : {"a.jpg", "b.png", "c.webp"}) {
+    CAPTURE(name);
+    std::string bytes = read(kData + "/images/" + name);
+    const std::string cut = scratch(std::string("cut_") + name, bytes.substr(0, bytes.size() / 3));
+    // libjpeg recovers from a truncated stream (grey rest) as PIL does with LOAD_TRUNCATED_IMAGES; PNG and
+    // WebP refuse. Either way: no crash, and an error names the file.
+    try {
+      Image img = decode_image_file(cut, {});
+      CHECK(std::string(name) == "a.jpg");
+      CHECK(img.rgb.size() == static_cast<std::size_t>(img.width * img.height * 3));
+    } catch (const ax::UsageError& e) {
+      CHECK(std::string(e.what()).find(cut) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("mm_cpt decode: a decompression bomb is refused from its header, before any allocation") {
+  // A PNG header declaring 60000 x 60000 (3.6 G pixels) followed by nothing: refused by size, not by data.
+  std::string png = read(kData + "/images/b.png");
+  auto put32 = [&](std::size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) png[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+  };
+  put32(16, 60000);
+  put32(20, 60000);
+  // The IHDR CRC is now wrong; libpng checks it only when reading the chunk, after our size check would
+  // run on a valid one, so recompute it (zlib's crc32 polynomial) to make the header fully valid.
+  uint32_t crc = 0xffffffffu;
+  for (std::size_t i = 12; i < 29; ++i) {
+    crc ^= static_cast<uint8_t>(png[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  put32(29, ~crc);
+  const std::string bomb = scratch("bomb.png", png.substr(0, 64));
+  CHECK_THROWS_WITH_AS(decode_image_file(bomb, DecodeLimits{}), doctest::Contains("bomb.png: the image header declares 60000x60000"),
+                       ax::UsageError);
+  // A limit below a real image's size refuses it the same way (JPEG and WebP headers too).
+  DecodeLimits tight;
+  tight.max_pixels = 1000;
+  for (const char* name : {"a.jpg", "c.webp", "b.png"})
+    CHECK_THROWS_WITH_AS(decode_image_file(kData + "/images/" + name, tight), doctest::Contains("over the limit of 1000 pixels"),
+                         ax::UsageError);
+}
+
+TEST_CASE("mm_cpt decode: EXIF orientation is read bounds-checked and applied as PIL's exif_transpose") {
+  // II, IFD at 8, one entry: tag 0x0112 SHORT count 1 value 6.
+  const uint8_t le[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(exif_orientation(le, sizeof le) == 6);
+  const uint8_t be[] = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 3, 0, 0};
+  CHECK(exif_orientation(be, sizeof be) == 3);
+  for (std::size_t n = 0; n < sizeof le - 6; ++n) CHECK(exif_orientation(le, n) == 1);  // cut short: no read past the end
+  uint8_t far[sizeof le];
+  std::memcpy(far, le, sizeof le);
+  far[4] = 0xff;  // IFD offset beyond the block
+  CHECK(exif_orientation(far, sizeof far) == 1);
+  Image img;
+  img.width = 3;
+  img.height = 2;
+  for (int i = 0; i < 6; ++i) img.rgb.insert(img.rgb.end(), {uint8_t(i), uint8_t(i), uint8_t(i)});
+  // 0 1 2 / 3 4 5 rotated 90 degrees clockwise: 3 0 / 4 1 / 5 2.
+  apply_orientation(img, 6);
+  CHECK(img.width == 2);
+  CHECK(img.height == 3);
+  std::vector<uint8_t> firsts;
+  for (int i = 0; i < 6; ++i) firsts.push_back(img.rgb[i * 3]);
+  CHECK(firsts == std::vector<uint8_t>{3, 0, 4, 1, 5, 2});
+  Image rotated = decode_image_file(kData + "/images/i_exif6.jpg", {});
+  CHECK(rotated.width == 52);  // stored 83 x 52
+  CHECK(rotated.height == 83);
+}
