@@ -7,15 +7,19 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <sstream>
 #include <unistd.h>
 
 #include "axengine/builtins.hpp"
 #include "axengine/conformance.hpp"
 #include "axengine/device.hpp"
+#include "axengine/op_conformance.hpp"
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -2,6 +2,7 @@
 // builds the routing and gates (family-specific), this fills in the fused expert weights, their LoRA and
 // the backend. LoRA dropout does not apply to the experts (as before moe.mlp: the op has no dropout).
 #include <algorithm>
+#include <tuple>
 
 #include "axengine/error.hpp"
 #include "axengine/selection.hpp"
