@@ -590,19 +590,6 @@ ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
   return routing;
 }
 
-at::Tensor DecoderModel::experts(ops::MoeExpertsArgs a, const std::string& module) {
-  a.weight = projection(module);
-  a.layout = ops::ExpertLayout::ENK;
-  a.check_values = false;  // the routing was built here
-  if (const LoraModule* m = lora_.find(module)) {
-    std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
-    a.scaling = m->scaling;
-  }
-  // Each expert weight asks for a backend of its own format (skip_modules may keep one of them dense).
-  auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(a.weight.format), "ENK");
-  return autograd::moe_experts(op, std::move(a));
-}
-
 at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const {
   // transformers' load_balancing_loss_func: E · Σ_e f_e · P_e over all layers' tokens, f_e = share of top-k
   // assignments, P_e = mean router probability; with an attention mask (fp32 [T], 0 at padding) both are
