@@ -372,7 +372,7 @@ void moe_mlp_problems(Suite& suite) {
       {1, 1, 5, 16, 8, 2},                  // E=1, k=1
       {4, 4, 3, 17, 5, 1},                  // k=E, r=1
       {8, 2, 5, 32, 16, 4, "zero_tokens"},  // most experts get no token
-      {6, 2, 9, 32, 12, 3, "remote"},       // -1 entries after the last offset (some tokens have none active)
+      {6, 2, 33, 32, 12, 3, "remote"},      // -1 entries after the last offset (some tokens have none active)
       {5, 2, 12, 24, 8, 2, "dropped"},      // -1 entries inside expert ranges
   };
   std::vector<std::string> variants;
