@@ -558,9 +558,19 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
   if (decode_step_) return linear(cached_attention(i, a).reshape({T, Hq * D}), p + "o_proj");  // KV-cached decode
-  auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", cfg_.attention_sinks ? "sinks" : "");
-  at::Tensor o = autograd::attention(op, std::move(a));
+  at::Tensor o = autograd::attention(attention_backend(), std::move(a));
   return linear(o.reshape({T, Hq * D}), p + "o_proj");
+}
+
+std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout) {
+  std::vector<ops::NamedAttention> named;
+  for (auto& [n, b] : kernels.get_all<ops::Attention>(ops::dtype_name(dtype), "", layout)) named.push_back({n, b});
+  return ops::attention_chain(std::move(named));
+}
+
+std::shared_ptr<ops::Attention> DecoderModel::attention_backend() {
+  if (!attention_chain_) attention_chain_ = attention_chain_of(*kernels_, dtype_, cfg_.attention_sinks ? "sinks" : "");
+  return attention_chain_;
 }
 
 at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {

@@ -12,6 +12,7 @@
 
 #include "axengine/decode.hpp"
 #include "axengine/model.hpp"
+#include "axengine/ops/attention.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
@@ -19,6 +20,9 @@
 #include "models/hf_config.hpp"
 #include "models/lora.hpp"
 
+namespace ax {
+class KernelSet;
+}
 namespace ax::ops {
 struct AttentionArgs;
 }  // namespace ax::ops
@@ -83,6 +87,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   // The moe.mlp backend for a (gate_up, down) weight format pair: the resolved backend with its run-time
   // fallbacks, as one chain (cached: the chain logs each fallback once).
   std::shared_ptr<ops::MoeMlp> moe_mlp_backend(ops::WeightFormat gate_up, ops::WeightFormat down);
+  // The attention backend for the model's layout ("sinks" with per-head sinks, else "plain"): the resolved
+  // backend with its run-time fallbacks (a backend may decline a call: docs/ops/attention.md), cached.
+  std::shared_ptr<ops::Attention> attention_backend();
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
@@ -115,7 +122,12 @@ class DecoderModel : public Model, public CausalLmDecode {
   bool recompute_layers_ = false;
   DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
   std::map<std::string, std::shared_ptr<ops::MoeMlp>> moe_mlp_chains_;  // by "<gate_up fmt>/<down fmt>"
+  std::shared_ptr<ops::Attention> attention_chain_;
 };
+
+// The attention op of a model in `dtype` for `layout` ("sinks" or ""): the resolved backend and its run-time
+// fallbacks as one chain (ops::attention_chain). Callers keep it: the chain logs each fallback once.
+std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout);
 
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
 // init-model and inspect).

@@ -8,6 +8,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
+#include "axengine/ops/decline_chain.hpp"
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/strings.hpp"
 
@@ -131,57 +132,6 @@ class ComposedMoeMlp final : public MoeMlp {
   std::shared_ptr<MoeExperts> ex_;
 };
 
-class ChainMoeMlp final : public MoeMlp {
- public:
-  explicit ChainMoeMlp(std::vector<NamedMoeMlp> bs) : bs_(std::move(bs)) {
-    if (bs_.empty()) throw UsageError("moe.mlp: a fallback chain needs at least one backend");
-  }
-
-  std::optional<std::string> decline(const MoeMlpArgs& a) const override {
-    std::vector<std::string> why;
-    for (const auto& b : bs_) {
-      auto r = b.backend->decline(a);
-      if (!r) return std::nullopt;
-      why.push_back(b.name + ": " + *r);
-    }
-    return join(why, "; ");
-  }
-
- protected:
-  // The chain validated the args (routing values included): the chosen backend re-checks shapes only.
-  MoeMlpResult run_forward(const MoeMlpArgs& a) override { return pick(a).forward(unchecked(a)); }
-  MoeMlpGrads run_backward(const MoeMlpArgs& a, const MoeMlpBackwardArgs& b) override {
-    return pick(a).backward(unchecked(a), b);  // decline() is pure: the same backend as forward
-  }
-
- private:
-  static MoeMlpArgs unchecked(MoeMlpArgs a) {
-    a.check_values = false;
-    return a;
-  }
-
-  MoeMlp& pick(const MoeMlpArgs& a) {
-    std::vector<std::string> why;
-    for (const auto& b : bs_) {
-      auto r = b.backend->decline(a);
-      if (!r) {
-        if (!why.empty()) {
-          const std::string msg = str("moe.mlp: ", join(why, "; "), "; ", b.name, " serves it");
-          std::lock_guard<std::mutex> lock(mu_);
-          if (logged_.insert(msg).second) log::info(msg);  // once per distinct fallback
-        }
-        return *b.backend;
-      }
-      why.push_back(str(b.name, " declined a call (", *r, ")"));
-    }
-    throw UsageError(str("moe.mlp: every backend declined this call: ", join(why, "; ")));
-  }
-
-  std::vector<NamedMoeMlp> bs_;
-  std::mutex mu_;
-  std::set<std::string> logged_;
-};
-
 }  // namespace
 
 std::shared_ptr<MoeMlp> compose_moe_mlp(std::shared_ptr<MoeExperts> experts) {
@@ -189,7 +139,8 @@ std::shared_ptr<MoeMlp> compose_moe_mlp(std::shared_ptr<MoeExperts> experts) {
 }
 
 std::shared_ptr<MoeMlp> moe_mlp_chain(std::vector<NamedMoeMlp> backends) {
-  return std::make_shared<ChainMoeMlp>(std::move(backends));
+  return std::make_shared<DeclineChain<MoeMlp, NamedMoeMlp, MoeMlpArgs, MoeMlpResult, MoeMlpBackwardArgs, MoeMlpGrads>>(
+      std::move(backends));
 }
 
 }  // namespace ax::ops
