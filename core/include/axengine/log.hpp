@@ -11,6 +11,8 @@ namespace ax::log {
 enum class Level { trace, debug, info, warn, error, off };
 
 void set_level(Level level);
+// Text put before every message of this process (e.g. "[rank 1/4] "); "" for none.
+void set_prefix(std::string_view prefix);
 Level level();
 // Parses "trace|debug|info|warn|error|off"; returns false on anything else.
 bool parse_level(std::string_view text, Level& out);

@@ -48,6 +48,12 @@ bool parse_level(std::string_view t, Level& out) {
 
 void set_level(Level level) { logger().set_level(to_spd(level)); }
 
+void set_prefix(std::string_view prefix) {
+  std::string escaped;  // the pattern's own '%' flags must not be read from the prefix
+  for (char c : prefix) escaped += c == '%' ? std::string("%%") : std::string(1, c);
+  logger().set_pattern("%^[%L]%$ " + escaped + "%v");
+}
+
 Level level() {
   switch (logger().level()) {
     case spdlog::level::trace: return Level::trace;
