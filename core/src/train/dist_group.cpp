@@ -100,7 +100,9 @@ std::unique_ptr<DistGroup> DistGroup::join(const DistEnv& env, const Distributed
     const int r = static_cast<int>(env.rank), w = static_cast<int>(env.world);
     impl->backend = backend == "nccl" ? make_nccl_backend(store, r, w, timeout, static_cast<int>(device.index))
                                       : make_gloo_backend(store, r, w, timeout);
-  } catch (const Error&) {
+  } catch (const UsageError&) {
+    throw;
+  } catch (const RuntimeError&) {
     throw;
   } catch (const std::exception& e) {
     throw RuntimeError(ax::str("distributed: rank ", env.rank, " of ", env.world, " could not join the process group at ",

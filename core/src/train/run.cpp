@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 
 #include "axengine/engine.hpp"
