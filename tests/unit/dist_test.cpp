@@ -268,7 +268,8 @@ TEST_CASE("distributed: a rank that dies makes the others stop with a message, n
   ax::test::remove_tree(dir);
 }
 
-TEST_CASE("distributed: a rank whose peers never come fails the rendezvous within timeout_s") {
+// c10d retries the connection once: the rendezvous fails after about twice timeout_s.
+TEST_CASE("distributed: a rank whose peers never come fails the rendezvous in bounded time") {
   auto dir = ax::test::setup_run("dist_alone", "max_steps = 2\n");
   const auto t0 = std::chrono::steady_clock::now();
   pid_t p = spawn_rank(dir, 1, 2, port_for(4), single(kCommon, {"distributed.timeout_s=5"}));

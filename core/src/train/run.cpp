@@ -123,7 +123,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   std::vector<std::string> lines{
       ax::str("done: ", sum.steps, " steps", sum.first_step ? ax::str(" (resumed at ", sum.first_step, ")") : std::string(), " in ",
           train::format_duration(sum.wall_s)),
-      ax::str("  tokens/s        ", train::format_rate(sum.tokens_per_s), " (", sum.tokens, " tokens trained by this process)"),
+      ax::str("  tokens/s        ", train::format_rate(sum.tokens_per_s), " (", sum.tokens, group ? " tokens trained by all ranks)" : " tokens trained by this process)"),
       ax::str("  peak memory     ", train::format_bytes(sum.peak_memory_bytes), engine.device.is_cuda() ? " (CUDA allocator)" : " (RSS)"),
       ax::str("  train loss      ", sum.losses.empty() ? "n/a" : fmt(sum.losses.front()) + " -> " + fmt(sum.final_loss)),
       ax::str("  eval loss       ", fmt(sum.final_eval_loss), " (best ", fmt(sum.best_eval_loss), ")")};
