@@ -2,6 +2,9 @@
 // while the torch wheel's include dir carries fmt 12: that file is compiled without torch's include
 // dirs, and nothing here includes spdlog or fmt. Callers build their message as a std::string
 // (ax::str in strings.hpp is the usual way).
+// A rank of a multi-process run (RANK and WORLD_SIZE set by torchrun or `axengine launch`) prefixes every line
+// with "[rank R/W]", and ranks other than 0 drop messages below warn unless AXENGINE_LOG is set
+// (docs/distributed.md).
 #pragma once
 #include <string>
 #include <string_view>
@@ -11,8 +14,6 @@ namespace ax::log {
 enum class Level { trace, debug, info, warn, error, off };
 
 void set_level(Level level);
-// Text put before every message of this process (e.g. "[rank 1/4] "); "" for none.
-void set_prefix(std::string_view prefix);
 Level level();
 // Parses "trace|debug|info|warn|error|off"; returns false on anything else.
 bool parse_level(std::string_view text, Level& out);

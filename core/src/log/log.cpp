@@ -55,12 +55,6 @@ bool parse_level(std::string_view t, Level& out) {
 
 void set_level(Level level) { logger().set_level(to_spd(level)); }
 
-void set_prefix(std::string_view prefix) {
-  std::string escaped;  // the pattern's own '%' flags must not be read from the prefix
-  for (char c : prefix) escaped += c == '%' ? std::string("%%") : std::string(1, c);
-  logger().set_pattern("%^[%L]%$ " + escaped + "%v");
-}
-
 Level level() {
   switch (logger().level()) {
     case spdlog::level::trace: return Level::trace;
@@ -72,7 +66,18 @@ Level level() {
   }
 }
 
+// A rank other than 0 of a multi-process run (torchrun's RANK): rank 0 speaks for the group, the others say
+// only warnings and errors, whatever the config's log level, unless AXENGINE_LOG asks for more.
+bool quiet_rank() {
+  static const bool quiet = [] {
+    const char* rank = std::getenv("RANK");
+    return rank && *rank && std::string_view(rank) != "0" && !std::getenv("AXENGINE_LOG");
+  }();
+  return quiet;
+}
+
 void write(Level level, std::string_view message) {
+  if (level < Level::warn && quiet_rank()) return;
   logger().log(to_spd(level), spdlog::string_view_t(message.data(), message.size()));
 }
 

@@ -145,9 +145,4 @@ void DistGroup::barrier() {
   collective(*this, impl_->timeout_s, "barrier", [&] { impl_->backend->barrier()->wait(); });
 }
 
-void set_rank_logging(int64_t rank, int64_t world) {
-  log::set_prefix(ax::str("[rank ", rank, "/", world, "] "));
-  if (rank != 0 && log::level() < log::Level::warn) log::set_level(log::Level::warn);
-}
-
 }  // namespace ax::train

@@ -43,8 +43,4 @@ class DistGroup {
   std::string backend_;
 };
 
-// Prefixes every log line of this process with its rank and, on ranks other than 0, lowers the log level to
-// warnings (rank 0 speaks for the group: one progress bar, one set of info lines).
-void set_rank_logging(int64_t rank, int64_t world);
-
 }  // namespace ax::train

@@ -59,7 +59,6 @@ std::vector<std::string> check_run(const Engine& engine, const TrainOptions& opt
 std::unique_ptr<train::DistGroup> join_group(Engine& engine) {
   const train::DistEnv env = train::read_dist_env();
   if (!env.launched) return nullptr;
-  train::set_rank_logging(env.rank, env.world);
   if (engine.device.is_cuda() && at::hasCUDA()) {
     const auto count = static_cast<int64_t>(at::accelerator::deviceCount());
     if (env.local_rank >= count)
