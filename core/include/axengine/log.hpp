@@ -2,9 +2,6 @@
 // while the torch wheel's include dir carries fmt 12: that file is compiled without torch's include
 // dirs, and nothing here includes spdlog or fmt. Callers build their message as a std::string
 // (ax::str in strings.hpp is the usual way).
-// A rank of a multi-process run (RANK and WORLD_SIZE set by torchrun or `axengine launch`) prefixes every line
-// with "[rank R/W]", and ranks other than 0 drop messages below warn unless AXENGINE_LOG is set
-// (docs/distributed.md).
 #pragma once
 #include <string>
 #include <string_view>
