@@ -17,7 +17,8 @@
 #define AXENGINE_VERSION_STRING "0.1.0"
 // 3.0: attention sinks (AttentionArgs::sinks, AttentionGrads::dsinks); DatasetContext::model_dir.
 #define AXENGINE_PLUGIN_ABI_MAJOR 3
-#define AXENGINE_PLUGIN_ABI_MINOR 0
+// 3.1: provider kind "executor" (axengine/executor.hpp, PluginRegistrar::executor: inline, no layout change).
+#define AXENGINE_PLUGIN_ABI_MINOR 1
 
 namespace ax {
 inline constexpr const char* kVersion = AXENGINE_VERSION_STRING;
