@@ -35,6 +35,9 @@ class StepProgram {
   virtual at::Tensor run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) = 0;
   // Whether run() takes `lr_device` (the optimizer steps with a learning rate on the device).
   virtual bool device_lr() const = 0;
+  // Drops what a run() that did not complete left behind (a capture that failed midway: gradients that
+  // were allocated but never computed), so that the step can be run again.
+  virtual void abandon() = 0;
 };
 
 // What an executor provider knows of the run when it is asked.

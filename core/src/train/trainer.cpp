@@ -107,6 +107,7 @@ class LoopStep final : public StepProgram {
   explicit LoopStep(Loop& loop) : loop_(loop) {}
   at::Tensor run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) override;
   bool device_lr() const override;
+  void abandon() override;
 
  private:
   Loop& loop_;
@@ -174,6 +175,8 @@ bool LoopStep::device_lr() const {
   auto* d = dynamic_cast<DeviceLrOptimizer*>(loop_.opt_.get());
   return d && d->device_lr_supported();
 }
+
+void LoopStep::abandon() { loop_.opt_->zero_grad(); }
 
 void Loop::choose_executor() {
   ExecutorContext ctx;

@@ -87,6 +87,7 @@ class CudaGraphRunner final : public GraphRunner {
 
   at::Tensor give_up(StepProgram& program, const std::vector<Batch>& batches, double lr, std::string& fallback,
                      const std::string& why) {
+    program.abandon();  // a failed capture may have left gradients that were never computed
     given_up_ = why;
     fallback = why;
     return eager(program, batches, lr);

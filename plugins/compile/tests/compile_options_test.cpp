@@ -188,6 +188,7 @@ struct CountingProgram final : ax::StepProgram {
     return at::zeros({3}, at::kDouble);
   }
   bool device_lr() const override { return false; }
+  void abandon() override {}
 };
 }  // namespace
 
