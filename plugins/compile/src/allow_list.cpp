@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 
 #include <axengine/error.hpp>
@@ -56,10 +57,9 @@ const std::vector<AllowedKey>& allow_list() {
                  "deterministic algorithms only (at::Context::setDeterministicAlgorithms, deterministic cuDNN, "
                  "CUBLAS_WORKSPACE_CONFIG=:4096:8 when unset): bitwise-repeatable runs, at the cost of slower or "
                  "refused (error) nondeterministic kernels; excludes cudnn_benchmark"});
+    static std::deque<std::string> docs;  // AllowedKey holds char pointers: the strings live here (stable)
     for (auto& key : k)
       if (std::string(key.key) != "enabled" && std::string(key.key) != "cache_dir") {
-        static std::vector<std::string> docs;  // AllowedKey holds char pointers: the strings live here
-        docs.reserve(32);
         docs.push_back(with_measure(key.doc));
         key.doc = docs.back().c_str();
       }

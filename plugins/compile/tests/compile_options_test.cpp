@@ -123,7 +123,7 @@ TEST_CASE("compile: apply sets ATen's global knobs and the executor's settings, 
   CompileOptions o = bind("[compile]\nenabled = true\ntf32 = true\ncuda_graphs = true\nstatic_shapes = true\nwarmup_steps = 5\n"
                           "cache_dir = \"tune\"\n", "/cfg/run.toml");
   CHECK(std::get<std::string>(o.values.at("cache_dir")) == "/cfg/tune");
-  const bool tf32_before = at::globalContext().allowTF32CuBLAS();
+  const bool cublas_before = at::globalContext().allowTF32CuBLAS(), cudnn_before = at::globalContext().allowTF32CuDNN();
   Runtime r;
   apply(r, o.resolve(0));
   CHECK(at::globalContext().allowTF32CuBLAS());
@@ -131,8 +131,8 @@ TEST_CASE("compile: apply sets ATen's global knobs and the executor's settings, 
   CHECK(r.executor.static_shapes);
   CHECK(r.executor.warmup_steps == 5);
   CHECK(r.cache_dir == "/cfg/tune");
-  at::globalContext().setAllowTF32CuBLAS(tf32_before);
-  at::globalContext().setAllowTF32CuDNN(true);
+  at::globalContext().setAllowTF32CuBLAS(cublas_before);
+  at::globalContext().setAllowTF32CuDNN(cudnn_before);
 }
 
 TEST_CASE("compile: the GEMM tuning file is per GPU model and arch") {
