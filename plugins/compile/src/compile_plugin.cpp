@@ -29,7 +29,7 @@ class CompileProvider final : public ax::ExecutorProvider {
     if (!options_->enabled()) return nullptr;
     ax::compile::Runtime runtime;
     runtime.device = context.device;
-    ax::compile::apply(runtime, options_->resolve(context.device.arch));
+    ax::compile::apply_settings(runtime, options_->resolve(context.device.arch));
     return std::make_unique<ax::compile::CompileExecutor>(context, std::move(runtime));
   }
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -22,6 +23,13 @@ namespace {
 std::string message_of(const std::exception& e) {
   if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
   return e.what();
+}
+
+// `waiter` runs its later work after what `done` has queued so far.
+void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& done) {
+  at::cuda::CUDAEvent ev;
+  ev.record(done);
+  ev.block(waiter);
 }
 
 void copy_into(Batch& dst, const Batch& src) {
@@ -101,7 +109,7 @@ class CudaGraphRunner final : public GraphRunner {
     lr_.fill_(lr);
     g.graph = std::make_unique<at::cuda::CUDAGraph>();
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device_.index());
-    side.wait(c10::cuda::getCurrentCUDAStream(device_.index()));  // the inputs' copies first
+    wait_for(side, c10::cuda::getCurrentCUDAStream(device_.index()));  // the inputs' copies first
     {
       c10::cuda::CUDAStreamGuard on_side(side);
       g.graph->capture_begin();
@@ -124,7 +132,7 @@ class CudaGraphRunner final : public GraphRunner {
                        ax::str("the capture was invalidated (a host sync in the step): ", message_of(e).substr(0, 300)));
       }
     }
-    c10::cuda::getCurrentCUDAStream(device_.index()).wait(side);
+    wait_for(c10::cuda::getCurrentCUDAStream(device_.index()), side);
     log::info(ax::str("compile: captured the training step in CUDA graph ", graphs_.size() + 1, " (shape ",
                       batches.empty() ? std::string() : ax::str(batches[0].input_ids.sizes()), ")"));
     Graph& kept = graphs_[key] = std::move(g);

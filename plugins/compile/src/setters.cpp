@@ -94,7 +94,7 @@ std::string sentinel_mismatch() {
   return ax::join(problems, "; ");
 }
 
-void apply(Runtime& r, const std::map<std::string, Value>& values) {
+void apply_settings(Runtime& r, const std::map<std::string, Value>& values) {
   setters().at("cache_dir")(r, values.at("cache_dir"));
   for (const AllowedKey& k : allow_list())
     if (std::string(k.key) != "cache_dir") setters().at(k.key)(r, values.at(k.key));

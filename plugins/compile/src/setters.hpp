@@ -35,7 +35,7 @@ std::string sentinel_mismatch();
 
 // Applies `values` (CompileOptions::resolve for the device) in allow-list order. cache_dir first: the
 // tuning setters read it.
-void apply(Runtime& runtime, const std::map<std::string, Value>& values);
+void apply_settings(Runtime& runtime, const std::map<std::string, Value>& values);
 
 // The default tuning-cache directory: $XDG_CACHE_HOME/axengine, else $HOME/.cache/axengine.
 std::string default_cache_dir();

@@ -2,7 +2,7 @@
 // overrides, the runtime apply, and the pieces of the executor that need no GPU (plugin sources compiled in).
 #include <doctest/doctest.h>
 
-#include <ATen/Context.h>
+#include <ATen/ATen.h>
 
 #include <axengine/builtins.hpp>
 #include <axengine/error.hpp>
@@ -125,7 +125,7 @@ TEST_CASE("compile: apply sets ATen's global knobs and the executor's settings, 
   CHECK(std::get<std::string>(o.values.at("cache_dir")) == "/cfg/tune");
   const bool cublas_before = at::globalContext().allowTF32CuBLAS(), cudnn_before = at::globalContext().allowTF32CuDNN();
   Runtime r;
-  apply(r, o.resolve(0));
+  apply_settings(r, o.resolve(0));
   CHECK(at::globalContext().allowTF32CuBLAS());
   CHECK(r.executor.cuda_graphs);
   CHECK(r.executor.static_shapes);
