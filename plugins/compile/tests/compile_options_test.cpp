@@ -19,7 +19,7 @@ using namespace ax::compile;
 
 namespace {
 
-CompileOptions bind(const std::string& text, const std::string& file = "run.toml") {
+CompileOptions bind_table(const std::string& text, const std::string& file = "run.toml") {
   const toml::table doc = toml::parse(std::string_view(text), std::string_view(file));
   const toml::table* t = doc["compile"].as_table();
   ax::TableBinder binder(t, "compile", ax::BindContext{file});
@@ -31,7 +31,7 @@ CompileOptions bind(const std::string& text, const std::string& file = "run.toml
 
 std::string bind_error(const std::string& text) {
   try {
-    bind(text);
+    bind_table(text);
   } catch (const ax::ConfigError& e) {
     return e.what();
   }
@@ -60,11 +60,11 @@ TEST_CASE("compile: each GPU-facing key's doc says where it was measured") {
 }
 
 TEST_CASE("compile: an absent or disabled table keeps every default") {
-  CompileOptions none = bind("");
+  CompileOptions none = bind_table("");
   CHECK_FALSE(none.enabled());
   CHECK(std::get<bool>(none.values.at("cuda_graphs")) == false);
   CHECK(std::get<int64_t>(none.values.at("warmup_steps")) == 3);
-  CHECK_FALSE(bind("[compile]\nenabled = false\n").enabled());
+  CHECK_FALSE(bind_table("[compile]\nenabled = false\n").enabled());
 }
 
 TEST_CASE("compile: an unknown key names file:line:col, the closest key and the allowed list") {
@@ -90,7 +90,7 @@ TEST_CASE("compile: wrong types, bounds and conflicts are refused with their loc
 }
 
 TEST_CASE("compile: [compile.arch.sm_XX] overrides the per-arch keys for that GPU only") {
-  CompileOptions o = bind("[compile]\nenabled = true\ntf32 = true\n[compile.arch.sm_86]\ntf32 = false\nautotune_gemm = true\n");
+  CompileOptions o = bind_table("[compile]\nenabled = true\ntf32 = true\n[compile.arch.sm_86]\ntf32 = false\nautotune_gemm = true\n");
   CHECK(std::get<bool>(o.resolve(90).at("tf32")) == true);
   CHECK(std::get<bool>(o.resolve(86).at("tf32")) == false);
   CHECK(std::get<bool>(o.resolve(86).at("autotune_gemm")) == true);
@@ -120,7 +120,7 @@ TEST_CASE("compile: the schema is documented from the allow-list") {
 }
 
 TEST_CASE("compile: apply sets ATen's global knobs and the executor's settings, and a relative cache_dir follows the config") {
-  CompileOptions o = bind("[compile]\nenabled = true\ntf32 = true\ncuda_graphs = true\nstatic_shapes = true\nwarmup_steps = 5\n"
+  CompileOptions o = bind_table("[compile]\nenabled = true\ntf32 = true\ncuda_graphs = true\nstatic_shapes = true\nwarmup_steps = 5\n"
                           "cache_dir = \"tune\"\n", "/cfg/run.toml");
   CHECK(std::get<std::string>(o.values.at("cache_dir")) == "/cfg/tune");
   const bool cublas_before = at::globalContext().allowTF32CuBLAS(), cudnn_before = at::globalContext().allowTF32CuDNN();
@@ -234,7 +234,7 @@ TEST_CASE("compile: mutated [compile] tables bind or are refused with a located 
     }
     CAPTURE(text);
     try {
-      bind(text);
+      bind_table(text);
       ++bound;
     } catch (const ax::ConfigError&) {
       ++refused;
