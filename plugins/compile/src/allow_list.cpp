@@ -166,7 +166,9 @@ void bind_compile(TableBinder& t, CompileOptions& o) {
       const bool ok = n.size() > 3 && n.rfind("sm_", 0) == 0 &&
                       std::all_of(n.begin() + 3, n.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (ok) sm = std::atoi(n.c_str() + 3);
-      if (!ok || sm <= 0 || n != ax::str("sm_", sm))  // canonical: sm_090 and sm_90 would be one GPU twice arch.fail(&node, ax::str("compile.arch.", n, ": expected an arch table named sm_<digits>, e.g. sm_90"));
+      // Canonical names only: sm_090 and sm_90 would be one GPU twice.
+      if (!ok || sm <= 0 || n != ax::str("sm_", sm))
+        arch.fail(&node, ax::str("compile.arch.", n, ": expected an arch table named sm_<digits>, e.g. sm_90"));
       if (!node.is_table()) arch.fail(&node, ax::str("compile.arch.", n, " must be a table"));
       TableBinder one(node.as_table(), "compile.arch." + n, t.context());
       refuse_unknown(one, true);

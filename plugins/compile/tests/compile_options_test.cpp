@@ -1,8 +1,7 @@
 // [compile]: the allow-list and its setters (the rename sentinel), validation with file:line:column, per-arch
 // overrides, the runtime apply, and the pieces of the executor that need no GPU (plugin sources compiled in).
+#include <ATen/ATen.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #include <doctest/doctest.h>
-
-#include <ATen/ATen.h>
 
 #include <axengine/builtins.hpp>
 #include <axengine/error.hpp>

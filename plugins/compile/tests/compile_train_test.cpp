@@ -2,9 +2,8 @@
 // executor chosen by the trainer. CPU: selection, the fallback reason, and static_shapes' exact padding (the
 // losses of a run equal bit for bit those without the plugin). GPU (skipped without one): a graphed run
 // against an eager one through the CLI.
+#include <ATen/ATen.h>  // before doctest: c10 defines a CHECK of its own, doctest's must win
 #include <doctest/doctest.h>
-
-#include <ATen/ATen.h>
 
 #include <axengine/executor.hpp>
 #include <axengine/plugin_loader.hpp>
