@@ -102,7 +102,7 @@ namespace {
 // The loss of every step of a CLI run in `dir` with `extra` appended to its run.toml.
 std::vector<double> cli_losses(const fs::path& dir, const std::string& out, const std::vector<std::string>& sets,
                                std::string& log_text) {
-  std::vector<std::string> args{"run", (dir / "run.toml").string(), "--set", "run.output_dir=\"" + out + "\""};
+  std::vector<std::string> args{"run", "--config", (dir / "run.toml").string(), "--set", "run.output_dir=\"" + out + "\""};
   for (const auto& s : sets) {
     args.push_back("--set");
     args.push_back(s);

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <set>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -86,8 +89,15 @@ at::Tensor e2m1_encode(const at::Tensor& x) {
 }
 
 namespace {
+// A code table on `device`, made once per (table, device) and kept: a host-to-device copy on every call
+// would make each dequantising call uncapturable in a CUDA graph (the first, eager call makes it).
 at::Tensor table(const std::array<float, 16>& values, const at::Device& device) {
-  return at::tensor(at::ArrayRef<float>(values.data(), values.size()), at::kFloat).to(device);
+  static std::mutex mutex;
+  static std::map<std::pair<const float*, std::string>, at::Tensor> made;
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& t = made[{values.data(), device.str()}];
+  if (!t.defined()) t = at::tensor(at::ArrayRef<float>(values.data(), values.size()), at::kFloat).to(device);
+  return t;
 }
 }  // namespace
 
