@@ -122,52 +122,54 @@ TEST_CASE("mm_cpt e2e: a resumed run decodes no image again (prepared cache) and
   const int64_t images = make_layout(dir, 16);
   auto sets = kSmall;
   sets.push_back("checkpoint.keep_last=10");
-  const fs::path out = dir / "runs/qwen2_5-vl-mm-cpt";
+  sets.push_back("checkpoint.every_steps=4");
+  sets.push_back("train.max_steps=8");
 
-  // The reference: 8 steps in one go, into its own output dir.
+  // 8 steps in one go, a checkpoint at step 4: the reference, and the checkpoint to resume from.
   auto full = sets;
-  full.push_back("train.max_steps=8");
   full.push_back("run.output_dir=" + (dir / "full").string());
   uint64_t before = ax::mm::image_decodes();
   run(dir, full, false);
-  CHECK(ax::mm::image_decodes() - before == static_cast<uint64_t>(images));  // prepared (cache written)
+  CHECK(ax::mm::image_decodes() - before == static_cast<uint64_t>(images));  // prepared once, cache written
   auto ref = steps_of(dir / "full/metrics.jsonl");
   REQUIRE(ref.size() == 8);
+  const std::string step4 = (dir / "full/checkpoints/step-00000004").string();
 
-  // 4 steps, then a resume to 8: the prepared cache serves every sample, no image is decoded again.
-  auto first = sets;
-  first.push_back("train.max_steps=4");
+  // Resumed from step 4 into a fresh output dir (no metrics.jsonl to recount from): the prepared cache serves
+  // every sample and the trainer's cursor is the step, so no image is decoded again, those trained on included.
+  auto resume = sets;
+  resume.push_back("run.output_dir=" + (dir / "resumed").string());
+  resume.push_back("checkpoint.resume_from=" + step4);
   before = ax::mm::image_decodes();
-  run(dir, first, false);
-  CHECK(ax::mm::image_decodes() - before == 0);  // the reference run's cache: same entry, files, processor
-  auto second = sets;
-  second.push_back("train.max_steps=8");
-  before = ax::mm::image_decodes();
-  run(dir, second, true);
+  run(dir, resume, false);
   CHECK(ax::mm::image_decodes() - before == 0);
-  auto resumed = steps_of(out / "metrics.jsonl");
-  REQUIRE(resumed.size() == 8);
-  json state = json::parse(std::ifstream(out / "checkpoints/step-00000008/trainer_state.json"));
-  for (std::size_t i = 0; i < 8; ++i) {
+  auto resumed = steps_of(dir / "resumed/metrics.jsonl");
+  REQUIRE(resumed.size() == 4);  // steps 5..8
+  for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
-    // The same rows in the same order: the per-step and running token counts agree with the one-go run.
-    CHECK(resumed[i]["tokens"] == ref[i]["tokens"]);
-    CHECK(resumed[i]["trainable_tokens"] == ref[i]["trainable_tokens"]);
-    CHECK(resumed[i]["tokens_seen"] == ref[i]["tokens_seen"]);
-    CHECK(resumed[i]["trainable_tokens_seen"] == ref[i]["trainable_tokens_seen"]);
+    const json& want = ref[i + 4];
+    CHECK(resumed[i]["step"] == want["step"]);
+    // The same rows in the same order, the running counts taken from the checkpoint (trainer_state.json).
+    CHECK(resumed[i]["tokens"] == want["tokens"]);
+    CHECK(resumed[i]["trainable_tokens"] == want["trainable_tokens"]);
+    CHECK(resumed[i]["tokens_seen"] == want["tokens_seen"]);
+    CHECK(resumed[i]["trainable_tokens_seen"] == want["trainable_tokens_seen"]);
+    CHECK(resumed[i]["loss"].get<double>() == doctest::Approx(want["loss"].get<double>()).epsilon(1e-5));
   }
-  CHECK(state["tokens_seen"] == ref[7]["tokens_seen"]);
-  CHECK(state["trainable_tokens_seen"] == ref[7]["trainable_tokens_seen"]);
+  json s4 = json::parse(std::ifstream(step4 + "/trainer_state.json"));
+  json s8 = json::parse(std::ifstream(dir / "resumed/checkpoints/step-00000008/trainer_state.json"));
+  CHECK(s4["tokens_seen"] == ref[3]["tokens_seen"]);
+  CHECK(s8["tokens_seen"] == ref[7]["tokens_seen"]);
+  CHECK(s8["trainable_tokens_seen"] == ref[7]["trainable_tokens_seen"]);
   CHECK(ref[7]["tokens_seen"].get<int64_t>() > ref[3]["tokens_seen"].get<int64_t>());
-  // The steps after the resume trained the same (the schedule of an 8-step run in both, lr from the checkpoint).
-  for (std::size_t i = 4; i < 8; ++i) CHECK(resumed[i]["loss"].get<double>() == doctest::Approx(ref[i]["loss"].get<double>()).epsilon(1e-4));
 
-  // Without the cache (data.cache = false) a resume prepares, so decodes, every row again: map-style data has no
-  // cursor of its own (docs/plugins/mm_cpt.md, "Not yet").
-  second.push_back("data.cache=false");
-  second.push_back("train.max_steps=10");
+  // Without the cache (data.cache = false) a resume prepares, so decodes, every row again: map-style data is
+  // prepared whole before the first step (docs/plugins/mm_cpt.md, "Not yet").
+  resume.push_back("data.cache=false");
+  resume.push_back("run.output_dir=" + (dir / "resumed_nocache").string());
   before = ax::mm::image_decodes();
-  run(dir, second, true);
+  run(dir, resume, false);
   CHECK(ax::mm::image_decodes() - before == static_cast<uint64_t>(images));
+  CHECK(steps_of(dir / "resumed_nocache/metrics.jsonl").back()["tokens_seen"] == ref[7]["tokens_seen"]);
   fs::remove_all(dir);
 }
