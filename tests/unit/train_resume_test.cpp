@@ -109,6 +109,10 @@ TEST_CASE("resume: every field of trainer_state.json is checked and errors name 
       {"best eval a string", [](auto& j) { j["best_eval_loss"] = "low"; }, "field 'best_eval_loss' = \"low\" is neither"},
       {"config missing", [](auto& j) { j.erase("config"); }, "field 'config' is missing"},
       {"unknown field", [](auto& j) { j["cursor"] = 3; }, "field 'cursor' is unknown"},
+      {"negative token count", [](auto& j) { j["tokens_seen"] = -1; }, "field 'tokens_seen' = -1 is outside"},
+      {"token counts unpaired", [](auto& j) { j.erase("trainable_tokens_seen"); }, "field 'trainable_tokens_seen' is missing"},
+      {"more trainable than seen", [](auto& j) { j["trainable_tokens_seen"] = j["tokens_seen"].template get<int64_t>() + 1; },
+       "exceeds tokens_seen"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
