@@ -225,12 +225,13 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-olmoe", "models/olmoe");
   init("tiny-gpt-oss", "models/gpt-oss");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
-  // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl), on the mm_cpt plugin's committed images.
+  // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
+  // 400, enough to pack into one step's 8 rows of 2048 tokens.
   fs::create_directories(dir.path / "data/mm/images");
   std::ostringstream mm;
   for (const char* img : {"a.jpg", "b.png", "c.webp", "j_large.jpg"}) {
     fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/plugins/mm_cpt/tests/data/images/" + img, dir.path / "data/mm/images" / img);
-    for (int i = 0; i < 16; ++i) mm << "{\"text\": \"<image>\\nPicture " << i << " of " << img << ".\", \"images\": [\"images/" << img << "\"]}\n";
+    for (int i = 0; i < 100; ++i) mm << "{\"text\": \"<image>\\nPicture " << i << " of " << img << ".\", \"images\": [\"images/" << img << "\"]}\n";
   }
   write_file(dir / "data/mm/train.jsonl", mm.str());
   const std::vector<std::pair<std::string, std::string>> configs = {
