@@ -20,11 +20,11 @@ namespace po = boost::program_options;
 int run_bench(const std::vector<std::string>& args) {
   const std::string usage =
       "axengine bench moe [--shape NAME]... [--backend NAME]... [--tokens N] [--rank R] [--iters N] [--format F] "
-      "[--out FILE] [--profile] [--config FILE] [--set KEY=VALUE]...";
+      "[--device cuda|cpu] [--out FILE] [--profile] [--config FILE] [--set KEY=VALUE]...";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     if (args.empty()) throw ax::UsageError("bench: expected a benchmark name: moe (usage: " + usage + ")");
-    std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up, down with gates, LoRA), "
-              << "forward + backward,\n        through moe.experts backends and through at::_grouped_mm\n";
+    std::cout << "usage: " << usage << "\n  moe   the MoE expert block (gate_up, SiLU·up or gpt-oss's clamped GLU, down with gates, LoRA), "
+              << "forward + backward,\n        through moe.experts backends, moe.mlp backends (mlp:NAME) and at::_grouped_mm\n";
     return 0;
   }
   if (args[0] != "moe") throw ax::UsageError("bench: unknown benchmark '" + args[0] + "' (known: moe)");
@@ -32,12 +32,15 @@ int run_bench(const std::vector<std::string>& args) {
   opts.add_options()("shape", po::value<std::vector<std::string>>()->composing(),
                      ("shape (repeatable; default all): " + ax::join(ax::bench::moe_bench_shapes(), ", ")).c_str())(
       "backend", po::value<std::vector<std::string>>()->composing(),
-      "grouped_mm or a moe.experts backend (repeatable; default grouped_mm, scattermoe, reference)")(
+      "grouped_mm, a moe.experts backend, or mlp:NAME for moe.mlp backend NAME (repeatable; default grouped_mm, "
+      "scattermoe, mlp:sonicmoe, mlp:scattermoe, reference)")(
       "tokens", po::value<int64_t>()->default_value(4096), "tokens T")(
       "rank", po::value<int64_t>()->default_value(16), "LoRA rank")(
       "iters", po::value<int>()->default_value(20), "timed calls per series (medians of a rested and a back-to-back series)")(
       "format", po::value<std::string>()->default_value("dense"),
       "expert weights of the moe.experts backends: dense, nf4, mxfp4, nvfp4")(
+      "device", po::value<std::string>()->default_value("cuda"),
+      "cuda (bf16, event timing) or cpu (fp32, wall clock: a smoke run, e.g. --shape tiny-gpt-oss)")(
       "out", po::value<std::string>(), "write the rows as JSON to FILE")(
       "profile", "after timing each backend, profile 3 iterations and print its GPU kernels by time")(
       "config,c", po::value<std::string>(), "run config whose plugin tables configure the backends ([kernels.options.*])")(
@@ -53,6 +56,7 @@ int run_bench(const std::vector<std::string>& args) {
   o.iters = vm["iters"].as<int>();
   o.profile = vm.count("profile") > 0;
   o.format = vm["format"].as<std::string>();
+  o.device = vm["device"].as<std::string>();
 
   ax::StartOptions start;
   if (vm.count("config")) start.config_file = vm["config"].as<std::string>();

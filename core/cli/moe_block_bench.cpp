@@ -19,6 +19,7 @@
 #include "axengine/profiler.hpp"
 #include "axengine/error.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
 
@@ -28,19 +29,27 @@ namespace {
 struct Shape {
   std::string name;
   int64_t E, H, I, k;
+  bool gpt_oss = false;  // per-expert biases on both projections, clamped GLU on interleaved gate/up
 };
 const std::vector<Shape> kShapes = {
     {"qwen3-30b-a3b", 128, 2048, 768, 8},
     {"qwen3.5-35b-a3b", 256, 2048, 512, 8},
     {"olmoe", 64, 2048, 1024, 8},
     {"mixtral", 8, 4096, 14336, 2},
+    {"gpt-oss-20b", 32, 2880, 2880, 4, true},
+    // Smoke shapes (CPU runs, CI): the code paths of the real ones at toy sizes. Not in the default set.
+    {"tiny", 8, 64, 32, 2},
+    {"tiny-gpt-oss", 8, 64, 32, 2, true},
 };
+bool is_smoke(const Shape& s) { return s.name.rfind("tiny", 0) == 0; }
 constexpr double kPeakTflops = 790.0;
 
 struct Inputs {
   int64_t T, M, E, H, I, k, r;
   double s;
+  bool gpt_oss;
   at::Tensor x, w1, w2, a1, b1, a2, b2, gates, dy;  // w1 [E, 2I, H], w2 [E, H, I] (HF layout, ENK)
+  at::Tensor bias1, bias2;                          // gpt_oss: [E, 2I], [E, H]
   ax::ops::MoeRouting routing;
   ax::ops::WeightTensor q1, q2;  // quantised w1, w2 (format != dense; w1, w2 are then undefined)
   bool quantised = false;
@@ -53,9 +62,12 @@ ax::ops::WeightTensor quantise(const at::Tensor& w, const std::string& format) {
   return ax::ops::quantize_nvfp4(w, 2, false);
 }
 
-Inputs make_inputs(const Shape& sh, int64_t T, int64_t r, const std::string& format) {
-  Inputs in{T, T * sh.k, sh.E, sh.H, sh.I, sh.k, r, 2.0};
-  const auto o = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+// bf16 on CUDA; fp32 on the CPU (a smoke run: ATen's CPU GEMMs and _grouped_mm want fp32).
+at::ScalarType bench_dtype(const at::Device& d) { return d.is_cuda() ? at::kBFloat16 : at::kFloat; }
+
+Inputs make_inputs(const Shape& sh, int64_t T, int64_t r, const std::string& format, const at::Device& dev) {
+  Inputs in{T, T * sh.k, sh.E, sh.H, sh.I, sh.k, r, 2.0, sh.gpt_oss};
+  const auto o = at::TensorOptions().dtype(bench_dtype(dev)).device(dev);
   in.x = at::randn({T, sh.H}, o);
   in.w1 = at::randn({sh.E, 2 * sh.I, sh.H}, o).mul_(1.0 / std::sqrt(double(sh.H)));
   in.w2 = at::randn({sh.E, sh.H, sh.I}, o).mul_(1.0 / std::sqrt(double(sh.I)));
@@ -65,7 +77,11 @@ Inputs make_inputs(const Shape& sh, int64_t T, int64_t r, const std::string& for
   in.b2 = at::randn({sh.H, r * sh.E}, o).mul_(0.1);
   at::Tensor logits = at::randn({T, sh.E}, o.dtype(at::kFloat));
   auto [vals, idx] = logits.topk(sh.k, 1);
-  in.gates = vals.softmax(1).to(at::kBFloat16);
+  in.gates = vals.softmax(1).to(bench_dtype(dev));
+  if (sh.gpt_oss) {
+    in.bias1 = at::randn({sh.E, 2 * sh.I}, o).mul_(0.1);
+    in.bias2 = at::randn({sh.E, sh.H}, o).mul_(0.1);
+  }
   at::Tensor flat = idx.reshape({-1});
   auto [se, ss] = flat.sort(true, 0, false);
   in.routing = ax::ops::MoeRouting{se, ss, at::bincount(flat, {}, sh.E).cumsum(0), sh.k};
@@ -119,6 +135,37 @@ struct SwiGlu : torch::autograd::Function<SwiGlu> {
 };
 at::Tensor swiglu(const at::Tensor& h) { return SwiGlu::apply(h); }
 
+// The activation settings of the block: SiLU·up on halves, or gpt-oss's clamped GLU on interleaved columns.
+ax::ops::MoeMlpArgs glu_args(const Inputs& in) {
+  ax::ops::MoeMlpArgs a;
+  a.activation = in.gpt_oss ? ax::ops::MoeActivation::clamped_glu : ax::ops::MoeActivation::silu_glu;
+  a.packing = in.gpt_oss ? ax::ops::GluPacking::interleaved : ax::ops::GluPacking::halves;
+  return a;  // alpha 1.702, limit 7.0: gpt-oss's
+}
+
+// The block as one moe.mlp call (forward, then backward with its saved tensors).
+Outputs run_mlp(ax::ops::MoeMlp& be, const Inputs& in) {
+  using namespace ax::ops;
+  MoeMlpArgs a = glu_args(in);
+  a.x = in.x;
+  a.routing = in.routing;
+  a.gates = in.gates;
+  a.gate_up = in.quantised ? in.q1 : WeightTensor::dense(in.w1);
+  a.down = in.quantised ? in.q2 : WeightTensor::dense(in.w2);
+  a.layout = ExpertLayout::ENK;
+  a.gate_up_bias = in.bias1;
+  a.down_bias = in.bias2;
+  a.gate_up_lora = {in.a1, in.b1, in.s};
+  a.down_lora = {in.a2, in.b2, in.s};
+  a.check_values = false;
+  MoeMlpResult r = be.forward(a);
+  MoeMlpBackwardArgs b;
+  b.grad_y = in.dy;
+  b.saved = r.saved;
+  MoeMlpGrads g = be.backward(a, b);
+  return {r.y, g.dx, g.dgate_up_lora_a, g.dgate_up_lora_b, g.ddown_lora_a, g.ddown_lora_b, g.dgates};
+}
+
 // The block through a moe.experts backend.
 Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   using namespace ax::ops;
@@ -130,12 +177,15 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   p1.lora_a = in.a1;
   p1.lora_b = in.b1;
   p1.scaling = in.s;
+  p1.bias = in.bias1;
   p1.grouped_out = true;
   p1.check_values = false;
   MoeExpertsResult r1 = be.forward(p1);  // h [M, 2I], grouped
   // SiLU·up through the same autograd node as the _grouped_mm block, so both measure the same activation.
-  at::Tensor h = r1.y.detach().requires_grad_(true);
-  at::Tensor act = swiglu(h);
+  // gpt-oss: moe.mlp's clamped GLU and its backward (the same functions the composed moe.mlp runs).
+  at::Tensor h = r1.y.detach().requires_grad_(!in.gpt_oss);
+  const MoeMlpArgs glu = glu_args(in);
+  at::Tensor act = in.gpt_oss ? moe_glu(r1.y, glu) : swiglu(h);
   MoeExpertsArgs p2;
   p2.x = act.detach();
   p2.routing = in.routing;
@@ -144,6 +194,7 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   p2.lora_a = in.a2;
   p2.lora_b = in.b2;
   p2.scaling = in.s;
+  p2.bias = in.bias2;
   p2.gates = in.gates;
   p2.grouped_in = true;
   p2.check_values = false;
@@ -153,8 +204,13 @@ Outputs run_backend(ax::ops::MoeExperts& be, const Inputs& in) {
   b2.grad_y = in.dy;
   b2.saved = r2.saved;
   MoeExpertsGrads g2 = be.backward(p2, b2);
-  act.backward(g2.dx);
-  at::Tensor dh = h.grad();
+  at::Tensor dh;
+  if (in.gpt_oss) {
+    dh = moe_glu_backward(r1.y, g2.dx, glu);
+  } else {
+    act.backward(g2.dx);
+    dh = h.grad();
+  }
   MoeExpertsBackwardArgs b1;
   b1.grad_y = dh;
   b1.saved = r1.saved;
@@ -174,14 +230,24 @@ Outputs run_grouped_mm(const Inputs& in) {
   auto gmm = [&](const at::Tensor& a, const at::Tensor& b) { return at::_grouped_mm(a, b, offs); };
   // Quantised runs: every expert dequantised to bf16 once per call (the memory and time a
   // dequantise-then-GEMM block spends), the same numbers the in-loop decoders produce.
-  const at::Tensor w1 = in.quantised ? ax::ops::dequantize(in.q1, at::kBFloat16) : in.w1;
-  const at::Tensor w2 = in.quantised ? ax::ops::dequantize(in.q2, at::kBFloat16) : in.w2;
+  const at::Tensor w1 = in.quantised ? ax::ops::dequantize(in.q1, in.x.scalar_type()) : in.w1;
+  const at::Tensor w2 = in.quantised ? ax::ops::dequantize(in.q2, in.x.scalar_type()) : in.w2;
   at::Tensor xs = x.index_select(0, tok);
   at::Tensor h = gmm(xs, w1.transpose(1, 2)) +
                  in.s * gmm(gmm(xs, a1.view({E, r, H}).transpose(1, 2)), b1.view({2 * I, E, r}).permute({1, 2, 0}));
-  at::Tensor act = swiglu(h);
+  at::Tensor eid = in.gpt_oss ? in.routing.sorted_expert_idxs : at::Tensor();  // expert of each grouped row
+  at::Tensor act;
+  if (in.gpt_oss) {  // transformers' GptOssExperts, autograd through ATen
+    h = h + in.bias1.index_select(0, eid);
+    const double limit = 7.0, alpha = 1.702;
+    at::Tensor g = h.slice(1, 0, 2 * I, 2).clamp_max(limit), u = h.slice(1, 1, 2 * I, 2).clamp(-limit, limit);
+    act = (u + 1) * (g * at::sigmoid(g * alpha));
+  } else {
+    act = swiglu(h);
+  }
   at::Tensor ys = gmm(act, w2.transpose(1, 2)) +
                   in.s * gmm(gmm(act, a2.view({E, r, I}).transpose(1, 2)), b2.view({H, E, r}).permute({1, 2, 0}));
+  if (in.gpt_oss) ys = ys + in.bias2.index_select(0, eid);
   ys = ys * gates.reshape({-1}).index_select(0, ss).unsqueeze(1);
   at::Tensor y = at::zeros({in.T, H}, ys.options()).index_add(0, tok, ys);
   y.backward(in.dy);
@@ -201,7 +267,16 @@ double median(std::vector<double> v) {
 
 // `iters` calls, each timed by events, with no synchronisation until the end; with `rest_ms` > 0 each
 // call waits behind a sleeping kernel of about that long, during which the host queues it: ms[call].
-std::vector<double> timed_calls(const std::function<Outputs()>& fn, int iters, double rest_ms) {
+std::vector<double> timed_calls(const std::function<Outputs()>& fn, int iters, double rest_ms, bool cuda) {
+  if (!cuda) {  // CPU smoke: wall clock per call, no rest
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      { Outputs o = fn(); }
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return ms;
+  }
   const int dev = 0;
   const c10::Stream stream = at::accelerator::getCurrentStream(dev);
   std::vector<c10::Event> start, stop;
@@ -233,9 +308,17 @@ struct Timing {
 // The two differ where a block holds the GPU at its power limit (an H200 at 700 W under the mixtral
 // blocks): under sustained load the clock falls and hunts (1260-1980 MHz), moving a block's time by up
 // to 17% within a series, more for the block with the denser kernels. Rested times repeat within ~0.3%.
-Timing time_block(const std::function<Outputs()>& fn, int iters, Outputs& first) {
+Timing time_block(const std::function<Outputs()>& fn, int iters, Outputs& first, bool cuda) {
   Timing t;
   const int dev = 0;
+  if (!cuda) {  // CPU smoke: the same series by wall clock, no device memory statistics
+    auto t0 = std::chrono::steady_clock::now();
+    first = fn();
+    t.first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    t.ms = median(timed_calls(fn, iters, 0.0, false));
+    t.ms_sustained = t.ms;
+    return t;
+  }
   at::accelerator::synchronizeDevice(dev);
   auto t0 = std::chrono::steady_clock::now();
   first = fn();
@@ -246,8 +329,8 @@ Timing time_block(const std::function<Outputs()>& fn, int iters, Outputs& first)
   const auto agg = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
   at::accelerator::resetPeakStats(dev);
   const int64_t before = at::accelerator::getDeviceStats(dev).allocated_bytes[agg].current;
-  t.ms = median(timed_calls(fn, iters, 10.0));
-  t.ms_sustained = median(timed_calls(fn, iters, 0.0));
+  t.ms = median(timed_calls(fn, iters, 10.0, true));
+  t.ms_sustained = median(timed_calls(fn, iters, 0.0, true));
   t.peak_extra_mb = double(at::accelerator::getDeviceStats(dev).allocated_bytes[agg].peak - before) / (1024.0 * 1024.0);
   return t;
 }
@@ -264,27 +347,32 @@ std::vector<std::string> moe_bench_shapes() {
 nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& opt) {
   for (const auto& s : opt.shapes)
     if (std::none_of(kShapes.begin(), kShapes.end(), [&](const Shape& k) { return k.name == s; }))
-      throw UsageError(str("bench moe: unknown shape '", s, "' (known: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral)"));
+      throw UsageError(str("bench moe: unknown shape '", s, "' (known: ", join(moe_bench_shapes(), ", "), ")"));
   if (opt.tokens < 1 || opt.rank < 1 || opt.iters < 1)
     throw UsageError("bench moe: --tokens, --rank and --iters must be >= 1");
   if (opt.format != "dense" && opt.format != "nf4" && opt.format != "mxfp4" && opt.format != "nvfp4")
     throw UsageError(str("bench moe: unknown format '", opt.format, "' (known: dense, nf4, mxfp4, nvfp4)"));
-  if (!at::hasCUDA() || at::accelerator::deviceCount() == 0)
-    throw UsageError("bench moe: needs a CUDA device (none is visible)");
+  if (opt.device != "cuda" && opt.device != "cpu")
+    throw UsageError(str("bench moe: unknown device '", opt.device, "' (known: cuda, cpu)"));
+  const bool cuda = opt.device == "cuda";
+  if (cuda && (!at::hasCUDA() || at::accelerator::deviceCount() == 0))
+    throw UsageError("bench moe: needs a CUDA device (none is visible; --device cpu runs a smoke test)");
+  const at::Device dev = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   const auto& shapes = opt.shapes;
   std::vector<std::string> backends = opt.backends;
-  if (backends.empty()) backends = {"grouped_mm", "scattermoe", "reference"};
+  if (backends.empty()) backends = {"grouped_mm", "scattermoe", "mlp:sonicmoe", "mlp:scattermoe", "reference"};
   const int64_t tokens = opt.tokens, rank = opt.rank;
   const int iters = opt.iters;
   nlohmann::json rows = nlohmann::json::array();
   std::printf("expert weights: %s%s\n", opt.format.c_str(),
-              opt.format == "dense" ? " (bf16)" : " (moe.experts backends; _grouped_mm dequantises to bf16 per call)");
+              opt.format == "dense" ? (cuda ? " (bf16)" : " (fp32, CPU smoke run)")
+                                    : " (moe.experts / moe.mlp backends; _grouped_mm dequantises per call)");
   std::printf("%-16s %-11s %9s %8s %7s %10s %9s %8s %9s %10s %8s\n", "shape", "backend", "ms", "TFLOP/s", "%floor",
               "peak+MB", "first_s", "speedup", "rel_err", "sustained", "speedup");
   for (const Shape& sh : kShapes) {
-    if (!shapes.empty() && std::find(shapes.begin(), shapes.end(), sh.name) == shapes.end()) continue;
+    if (shapes.empty() ? is_smoke(sh) : std::find(shapes.begin(), shapes.end(), sh.name) == shapes.end()) continue;
     at::manual_seed(0);
-    Inputs in = make_inputs(sh, tokens, rank, opt.format);
+    Inputs in = make_inputs(sh, tokens, rank, opt.format, dev);
     const double flops = block_flops(in);
     const double floor_ms = flops / (kPeakTflops * 1e12) * 1e3;
     Outputs ref = run_grouped_mm(in);  // the comparison point for every backend's numbers
@@ -293,6 +381,13 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
       std::function<Outputs()> fn;
       if (name == "grouped_mm") {
         fn = [&] { return run_grouped_mm(in); };
+      } else if (name.rfind("mlp:", 0) == 0) {  // the block as one moe.mlp call of that backend
+        auto be = registry.kernel<ax::ops::MoeMlp>(name.substr(4));
+        if (!be) {
+          std::printf("%-16s %-11s not registered for moe.mlp (skipped)\n", sh.name.c_str(), name.c_str());
+          continue;
+        }
+        fn = [be, &in] { return run_mlp(*be, in); };
       } else {
         auto be = registry.kernel<ax::ops::MoeExperts>(name);
         if (!be) {
@@ -304,7 +399,7 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
       Timing t;
       Outputs o;
       try {
-        t = time_block(fn, iters, o);
+        t = time_block(fn, iters, o, cuda);
       } catch (const std::exception& e) {
         std::printf("%-16s %-11s failed: %s\n", sh.name.c_str(), name.c_str(), e.what());
         continue;
@@ -324,8 +419,8 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
                       {"first_call_s", t.first_s}, {"speedup_vs_grouped_mm", speedup},
                       {"max_rel_err_vs_grouped_mm", err}, {"ms_sustained", t.ms_sustained},
                       {"speedup_sustained_vs_grouped_mm", speedup_sustained}, {"tokens", tokens}, {"rank", rank},
-                      {"format", opt.format}});
-      if (opt.profile) {
+                      {"format", opt.format}, {"device", opt.device}});
+      if (opt.profile && cuda) {
         Profiler prof;
         prof.start(/*cuda=*/true);
         for (int i = 0; i < 3; ++i) fn();

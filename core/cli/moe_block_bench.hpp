@@ -1,6 +1,7 @@
 // The MoE expert-block benchmark shared by `axengine bench moe` (cmd_bench.cpp) and the standalone
-// bench/moe_bench: the block (gate_up -> SiLU·up -> down with gates, LoRA on both projections), forward +
-// backward, through moe.experts backends and through the same block written with at::_grouped_mm
+// bench/moe_bench: the block (gate_up -> SiLU·up, or gpt-oss's clamped GLU with biases -> down with gates,
+// LoRA on both projections), forward + backward, through moe.experts backends (two calls), moe.mlp backends
+// (one call) and through the same block written with at::_grouped_mm
 // (gather, grouped GEMMs for base and LoRA, index_add; autograd for the backward).
 #pragma once
 #include <nlohmann/json.hpp>
@@ -13,7 +14,9 @@ namespace ax::bench {
 
 struct MoeBenchOptions {
   std::vector<std::string> shapes;    // empty: all
-  std::vector<std::string> backends;  // "grouped_mm" or moe.experts backend names; empty: grouped_mm, scattermoe, reference
+  // "grouped_mm", moe.experts backend names, or "mlp:<name>" for the block as one moe.mlp call of backend
+  // <name>; empty: grouped_mm, scattermoe, mlp:sonicmoe, mlp:scattermoe, reference (missing ones are skipped).
+  std::vector<std::string> backends;
   int64_t tokens = 4096;
   int64_t rank = 16;
   int iters = 20;
@@ -22,9 +25,13 @@ struct MoeBenchOptions {
   // ops::quantize_*, blocks along K). The _grouped_mm block stays bf16: it dequantises every expert once
   // per call (timed), as a dequantise-then-GEMM implementation would.
   std::string format = "dense";
+  // "cuda" (device 0, bf16, event timing) or "cpu" (fp32, wall clock: a smoke run of the code paths, e.g.
+  // --shape tiny --shape tiny-gpt-oss).
+  std::string device = "cuda";
 };
 
-// The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral.
+// The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral, gpt-oss-20b (biases, clamped GLU),
+// and the smoke shapes tiny, tiny-gpt-oss (run only when named).
 std::vector<std::string> moe_bench_shapes();
 
 // Runs the comparison on CUDA device 0, printing a table to stdout as it goes, and returns the rows

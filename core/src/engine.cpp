@@ -76,7 +76,7 @@ std::vector<Resolution> Engine::resolve_all() const {
       out.push_back(resolve_backend(registry, config.kernels, op->id, q));
       if (fmt == "dense") continue;
       q.format = fmt;
-    } else if (op->id == "moe.experts") {
+    } else if (op->id == "moe.experts" || op->id == "moe.mlp") {
       q.format = fmt;
       q.layout = "ENK";
     } else if (!op->formats.empty()) {
@@ -115,6 +115,9 @@ std::string format_resolution_table(const std::vector<Resolution>& resolutions, 
        << join(q, ",") << " from " << r.list_source << "\n";
     for (const auto& c : r.candidates)
       if (c.verdict != "chosen") os << "  " << pad("", w_op) << "  " << pad("", w_be) << "    " << c.backend << ": " << c.verdict << "\n";
+    if (!r.fallbacks.empty() && r.op == "moe.mlp")  // the ops whose backends can decline a call at run time
+      os << "  " << pad("", w_op) << "  " << pad("", w_be) << "    run-time fallback when " << r.chosen
+         << " declines a call: " << join(r.fallbacks, ", ") << "\n";
   }
   return os.str();
 }

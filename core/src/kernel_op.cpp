@@ -13,6 +13,7 @@ const std::vector<OpInfo>& known_ops() {
       {"rms_norm", "rms_norm", "RMSNorm (w or 1+w), optionally fused with the residual add before it"},
       {"swiglu", "swiglu", "silu(gate) * up, from two tensors or one [*, 2I] gate_up"},
       {"linear_ce", "linear_ce", "LM head and per-token cross-entropy without materialising the logits"},
+      {"moe.mlp", "moe_mlp", "whole MoE expert block: gate_up, GLU, down, gated combine, LoRA on both projections"},
   };
   return ops;
 }

@@ -1,10 +1,25 @@
 #include "axengine/selection.hpp"
 
 #include <algorithm>
+#include <map>
+#include <stdexcept>
 
 #include "axengine/strings.hpp"
 
 namespace ax {
+
+namespace {
+// Ops whose default order (no config list) starts with a written list: the fastest backend per GPU first,
+// each passed over where it cannot run. A name no loaded plugin provides is skipped with its reason, so the
+// list may name backends that are not built yet. Other registered backends follow, `reference` last.
+const std::vector<std::string>* default_order(const std::string& op) {
+  static const std::map<std::string, std::vector<std::string>> lists = {
+      {"moe.mlp", {"sonicmoe", "scattermoe", "reference"}},
+  };
+  auto it = lists.find(op);
+  return it == lists.end() ? nullptr : &it->second;
+}
+}  // namespace
 
 Resolution resolve_backend(const Registry& registry, const KernelPreferences& prefs, const std::string& op,
                            const KernelQuery& query) {
@@ -35,6 +50,18 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
     order.insert(order.end(), builtins.begin(), builtins.end());
     if (registry.find(ProviderKind::kernel, op, "reference")) order.push_back("reference");
     res.list_source = "default (all registered)";
+    if (const auto* d = default_order(op)) {
+      // The written order first (missing names stay, to be reported), then every other registered backend
+      // in the order above, `reference` last.
+      std::vector<std::string> all = std::move(order);
+      order.clear();
+      for (const auto& n : *d)
+        if (n != "reference") order.push_back(n);
+      for (const auto& n : all)
+        if (std::find(order.begin(), order.end(), n) == order.end() && n != "reference") order.push_back(n);
+      order.push_back("reference");
+      res.list_source = "default for " + op;
+    }
   }
   if (!prefs.strict && std::find(order.begin(), order.end(), "reference") == order.end()) order.push_back("reference");
 
@@ -45,6 +72,7 @@ Resolution resolve_backend(const Registry& registry, const KernelPreferences& pr
       c.verdict = "not registered (no loaded plugin provides it)";
     } else if (!res.chosen.empty()) {
       c.verdict = str("not tried (", res.chosen, " chosen first)");
+      if (!unmet_requirement(p->info.needs, query)) res.fallbacks.push_back(name);
     } else if (auto why = unmet_requirement(p->info.needs, query)) {
       c.verdict = *why;
     } else {
@@ -98,6 +126,21 @@ std::shared_ptr<void> KernelSet::get_backend(const std::string& op, const std::s
   auto obj = registry_.find(ProviderKind::kernel, op, res.chosen)->object;
   cache_.emplace_back(std::move(res), obj);
   return obj;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<void>>> KernelSet::get_chain(const std::string& op,
+                                                                               const std::string& dtype,
+                                                                               const std::string& format,
+                                                                               const std::string& layout) {
+  get_backend(op, dtype, format, layout);  // resolves (or throws) and caches the resolution
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [res, obj] : cache_)
+    if (res.op == op && res.query.dtype == dtype && res.query.format == format && res.query.layout == layout) {
+      std::vector<std::pair<std::string, std::shared_ptr<void>>> chain{{res.chosen, obj}};
+      for (const auto& name : res.fallbacks) chain.emplace_back(name, registry_.find(ProviderKind::kernel, op, name)->object);
+      return chain;
+    }
+  throw std::logic_error("KernelSet::get_chain: resolution not cached");
 }
 
 std::shared_ptr<ops::Quantizer> KernelSet::quantizer(const std::string& format) {

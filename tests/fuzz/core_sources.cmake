@@ -50,6 +50,7 @@ set(AX_FUZZ_CORE_SOURCES
   train/adamw.cpp
   train/checkpoint.cpp
   train/checkpoint_manifest.cpp
+  train/dist_config.cpp
   train/generate_io.cpp
   train/lora_config.cpp
   train/train_config.cpp

@@ -32,7 +32,8 @@ bool no_cuda() {
 // The reference backends only (the default list would pick `aten` for bf16).
 ax::KernelPreferences reference_only() {
   ax::KernelPreferences p;
-  for (const char* op : {"linear.lora", "attention", "norm_rope", "moe.experts", "dequant", "rms_norm", "swiglu", "linear_ce"}) p.prefer[op] = {"reference"};
+  for (const char* op : {"linear.lora", "attention", "norm_rope", "moe.experts", "moe.mlp", "dequant", "rms_norm", "swiglu", "linear_ce"})
+    p.prefer[op] = {"reference"};
   return p;
 }
 

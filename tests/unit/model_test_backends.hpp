@@ -13,6 +13,7 @@
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/norm_rope.hpp"
 #include "axengine/ops/rms_norm.hpp"
 #include "axengine/ops/swiglu.hpp"
@@ -162,6 +163,33 @@ struct NaiveMoeExperts : ops::MoeExperts {
   }
 };
 
+// The whole expert block as transformers writes it: NaiveMoeExperts twice, the activation in the input dtype
+// between them (SiLU·up from the halves, or gpt-oss's clamped GLU on the interleaved columns).
+struct NaiveMoeMlp : ops::MoeMlp {
+  static at::Tensor f(const ops::MoeMlpArgs& a, const std::vector<at::Tensor>& v) {  // x, gates, A1, B1, A2, B2
+    at::Tensor u = NaiveMoeExperts::f(ops::moe_mlp_gate_up_args(a), v[0], v[2], v[3], at::Tensor());
+    const int64_t I = u.size(1) / 2;
+    const bool halves = a.packing == ops::GluPacking::halves;
+    at::Tensor g = halves ? u.narrow(1, 0, I) : u.slice(1, 0, 2 * I, 2), up = halves ? u.narrow(1, I, I) : u.slice(1, 1, 2 * I, 2);
+    at::Tensor h;
+    if (a.activation == ops::MoeActivation::silu_glu) {
+      h = at::silu(g) * up;
+    } else {
+      g = g.clamp_max(a.limit);
+      h = (up.clamp(-a.limit, a.limit) + 1) * (g * at::sigmoid(g * a.alpha));
+    }
+    return NaiveMoeExperts::f(ops::moe_mlp_down_args(a, h), h, v[4], v[5], v[1]);
+  }
+  static std::vector<at::Tensor> inputs(const ops::MoeMlpArgs& a) {
+    return {a.x, a.gates, a.gate_up_lora.a, a.gate_up_lora.b, a.down_lora.a, a.down_lora.b};
+  }
+  ops::MoeMlpResult run_forward(const ops::MoeMlpArgs& a) override { return {f(a, inputs(a)), {}}; }
+  ops::MoeMlpGrads run_backward(const ops::MoeMlpArgs& a, const ops::MoeMlpBackwardArgs& b) override {
+    auto g = recompute_grads(inputs(a), b.grad_y, [&](auto& v) { return f(a, v); });
+    return {g[0], g[2], g[3], g[4], g[5], g[1]};
+  }
+};
+
 // transformers' LlamaRMSNorm after `residual + hidden_states`, in the input dtype.
 struct NaiveRmsNorm : ops::RmsNorm {
   static std::pair<at::Tensor, at::Tensor> f(const ops::RmsNormArgs& a, const at::Tensor& x, const at::Tensor& w) {
@@ -238,6 +266,7 @@ inline void add_naive_backends(Registry& r) {
   add("norm_rope", std::shared_ptr<ops::NormRope>(std::make_shared<NaiveNormRope>()));
   add("attention", std::shared_ptr<ops::Attention>(std::make_shared<NaiveAttention>()));
   add("moe.experts", std::shared_ptr<ops::MoeExperts>(std::make_shared<NaiveMoeExperts>()));
+  add("moe.mlp", std::shared_ptr<ops::MoeMlp>(std::make_shared<NaiveMoeMlp>()));
   add("rms_norm", std::shared_ptr<ops::RmsNorm>(std::make_shared<NaiveRmsNorm>()));
   add("swiglu", std::shared_ptr<ops::Swiglu>(std::make_shared<NaiveSwiglu>()));
   add("linear_ce", std::shared_ptr<ops::LinearCe>(std::make_shared<NaiveLinearCe>()));

@@ -256,7 +256,7 @@ TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins impl
   using namespace ax;
   // Slots 0 and 1 are the virtual destructor (complete and deleting).
   CHECK(MoeProbe::slots() == "2 3");
-  CHECK(AttentionProbe::slots() == "2 3");
+  CHECK(AttentionProbe::slots() == "3 4");  // 4.0: decline() takes slot 2
   CHECK(LinearLoraProbe::slots() == "2 3");
   CHECK(NormRopeProbe::slots() == "2 3");
   CHECK(DequantProbe::slots() == "2");

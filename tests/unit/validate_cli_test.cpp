@@ -129,9 +129,9 @@ TEST_CASE("validate cli: run and validate refuse each bad config with exit 2 and
       {"backend named that nothing provides", good, "--set 'kernels.moe=[\"sonicmoe\", \"reference\"]'",
        "kernels.moe names backend \"sonicmoe\", which neither a built-in nor a loaded plugin provides for moe.experts"},
       {"no backend fits under strict", good,
-       "--set model.path=moe --set kernels.strict=true --set device.arch=sm_90 --set 'kernels.moe=[\"conf_correct\"]' "
+       "--set model.path=moe --set kernels.strict=true --set device.arch=sm_90 --set 'kernels.attention=[\"conf_correct\"]' "
        "--set 'plugins.paths=[\"" + std::string(AXENGINE_TEST_PLUGIN_DIR) + "/conformance/axengine_conf_correct.so\"]'",
-       "kernels.strict: no backend for moe.experts (dtype bf16, format dense) on sm_90 from [kernels] — conf_correct: needs cpu"},
+       "kernels.strict: no backend for attention (dtype bf16) on sm_90 from [kernels] — conf_correct: needs cpu"},
       {"resume dir not a checkpoint", good, "--set checkpoint.resume_from=model", "model: not a checkpoint"},
       {"optimizer not registered", good, "--set train.optimizer=sgd", "train.optimizer \"sgd\" is not registered"},
   };

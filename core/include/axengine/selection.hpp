@@ -6,7 +6,7 @@
 // layout) wins. `reference` is appended as the last resort unless `strict`, in which case "nothing
 // matched" is an error. An op the config does not mention tries every registered backend: plugins' in
 // name order first, then core's production backends (`aten`) in name order, `reference` last (in strict
-// mode too).
+// mode too) — except ops with a written default order (moe.mlp: sonicmoe, scattermoe, reference).
 #pragma once
 #include <map>
 #include <memory>
@@ -39,6 +39,9 @@ struct Resolution {
   std::string list_source;  // "[kernels]", "[kernels.arch.sm_120]" or "default (all registered)"
   std::string chosen;       // empty when nothing matched (only possible in strict mode)
   std::vector<Candidate> candidates;
+  // Candidates after `chosen` whose requirements admit the query too, in order: where an op's backends can
+  // decline a call at run time (MoeMlp::decline), the next of these serves it.
+  std::vector<std::string> fallbacks;
 };
 
 // Never throws for "nothing matched": the Resolution says so (chosen empty). KernelSet turns it into
@@ -64,6 +67,18 @@ class KernelSet {
   }
   std::shared_ptr<void> get_backend(const std::string& op, const std::string& dtype, const std::string& format,
                                     const std::string& layout);
+  // The chosen backend, then the run-time fallbacks (Resolution::fallbacks), by name.
+  template <class Op>
+  std::vector<std::pair<std::string, std::shared_ptr<Op>>> get_all(const std::string& dtype, const std::string& format = "",
+                                                                   const std::string& layout = "") {
+    std::vector<std::pair<std::string, std::shared_ptr<Op>>> out;
+    for (auto& [name, obj] : get_chain(Op::kOp, dtype, format, layout))
+      out.emplace_back(name, std::static_pointer_cast<Op>(obj));
+    return out;
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<void>>> get_chain(const std::string& op, const std::string& dtype,
+                                                                       const std::string& format,
+                                                                       const std::string& layout);
 
   // The quantizer for a weight format on this device (resolve_quantizer; cached, listed in resolutions()).
   // Throws UsageError when none is registered for the format.

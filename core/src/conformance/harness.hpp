@@ -12,6 +12,7 @@
 
 #include "axengine/conformance.hpp"
 #include "axengine/op_conformance.hpp"
+#include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/registry.hpp"
 
@@ -134,6 +135,10 @@ std::size_t cuda_free_bytes(int index);
 void dequant_problems(Suite& suite);
 void attention_problems(Suite& suite);
 void moe_experts_problems(Suite& suite);
+void moe_mlp_problems(Suite& suite);
+// moe.experts' test routings (moe_experts.cpp): "random" top-k, "zero_tokens" (most experts empty), "remote"
+// (-1 entries after the last offset), "dropped" (-1 entries inside expert ranges). Seeded by `g`.
+ops::MoeRouting moe_test_routing(int64_t E, int64_t k, int64_t T, const std::string& mode, at::Generator& g);
 void norm_rope_problems(Suite& suite);
 void linear_lora_problems(Suite& suite);
 void rms_norm_problems(Suite& suite);

@@ -67,7 +67,12 @@ struct Data {
   MoeRouting routing;
 };
 
-MoeRouting make_routing(const Shape& s, at::Generator& g) {
+MoeRouting make_routing(const Shape& s, at::Generator& g) { return moe_test_routing(s.E, s.k, s.T, s.routing, g); }
+
+}  // namespace
+
+MoeRouting moe_test_routing(int64_t E, int64_t k, int64_t T, const std::string& mode, at::Generator& g) {
+  const Shape s{E, k, T, 0, 0, 0, mode};
   const int64_t M = s.T * s.k;
   // Experts a token may pick. Remote experts (>= E) stand for other ranks' experts.
   std::vector<int64_t> allowed;
@@ -100,6 +105,8 @@ MoeRouting make_routing(const Shape& s, at::Generator& g) {
   }
   return {sorted_e, sorted_s, offsets, s.k};
 }
+
+namespace {
 
 Data make_data(const Shape& s, ExpertLayout layout, const Variant& v, const std::string& name, unsigned seed) {
   at::Generator g = case_generator(seed, name);

@@ -27,6 +27,13 @@ spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
     auto l = spdlog::stderr_color_mt("axengine");
     l->set_pattern("%^[%L]%$ %v");
+    // A rank of a multi-process run (torchrun's variables, docs/distributed.md): its rank on every line from the
+    // first one on, before the command knows it is distributed.
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    if (rank && *rank && world && *world && std::string_view(rank).find('%') == std::string_view::npos &&
+        std::string_view(world).find('%') == std::string_view::npos)
+      l->set_pattern(std::string("%^[%L]%$ [rank ") + rank + "/" + world + "] %v");
     Level initial = Level::info;
     if (const char* env = std::getenv("AXENGINE_LOG")) parse_level(env, initial);
     l->set_level(to_spd(initial));
@@ -59,7 +66,18 @@ Level level() {
   }
 }
 
+// A rank other than 0 of a multi-process run (torchrun's RANK): rank 0 speaks for the group, the others say
+// only warnings and errors, whatever the config's log level, unless AXENGINE_LOG asks for more.
+bool quiet_rank() {
+  static const bool quiet = [] {
+    const char* rank = std::getenv("RANK");
+    return rank && *rank && std::string_view(rank) != "0" && !std::getenv("AXENGINE_LOG");
+  }();
+  return quiet;
+}
+
 void write(Level level, std::string_view message) {
+  if (level < Level::warn && quiet_rank()) return;
   logger().log(to_spd(level), spdlog::string_view_t(message.data(), message.size()));
 }
 

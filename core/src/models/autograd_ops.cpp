@@ -139,6 +139,39 @@ struct MoeExpertsFn : torch::autograd::Function<MoeExpertsFn> {
   }
 };
 
+// ---- moe.mlp
+using MlpState = State<ops::MoeMlp, ops::MoeMlpArgs>;
+struct MoeMlpFn : torch::autograd::Function<MoeMlpFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& gates, const OptT& a1,
+                            const OptT& b1, const OptT& a2, const OptT& b2, c10::intrusive_ptr<MlpState> st) {
+    st->args.x = x.detach();
+    st->args.gates = gates.detach();
+    st->args.gate_up_lora.a = det(a1);
+    st->args.gate_up_lora.b = det(b1);
+    st->args.down_lora.a = det(a2);
+    st->args.down_lora.b = det(b2);
+    st->needs = {x.requires_grad(), gates.requires_grad(), req(a1), req(b1), req(a2), req(b2)};
+    auto r = st->op->forward(st->args);
+    st->saved = std::move(r.saved);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return r.y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<MlpState>(ctx);
+    const auto& n = st->needs;
+    ops::MoeMlpBackwardArgs bwd;
+    bwd.grad_y = grads[0].contiguous();
+    bwd.saved = st->saved;
+    bwd.need_dx = n[0];
+    bwd.need_dgates = n[1];
+    bwd.need_dlora = n[2] || n[3] || n[4] || n[5];
+    auto g = st->op->backward(st->args, bwd);
+    auto keep = [](bool need, const at::Tensor& t) { return need ? t : at::Tensor(); };
+    return {keep(n[0], g.dx), keep(n[1], g.dgates), keep(n[2], g.dgate_up_lora_a), keep(n[3], g.dgate_up_lora_b),
+            keep(n[4], g.ddown_lora_a), keep(n[5], g.ddown_lora_b), at::Tensor()};
+  }
+};
+
 // ---- rms_norm
 using RnState = State<ops::RmsNorm, ops::RmsNormArgs>;
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
@@ -285,6 +318,15 @@ at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExper
   at::Tensor x = args.x, a = args.lora_a, b = args.lora_b, g = args.gates;
   st->args = std::move(args);
   return MoeExpertsFn::apply(x, opt(a), opt(b), opt(g), st);
+}
+
+at::Tensor moe_mlp(const std::shared_ptr<ops::MoeMlp>& op, ops::MoeMlpArgs args) {
+  auto st = c10::make_intrusive<MlpState>();
+  st->op = op;
+  at::Tensor x = args.x, g = args.gates, a1 = args.gate_up_lora.a, b1 = args.gate_up_lora.b, a2 = args.down_lora.a,
+             b2 = args.down_lora.b;
+  st->args = std::move(args);
+  return MoeMlpFn::apply(x, g, opt(a1), opt(b1), opt(a2), opt(b2), st);
 }
 
 }  // namespace ax::autograd

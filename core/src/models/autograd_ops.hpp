@@ -13,6 +13,7 @@
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/norm_rope.hpp"
 #include "axengine/ops/rms_norm.hpp"
 #include "axengine/ops/swiglu.hpp"
@@ -30,6 +31,9 @@ at::Tensor attention(const std::shared_ptr<ops::Attention>& op, ops::AttentionAr
 
 // Grouped expert projection. x, lora_a, lora_b, gates may require grad.
 at::Tensor moe_experts(const std::shared_ptr<ops::MoeExperts>& op, ops::MoeExpertsArgs args);
+
+// The whole expert block (moe.mlp). x, gates and both projections' LoRA factors may require grad.
+at::Tensor moe_mlp(const std::shared_ptr<ops::MoeMlp>& op, ops::MoeMlpArgs args);
 
 // RMSNorm of x (+ residual). x, residual and weight may require grad. `sum` (x + residual, the residual
 // stream) is defined only with a residual and is differentiable: gradients reaching it from later uses are

@@ -394,7 +394,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   if (cfg_.attention_sinks) kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", "sinks");
   for (const auto& [n, wt] : frozen_) {
     const std::string fmt = ops::to_string(wt.format);
-    if (n.find("mlp.experts.") != std::string::npos) kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), fmt, "ENK");
+    if (n.find("mlp.experts.") != std::string::npos) kernels_->get<ops::MoeMlp>(ops::dtype_name(dtype_), fmt, "ENK");
     else kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), fmt);
   }
 }
@@ -558,9 +558,19 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
   if (decode_step_) return linear(cached_attention(i, a).reshape({T, Hq * D}), p + "o_proj");  // KV-cached decode
-  auto op = kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", cfg_.attention_sinks ? "sinks" : "");
-  at::Tensor o = autograd::attention(op, std::move(a));
+  at::Tensor o = autograd::attention(attention_backend(), std::move(a));
   return linear(o.reshape({T, Hq * D}), p + "o_proj");
+}
+
+std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout) {
+  std::vector<ops::NamedAttention> named;
+  for (auto& [n, b] : kernels.get_all<ops::Attention>(ops::dtype_name(dtype), "", layout)) named.push_back({n, b});
+  return ops::attention_chain(std::move(named));
+}
+
+std::shared_ptr<ops::Attention> DecoderModel::attention_backend() {
+  if (!attention_chain_) attention_chain_ = attention_chain_of(*kernels_, dtype_, cfg_.attention_sinks ? "sinks" : "");
+  return attention_chain_;
 }
 
 at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
@@ -584,23 +594,13 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   if (cfg_.norm_topk_prob) top_v = top_v / top_v.sum(-1, true);
   top_v = top_v.to(x.scalar_type());
 
-  const ops::MoeRouting routing = moe_routing(top_i);
-
-  ops::MoeExpertsArgs up;
-  up.x = x;
-  up.routing = routing;
-  up.grouped_out = true;
-  at::Tensor gu = experts(std::move(up), p + "experts.gate_up_proj");  // [T·k, 2I], grouped
-  ops::SwigluArgs sw;
-  sw.gate_up = gu;  // [T·k, 2I]: gate in the first I columns, up in the last I
-  at::Tensor act = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(sw));
-
-  ops::MoeExpertsArgs down;
-  down.x = act;
-  down.routing = routing;
-  down.grouped_in = true;
-  down.gates = top_v;
-  return experts(std::move(down), p + "experts.down_proj");  // [T, H]
+  ops::MoeMlpArgs a;
+  a.x = x;
+  a.routing = moe_routing(top_i);
+  a.gates = top_v;
+  a.activation = ops::MoeActivation::silu_glu;  // gate in the first I columns of gate_up_proj, up in the last I
+  a.packing = ops::GluPacking::halves;
+  return expert_mlp(std::move(a), p + "experts.");  // [T, H]
 }
 
 ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
@@ -612,19 +612,6 @@ ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
   routing.expert_offsets = expert_counts(flat, cfg_.num_experts).cumsum(0);
   routing.top_k = top_i.size(-1);
   return routing;
-}
-
-at::Tensor DecoderModel::experts(ops::MoeExpertsArgs a, const std::string& module) {
-  a.weight = projection(module);
-  a.layout = ops::ExpertLayout::ENK;
-  a.check_values = false;  // the routing was built here
-  if (const LoraModule* m = lora_.find(module)) {
-    std::tie(a.lora_a, a.lora_b) = lora_factors(*m);
-    a.scaling = m->scaling;
-  }
-  // Each expert weight asks for a backend of its own format (skip_modules may keep one of them dense).
-  auto op = kernels_->get<ops::MoeExperts>(ops::dtype_name(dtype_), ops::to_string(a.weight.format), "ENK");
-  return autograd::moe_experts(op, std::move(a));
 }
 
 at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const {

@@ -12,12 +12,17 @@
 
 #include "axengine/decode.hpp"
 #include "axengine/model.hpp"
+#include "axengine/ops/attention.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
 #include "models/lora.hpp"
 
+namespace ax {
+class KernelSet;
+}
 namespace ax::ops {
 struct AttentionArgs;
 }  // namespace ax::ops
@@ -76,9 +81,15 @@ class DecoderModel : public Model, public CausalLmDecode {
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
   // The moe.experts routing of each token's top-k expert ids [T, k].
   ops::MoeRouting moe_routing(const at::Tensor& top_i) const;
-  // One moe.experts call on `module`'s expert weight through the backend of its format, with its LoRA; `a` holds
-  // the rest (x, routing, grouping, gates, bias).
-  at::Tensor experts(ops::MoeExpertsArgs a, const std::string& module);
+  // The moe.mlp call of one layer's experts (`prefix`: "...mlp.experts."): its two weights and their LoRA are
+  // filled in here, `a` holds the rest (x, routing, gates, biases, activation). models/moe_mlp_block.cpp.
+  at::Tensor expert_mlp(ops::MoeMlpArgs a, const std::string& prefix);
+  // The moe.mlp backend for a (gate_up, down) weight format pair: the resolved backend with its run-time
+  // fallbacks, as one chain (cached: the chain logs each fallback once).
+  std::shared_ptr<ops::MoeMlp> moe_mlp_backend(ops::WeightFormat gate_up, ops::WeightFormat down);
+  // The attention backend for the model's layout ("sinks" with per-head sinks, else "plain"): the resolved
+  // backend with its run-time fallbacks (a backend may decline a call: docs/ops/attention.md), cached.
+  std::shared_ptr<ops::Attention> attention_backend();
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
@@ -110,7 +121,13 @@ class DecoderModel : public Model, public CausalLmDecode {
   bool training_ = true;
   bool recompute_layers_ = false;
   DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
+  std::map<std::string, std::shared_ptr<ops::MoeMlp>> moe_mlp_chains_;  // by "<gate_up fmt>/<down fmt>"
+  std::shared_ptr<ops::Attention> attention_chain_;
 };
+
+// The attention op of a model in `dtype` for `layout` ("sinks" or ""): the resolved backend and its run-time
+// fallbacks as one chain (ops::attention_chain). Callers keep it: the chain logs each fallback once.
+std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout);
 
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
 // init-model and inspect).

@@ -82,7 +82,7 @@ at::Tensor DecoderModel::cached_attention(int64_t layer, const ops::AttentionArg
     off += s.count[g];
   }
   if (s.fresh)
-    return autograd::attention(kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", a.sinks.defined() ? "sinks" : ""), a);
+    return autograd::attention(attention_backend(), a);
 
   const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2), Hkv = a.k.size(1), G = Hq / Hkv;
   const int64_t C = s.qpos.size(1), L = s.keys;

@@ -1,17 +1,15 @@
-// gpt_oss's MoE block (transformers' GptOssMLP), composed from moe.experts and plain ATen:
+// gpt_oss's MoE block (transformers' GptOssMLP): the router in plain ATen, the experts one moe.mlp call.
 //   logits = x·Wrᵀ + br                                  [T, E]   (router with bias)
 //   (v, e) = topk(logits, k);  g = softmax(v)             softmax over the k chosen logits only
-//   gu     = x·W1[e] + b1[e]                              moe.experts, its per-expert bias, grouped rows
+//   gu     = x·W1[e] + b1[e]                              per-expert gate_up bias, gate/up interleaved
 //   gate   = gu[:, 0::2].clamp(max = limit),  up = gu[:, 1::2].clamp(−limit, limit)
-//   h      = (up + 1) · gate · σ(alpha · gate)
-//   out_t  = Σ_j g_tj · (h_tj·W2[e_tj] + b2[e_tj])        moe.experts with gates: the down bias enters
-//                                                          the gated sum, as transformers adds it before
-//                                                          weighting by the routing score
-// The activation is plain ATen (autograd through it); a fused moe.mlp op is a later issue.
+//   h      = (up + 1) · gate · σ(alpha · gate)            moe.mlp's clamped_glu
+//   out_t  = Σ_j g_tj · (h_tj·W2[e_tj] + b2[e_tj])        the down bias enters the gated sum, as transformers
+//                                                          adds it before weighting by the routing score
 #include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
-#include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/selection.hpp"
 #include "models/autograd_ops.hpp"
@@ -103,27 +101,17 @@ at::Tensor DecoderModel::gpt_oss_moe_block(int64_t i, const at::Tensor& x, std::
   // transformers: softmax(router_top_value, dim=1, dtype=router_top_value.dtype), in the compute dtype.
   at::Tensor gates = at::softmax(top_v, -1);
 
-  const ops::MoeRouting routing = moe_routing(top_i);
-
-  ops::MoeExpertsArgs up;
-  up.x = x;
-  up.routing = routing;
-  up.bias = w(p + "experts.gate_up_proj_bias");
-  up.grouped_out = true;
-  at::Tensor gu = experts(std::move(up), p + "experts.gate_up_proj");  // [T·k, 2I], grouped, interleaved
-
-  const double limit = cfg_.swiglu_limit, alpha = cfg_.swiglu_alpha;
-  at::Tensor gate = gu.slice(1, 0, gu.size(1), 2).clamp_max(limit);
-  at::Tensor upv = gu.slice(1, 1, gu.size(1), 2).clamp(-limit, limit);
-  at::Tensor act = (upv + 1) * (gate * at::sigmoid(gate * alpha));  // [T·k, I]
-
-  ops::MoeExpertsArgs down;
-  down.x = act;
-  down.routing = routing;
-  down.bias = w(p + "experts.down_proj_bias");
-  down.grouped_in = true;
-  down.gates = gates;
-  return experts(std::move(down), p + "experts.down_proj");  // [T, H]
+  ops::MoeMlpArgs a;
+  a.x = x;
+  a.routing = moe_routing(top_i);
+  a.gates = gates;
+  a.gate_up_bias = w(p + "experts.gate_up_proj_bias");
+  a.down_bias = w(p + "experts.down_proj_bias");  // enters the gated sum, as transformers adds it before weighting
+  a.activation = ops::MoeActivation::clamped_glu;
+  a.packing = ops::GluPacking::interleaved;  // gate = gu[..., ::2], up = gu[..., 1::2]
+  a.alpha = cfg_.swiglu_alpha;
+  a.limit = cfg_.swiglu_limit;
+  return expert_mlp(std::move(a), p + "experts.");  // [T, H]
 }
 
 }  // namespace ax::models

@@ -102,6 +102,7 @@ class VisionTower {
   at::ScalarType dtype_;
   at::Device device_;
   std::shared_ptr<KernelSet> kernels_;
+  mutable std::shared_ptr<ops::Attention> attention_;  // the attention backend with its fallbacks (attention_chain_of), made on first use
   std::map<std::string, at::Tensor> weights_;
   std::vector<std::pair<std::string, at::Tensor>> named_;
   std::vector<std::string> used_;

@@ -172,7 +172,8 @@ at::Tensor VisionTower::block(int64_t i, const at::Tensor& x, const at::Tensor& 
   a.softmax_scale = 1.0 / std::sqrt(double(D));
   a.causal = false;  // every patch of a window (an image) sees every other
   a.check_values = false;  // built here
-  at::Tensor o = autograd::attention(kernels_->get<ops::Attention>(ops::dtype_name(dtype_)), std::move(a));
+  if (!attention_) attention_ = attention_chain_of(*kernels_, dtype_, "");
+  at::Tensor o = autograd::attention(attention_, std::move(a));
   at::Tensor h = x + linear(o.reshape({N, H * D}), p + "attn.proj");
   at::Tensor n = rms_norm(h, p + "norm2.weight");
   ops::SwigluArgs sw;

@@ -57,7 +57,7 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
                       cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "");
     // The ops DecoderModel's forward asks its KernelSet for.
     out.ops = {"linear.lora", "norm_rope", "attention"};
-    if (cfg.num_experts > 0) out.ops.push_back("moe.experts");
+    if (cfg.num_experts > 0) out.ops.push_back("moe.mlp");  // the expert block (models/moe_mlp_block.cpp)
     if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, cfg.model_type, lora_sites(cfg)).size());
     if (!o.adapter_dir.empty())
       out.lora_modules = static_cast<int64_t>(load_peft(o.adapter_dir, cfg.model_type, lora_sites(cfg), *dtype, at::kCPU).modules.size());

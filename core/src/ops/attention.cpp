@@ -1,5 +1,6 @@
 // validate() for attention.
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/decline_chain.hpp"
 
 #include <ATen/ATen.h>
 
@@ -77,6 +78,11 @@ void validate_backward(const AttentionArgs& a, const AttentionBackwardArgs& b) {
   if (b.grads_out.dsinks.defined() && !a.sinks.defined())
     check::fail(kOp, "grads_out.dsinks", "is given but the call has no sinks");
   check::out_like(kOp, "grads_out.dsinks", b.grads_out.dsinks, {a.q.size(1)}, at::kFloat, dev);
+}
+
+std::shared_ptr<Attention> attention_chain(std::vector<NamedAttention> backends) {
+  return std::make_shared<DeclineChain<Attention, NamedAttention, AttentionArgs, AttentionResult, AttentionBackwardArgs,
+                                       AttentionGrads>>(std::move(backends));
 }
 
 }  // namespace ax::ops

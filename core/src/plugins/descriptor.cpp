@@ -9,6 +9,7 @@
 #include "axengine/kernel_op.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/strings.hpp"
@@ -81,10 +82,11 @@ void parse_abi(const std::string& abi, PluginDescriptor& d) {
   if (!ok) throw UsageError(str("plugin descriptor: 'abi' is '", abi, "', expected MAJOR.MINOR"));
 }
 
-// Layout names exist per op (of core's, moe.experts and attention have some). An op the plugin defines itself says
-// its layouts in its OpSpec, which the registry checks the claims against once it is registered: nullopt.
+// Layout names exist per op (of core's: moe.experts and moe.mlp, whose weights are laid out alike, and
+// attention). An op the plugin defines itself says its layouts in its OpSpec, which the registry checks the
+// claims against once it is registered: nullopt.
 std::optional<std::vector<std::string>> layouts_of(const std::string& op) {
-  if (op == ops::MoeExperts::kOp) return std::vector<std::string>{to_string(ops::ExpertLayout::EKN), to_string(ops::ExpertLayout::ENK)};
+  if (op == ops::MoeExperts::kOp || op == ops::MoeMlp::kOp) return std::vector<std::string>{to_string(ops::ExpertLayout::EKN), to_string(ops::ExpertLayout::ENK)};
   if (op == ops::Attention::kOp) return std::vector<std::string>{"plain", "sinks"};  // its OpSpec's (ops/reference)
   if (find_op(op)) return std::vector<std::string>{};
   return std::nullopt;

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include <ATen/Context.h>
+#include <ATen/DeviceAccelerator.h>
+
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
@@ -13,6 +16,8 @@
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
 #include "data/prepare.hpp"
+#include "train/dist_config.hpp"
+#include "train/dist_group.hpp"
 #include "train/progress.hpp"
 #include "train/run_check.hpp"
 #include "train/trainer.hpp"
@@ -49,21 +54,45 @@ std::vector<std::string> check_run(const Engine& engine, const TrainOptions& opt
   return train::describe_plan(engine, train::plan_run(engine, options));
 }
 
+// Started by a launcher (torchrun, axengine launch; dist_config.hpp): this process joins the group as rank
+// RANK, on GPU LOCAL_RANK.
+std::unique_ptr<train::DistGroup> join_group(Engine& engine) {
+  const train::DistEnv env = train::read_dist_env();
+  if (!env.launched) return nullptr;
+  if (engine.device.is_cuda() && at::hasCUDA()) {
+    const auto count = static_cast<int64_t>(at::accelerator::deviceCount());
+    if (env.local_rank >= count)
+      throw UsageError(ax::str("LOCAL_RANK=", env.local_rank, " but this machine has ", count,
+                               " CUDA devices: start at most that many ranks a node"));
+    engine.device.index = static_cast<int>(env.local_rank);
+    at::accelerator::setDeviceIndex(static_cast<c10::DeviceIndex>(env.local_rank));
+  }
+  return train::DistGroup::join(env, train::read_distributed_config(engine.config), engine.device);
+}
+
 void train_from_config(Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
-  std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
+  auto group = join_group(engine);
+  const bool writer = !group || group->rank() == 0;
+  if (writer) std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
 
-  // Everything validate checks, before any weight is loaded; then nothing it found is read again.
+  // Everything validate checks, before any weight is loaded; then nothing it found is read again. Rank 0
+  // plans first (it tokenises into the prepared-data cache; the others then read it) and the others before
+  // rank 0 writes anything (the output_dir check would see its files).
+  if (group && !writer) group->barrier();
   train::RunPlan plan = train::plan_run(engine, options);
+  if (group && writer) group->barrier();
+  if (group) group->barrier();
   log::info(data::describe(plan.data));
   if (plan.device_problem) throw UsageError(*plan.device_problem);
-  if (options.overwrite) {  // only what a run writes: anything else the person keeps in output_dir stays
+  if (options.overwrite && writer) {  // only what a run writes: anything else the person keeps in output_dir stays
     for (const auto& name : run_output_names()) {
       const std::filesystem::path p = std::filesystem::path(cfg.run.output_dir) / name;
       if (std::filesystem::exists(p)) log::info(ax::str("--overwrite: removing ", p.string()));
       std::filesystem::remove_all(p);
     }
   }
+  if (group && options.overwrite) group->barrier();  // removed before any rank resumes or writes
 
   train::TrainerSetup s;
   s.config = &cfg;
@@ -85,12 +114,15 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.write_adapter = [&model](const std::string& dir) { model->save_adapter(dir); };
   s.decode = [&tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
   s.title = ax::str("axengine: ", cfg.file);
+  s.group = group.get();
+  s.bucket_mb = plan.distributed.bucket_mb;
 
   auto sum = train::run_trainer(s);
+  if (!writer) return;
   std::vector<std::string> lines{
       ax::str("done: ", sum.steps, " steps", sum.first_step ? ax::str(" (resumed at ", sum.first_step, ")") : std::string(), " in ",
           train::format_duration(sum.wall_s)),
-      ax::str("  tokens/s        ", train::format_rate(sum.tokens_per_s), " (", sum.tokens, " tokens trained by this process)"),
+      ax::str("  tokens/s        ", train::format_rate(sum.tokens_per_s), " (", sum.tokens, group ? " tokens trained by all ranks)" : " tokens trained by this process)"),
       ax::str("  peak memory     ", train::format_bytes(sum.peak_memory_bytes), engine.device.is_cuda() ? " (CUDA allocator)" : " (RSS)"),
       ax::str("  train loss      ", sum.losses.empty() ? "n/a" : fmt(sum.losses.front()) + " -> " + fmt(sum.final_loss)),
       ax::str("  eval loss       ", fmt(sum.final_eval_loss), " (best ", fmt(sum.best_eval_loss), ")")};

@@ -155,6 +155,8 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.checkpoint = read_checkpoint_config(cfg);
   p.eval = read_eval_config(cfg);
   p.profile = read_profile_config(cfg);
+  p.distributed = read_distributed_config(cfg);
+  p.dist_env = read_dist_env();
   p.lora = read_lora_config(cfg);
   if (options.resume && p.checkpoint.resume_from.empty()) p.checkpoint.resume_from = "latest";
   if (p.checkpoint.resume_from != "latest") p.checkpoint.resume_from = data::resolve_against(cfg.dir, p.checkpoint.resume_from);
@@ -181,7 +183,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
   p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
-  p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed));
+  p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), p.dist_env.world);
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
   if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
@@ -198,7 +200,8 @@ std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
   out.push_back(ax::str("data     ", p.data.train.size(), " train / ", p.data.eval.size(), " eval samples -> ",
                         p.steps.train_rows.rows.size(), " rows of ", p.data_config.sequence_len, " tokens"));
   out.push_back(ax::str("steps    ", p.steps.steps_per_epoch, " per epoch (", p.train.micro_batch_size, " x ", p.train.grad_accum,
-                        " rows each), ", p.steps.total_steps, " in all"));
+                        p.dist_env.world > 1 ? ax::str(" x ", p.dist_env.world, " ranks") : std::string(), " rows each), ",
+                        p.steps.total_steps, " in all"));
   std::vector<std::string> chosen;
   for (const auto& r : p.backends) chosen.push_back(r.op + " " + r.chosen);
   out.push_back(ax::str("kernels  ", engine.device.arch_name(), ": ", join(chosen, ", ")));

@@ -16,6 +16,7 @@
 #include "data/data_config.hpp"
 #include "data/prepare.hpp"
 #include "train/checkpoint.hpp"
+#include "train/dist_config.hpp"
 #include "train/lora_config.hpp"
 #include "train/step_plan.hpp"
 #include "train/train_config.hpp"
@@ -29,6 +30,8 @@ struct RunPlan {
   CheckpointConfig checkpoint;  // resume_from = "latest" under --resume
   EvalConfig eval;
   ProfileConfig profile;
+  DistributedConfig distributed;
+  DistEnv dist_env;             // torchrun's variables: the steps count the rows of all ranks
   LoraConfig lora;
   ModelLoadOptions model;       // what load_model gets (kernels included)
   ModelCheck model_check;

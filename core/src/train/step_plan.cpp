@@ -6,7 +6,7 @@
 
 namespace ax::train {
 
-StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const TrainConfig& train, uint64_t seed) {
+StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const TrainConfig& train, uint64_t seed, int64_t world) {
   const int64_t S = sequence_len;
   StepPlan p;
   // Rows are packed once, from a seeded sample order; every epoch then visits them in its own seeded order.
@@ -14,12 +14,12 @@ StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const 
   std::vector<uint32_t> eval_order(data.eval.size());
   for (std::size_t i = 0; i < eval_order.size(); ++i) eval_order[i] = static_cast<uint32_t>(i);
   p.eval_rows = data::pack_samples(data.eval, eval_order, S);
-  const int64_t rows_per_step = train.micro_batch_size * train.grad_accum;
+  const int64_t rows_per_step = train.micro_batch_size * train.grad_accum * world;
   p.steps_per_epoch = static_cast<int64_t>(p.train_rows.rows.size()) / rows_per_step;
   if (p.steps_per_epoch == 0)
     throw UsageError(ax::str("the training data packs into ", p.train_rows.rows.size(), " rows of ", S,
                              " tokens, fewer than one step needs (micro_batch_size ", train.micro_batch_size, " x grad_accum ",
-                             train.grad_accum, ")"));
+                             train.grad_accum, world > 1 ? ax::str(" x ", world, " ranks") : std::string(), ")"));
   p.total_steps = train.max_steps > 0 ? train.max_steps : train.num_epochs * p.steps_per_epoch;
   return p;
 }

@@ -21,8 +21,9 @@ struct StepPlan {
 
 // Packs the training rows from the seeded sample order (and the eval rows in file order) into rows of
 // `sequence_len` tokens, and counts the steps. UsageError when the rows are fewer than one optimizer step takes
-// (micro_batch_size x grad_accum).
-StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const TrainConfig& train, uint64_t seed);
+// (micro_batch_size x grad_accum x world: with data parallelism a step takes that many rows over all ranks).
+StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const TrainConfig& train, uint64_t seed,
+                    int64_t world = 1);
 
 // The checkpoint to resume from ([checkpoint] resume_from: "" = none, "latest", or a directory), verified
 // (manifest, trainer state, tensors). nullopt: start from step 0 ("latest" with no checkpoint yet). UsageError

@@ -119,8 +119,12 @@ class Loop {
   [[noreturn]] void non_finite(const std::string& what, int64_t step);
   void profile_before(int64_t step);
   void profile_after(int64_t step);
+  void reduce_gradients();
+  int64_t rank() const { return s_.group ? s_.group->rank() : 0; }
+  int64_t world() const { return s_.group ? s_.group->world() : 1; }
 
   TrainerSetup& s_;
+  bool writer_ = true;  // rank 0 (or no group): writes metrics, report, checkpoints, profile; prints progress
   std::string out_dir_;
   at::Device device_{at::kCPU};
   std::vector<std::pair<std::string, at::Tensor>> params_;
@@ -151,7 +155,7 @@ class Loop {
 // [profile]: steps start_step .. start_step + steps - 1 run under the Kineto profiler.
 void Loop::profile_before(int64_t step) {
   const ProfileConfig& p = s_.profile;
-  if (p.steps > 0 && step == p.start_step) profiler_.start(s_.device.is_cuda());
+  if (writer_ && p.steps > 0 && step == p.start_step) profiler_.start(s_.device.is_cuda());
 }
 
 void Loop::profile_after(int64_t step) {
@@ -186,7 +190,7 @@ void Loop::build_optimizer() {
 
 void Loop::plan() {
   const int64_t S = s_.data_config.sequence_len;
-  StepPlan plan = plan_steps(s_.data, S, s_.train, static_cast<uint64_t>(s_.config->run.seed));
+  StepPlan plan = plan_steps(s_.data, S, s_.train, static_cast<uint64_t>(s_.config->run.seed), world());
   train_rows_ = std::move(plan.train_rows);
   eval_rows_ = std::move(plan.eval_rows);
   steps_per_epoch_ = plan.steps_per_epoch;
@@ -217,6 +221,7 @@ void Loop::maybe_resume() {
       s_.resume_checkpoint ? s_.resume_checkpoint() : find_resume_checkpoint(s_.checkpoint, out_dir_);
   if (!loaded) {  // start afresh
     metrics_.records.clear();
+    if (!writer_) return;
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
     tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
@@ -251,13 +256,14 @@ void Loop::maybe_resume() {
   if (st.tokens_seen) {
     tokens_seen_ = *st.tokens_seen;
     trainable_seen_ = *st.trainable_tokens_seen;
-  } else {
+  } else if (writer_) {
     log::warn(ax::str("resume: ", dir, " predates token accounting: tokens_seen counts from step ", st.step, " on"));
   }
+  last_ckpt_ = dir;
+  if (!writer_) return;
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
-  last_ckpt_ = dir;
   log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
 }
 
@@ -275,13 +281,22 @@ PendingStep Loop::train_step(int64_t step) {
   const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum;
   std::vector<at::Tensor> losses;
   for (int64_t j = 0; j < ga; ++j) {
+    // Global micro-batch g of the epoch: rank k trains g = (in_epoch * ga + j) * world + k, so a step takes the
+    // same rows at every world size with the same micro_batch_size x grad_accum x world (resume-safe), and
+    // world 1 is the single-process order.
+    const int64_t g = (in_epoch * ga + j) * world() + rank();
     std::vector<uint32_t> rows;
     for (int64_t r = 0; r < mb; ++r) {
-      uint32_t row = order[static_cast<std::size_t>((in_epoch * ga + j) * mb + r)];
+      uint32_t row = order[static_cast<std::size_t>(g * mb + r)];
       rows.push_back(row);
-      p.tokens += row_tokens_[row];
-      p.trainable += row_trainable_[row];
     }
+    // The tokens of the step over all ranks, from the same deterministic order (no collective for it).
+    for (int64_t k = 0; k < world(); ++k)
+      for (int64_t r = 0; r < mb; ++r) {
+        const uint32_t row = order[static_cast<std::size_t>(((in_epoch * ga + j) * world() + k) * mb + r)];
+        p.tokens += row_tokens_[row];
+        p.trainable += row_trainable_[row];
+      }
     Batch b = data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get())
                   .to(device_);
     RECORD_USER_SCOPE("axengine::forward_backward");
@@ -290,8 +305,15 @@ PendingStep Loop::train_step(int64_t step) {
     (out.loss / static_cast<double>(ga)).backward();
   }
   at::NoGradGuard no_grad;
-  at::Tensor norm = grad_norm();  // fp32 scalar on the device
   at::Tensor loss_vec = at::stack(losses).to(at::kDouble);
+  if (s_.group) {
+    reduce_gradients();  // every rank then holds the same mean gradient: the norm and the clip are global
+    // The step's losses: the mean over the ranks of each micro-batch's (what one process with
+    // grad_accum x world micro-batches averages).
+    s_.group->all_reduce_sum(loss_vec);
+    loss_vec = loss_vec / static_cast<double>(world());
+  }
+  at::Tensor norm = grad_norm();  // fp32 scalar on the device
   at::Tensor bad = at::logical_not(at::logical_and(at::isfinite(loss_vec).all(), at::isfinite(norm))).to(at::kFloat);
   found_inf_ = at::maximum(found_inf_, bad.to(found_inf_.device()));
   if (s_.train.max_grad_norm > 0) {
@@ -317,6 +339,20 @@ PendingStep Loop::train_step(int64_t step) {
     p.ready->record(at::accelerator::getCurrentStream(device_.index()));
   }
   return p;
+}
+
+// Bucketed after backward (not overlapped with it): the LoRA gradients are small next to the frozen base's
+// forward and backward, and one pass over them keeps the backward pass the compile helper's executor owns
+// untouched. A parameter without a gradient on this rank (an expert no token reached) takes part as zeros,
+// so every rank reduces the same tensors in the same order.
+void Loop::reduce_gradients() {
+  RECORD_USER_SCOPE("axengine::all_reduce_gradients");
+  std::vector<at::Tensor> grads;
+  for (auto& [name, p] : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    grads.push_back(p.mutable_grad());
+  }
+  s_.group->all_reduce_mean(grads, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
 }
 
 // Global gradient norm (fp32 scalar, on the gradients' device); 0 when no parameter has a gradient.
@@ -379,12 +415,13 @@ void Loop::record(const PendingStep& p) {
               {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
               {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
               {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}});
-  progress_->update(step + 1, epoch, loss, lr_, tps, eta);
+  if (progress_) progress_->update(step + 1, epoch, loss, lr_, tps, eta);
 }
 
 // To metrics.jsonl and the TensorBoard events, stamped with the wall-clock time (Unix seconds): TensorBoard's
 // time axis, kept in the record so a resumed run rewrites the events with their first times.
 void Loop::log_record(nlohmann::json record) {
+  if (!writer_) return;
   record["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_.append(out_dir_, record);
   if (tensorboard_) tensorboard_->append(record);
@@ -463,6 +500,8 @@ EvalResult Loop::evaluate() {
 }
 
 void Loop::eval_and_log(int64_t step) {
+  // Rank 0 alone: the others go on to the next step's all-reduce and wait there (within timeout_s).
+  if (!writer_) return;
   auto t = Clock::now();
   EvalResult r = evaluate();
   if (!r.ran && std::isnan(r.exact_match)) return;
@@ -535,10 +574,17 @@ std::string Loop::save(int64_t step) {
   pl.state.tokens_seen = tokens_seen_;
   pl.state.trainable_tokens_seen = trainable_seen_;
   pl.write_adapter = s_.write_adapter;
-  last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
-  metrics_.rewrite(out_dir_);
-  write_report(out_dir_, metrics_, s_.title, summary_rows(step == total_steps_));
-  if (progress_) progress_->message(ax::str("checkpoint ", last_ckpt_));
+  // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
+  // after a barrier (every rank finished the step), and the others wait until the checkpoint is complete, so
+  // none runs ahead of (or exits before) the last good one.
+  if (s_.group) s_.group->barrier();
+  if (writer_) {
+    last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
+    metrics_.rewrite(out_dir_);
+    write_report(out_dir_, metrics_, s_.title, summary_rows(step == total_steps_));
+    if (progress_) progress_->message(ax::str("checkpoint ", last_ckpt_));
+  }
+  if (s_.group) s_.group->barrier();
   return last_ckpt_;
 }
 
@@ -549,12 +595,24 @@ TrainSummary Loop::run() {
   if (int64_t threads = intra_op_threads(s_.train.cpu_threads); threads > 0) at::set_num_threads(static_cast<int>(threads));
   at::manual_seed(static_cast<uint64_t>(s_.config->run.seed));
   if (s_.device.is_cuda()) c10::getDeviceAllocator(at::kCUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(s_.device.index));
+  writer_ = rank() == 0;
   build_optimizer();
   plan();
   maybe_resume();
+  if (s_.group) {
+    // One starting point whatever each rank's initialisation or resume read: rank 0's parameters and
+    // optimizer state.
+    std::map<std::string, at::Tensor> opt_state = opt_->state_dict();  // a plugin's may be copies: loaded back
+    std::vector<at::Tensor> state;
+    for (auto& [name, p] : params_) state.push_back(p.detach());
+    for (auto& [name, t] : opt_state)
+      if (t.defined()) state.push_back(t);
+    s_.group->broadcast_from_0(state, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
+    opt_->load_state_dict(opt_state);
+  }
   sum_.first_step = start_step_;
   sum_.steps = start_step_;
-  progress_ = std::make_unique<Progress>(total_steps_, s_.train.log_every);
+  if (writer_) progress_ = std::make_unique<Progress>(total_steps_, s_.train.log_every);
   s_.model->set_training(true);
   if (start_step_ == 0 && s_.eval.every_steps > 0) eval_and_log(0);
 
@@ -574,7 +632,7 @@ TrainSummary Loop::run() {
   }
   finish_steps(0);
   if (sum_.steps > start_step_ || last_ckpt_.empty()) eval_and_log(total_steps_);
-  progress_->finish();
+  if (progress_) progress_->finish();
   sum_.last_checkpoint = save(total_steps_);
   progress_.reset();
   sum_.wall_s = seconds_since(t0_);

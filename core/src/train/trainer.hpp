@@ -14,6 +14,7 @@
 #include "data/data_config.hpp"
 #include "data/prepare.hpp"
 #include "train/checkpoint.hpp"
+#include "train/dist_group.hpp"
 #include "train/train_config.hpp"
 
 namespace ax::train {
@@ -36,6 +37,10 @@ struct TrainerSetup {
   // hands over the one its check already verified, so a large optimizer state is not read twice.
   std::function<std::optional<LoadedCheckpoint>()> resume_checkpoint;
   std::string title = "axengine run";
+  // Data parallelism (docs/distributed.md): null = this process alone. Each rank trains its own rows of every
+  // step, the gradients are averaged over the ranks, and only rank 0 writes (metrics, report, checkpoints).
+  DistGroup* group = nullptr;
+  double bucket_mb = 25;  // [distributed] bucket_mb
 };
 
 struct TrainSummary {

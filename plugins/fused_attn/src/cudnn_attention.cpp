@@ -32,6 +32,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -226,7 +227,11 @@ int64_t seqlen_bound(const ops::AttentionArgs& a) {
 
 class CudnnAttention final : public ops::Attention {
  public:
-  std::string decline(const ops::AttentionArgs& a) const override { return cudnn_attention_unfit(a); }
+  std::optional<std::string> decline(const ops::AttentionArgs& a) const override {
+    std::string why = cudnn_attention_unfit(a);
+    if (why.empty()) return std::nullopt;
+    return why;
+  }
 
  protected:
   ops::AttentionResult run_forward(const ops::AttentionArgs& a) override {

@@ -25,6 +25,7 @@
 #include <limits>
 #include <vector>
 
+#include <axengine/ops/moe_mlp.hpp>
 #include <axengine/plugin.hpp>
 
 #include "glue.hpp"
@@ -409,6 +410,11 @@ AXENGINE_PLUGIN_DESCRIPTOR(
     " \"summary\": \"ScatterMoE-style grouped expert GEMMs with fused LoRA (CUDA, mma.sync tensor cores)\","
     " \"providers\": [{\"kind\": \"kernel\", \"op\": \"moe.experts\", \"name\": \"scattermoe\", \"graph_safe\": true,"
     " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
+    " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}},"
+    // moe.mlp: the whole block composed from the same kernels (ax::ops::compose_moe_mlp), so it runs wherever
+    // moe.experts does and is the fallback of a faster whole-block backend on every GPU the latter skips.
+    " {\"kind\": \"kernel\", \"op\": \"moe.mlp\", \"name\": \"scattermoe\", \"graph_safe\": true,"
+    " \"requires\": {\"devices\": [\"cuda\"], \"arch_min\": \"sm_80\", \"dtypes\": [\"bf16\", \"fp16\"],"
     " \"formats\": [\"dense\", \"nf4\", \"mxfp4\", \"nvfp4\"], \"layouts\": [\"EKN\", \"ENK\"]}}]}")
 
 AXENGINE_PLUGIN_REGISTER(reg) {
@@ -416,5 +422,7 @@ AXENGINE_PLUGIN_REGISTER(reg) {
   auto ctx = std::make_shared<glue::Context>();
   reg.backend_options<Options>("scattermoe", "options of the scattermoe moe.experts backend; docs/plugins/scattermoe.md, section Options",
                                bind_options, [ctx](const Options& o) { ctx->configure(o); });
-  reg.kernel<ax::ops::MoeExperts>("scattermoe", std::make_shared<ScatterMoe>(ctx));
+  auto experts = std::make_shared<ScatterMoe>(ctx);
+  reg.kernel<ax::ops::MoeExperts>("scattermoe", experts);
+  reg.kernel<ax::ops::MoeMlp>("scattermoe", ax::ops::compose_moe_mlp(experts));
 }

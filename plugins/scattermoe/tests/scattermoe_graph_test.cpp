@@ -27,7 +27,8 @@ std::shared_ptr<ax::ops::MoeExperts> load_scattermoe() {
   REQUIRE(static_cast<bool>(fn));
   ax::PluginRegistrar reg;
   fn(reg);
-  REQUIRE(reg.staged().size() == 1);
+  REQUIRE(reg.staged().size() == 2);  // moe.experts, then moe.mlp composed from it
+  REQUIRE(reg.staged()[0].op == "moe.experts");
   return std::static_pointer_cast<ax::ops::MoeExperts>(reg.staged()[0].object);
 }
 

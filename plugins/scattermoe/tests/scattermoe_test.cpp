@@ -19,6 +19,9 @@
 #include <axengine/ops/quant.hpp>
 #include <axengine/plugin.hpp>
 #include <axengine/registry.hpp>
+#include <axengine/builtins.hpp>
+#include <axengine/conformance.hpp>
+#include <axengine/plugin_loader.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -50,7 +53,8 @@ std::shared_ptr<ax::ops::MoeExperts> load_scattermoe(const std::string& options 
   REQUIRE(static_cast<bool>(fn));
   ax::PluginRegistrar reg;
   fn(reg);
-  REQUIRE(reg.staged().size() == 1);
+  REQUIRE(reg.staged().size() == 2);  // moe.experts, then moe.mlp composed from it
+  REQUIRE(reg.staged()[0].op == "moe.experts");
   REQUIRE(reg.config_tables().size() == 1);
   REQUIRE(reg.config_tables()[0].path == "kernels.options.scattermoe");
   const toml::table table = toml::parse(std::string_view(options), std::string_view("AXENGINE_SCATTERMOE_TEST_OPTIONS"));
@@ -385,4 +389,38 @@ TEST_CASE("scattermoe tunes into the tuning_cache file its options name (CUDA)")
   const nlohmann::json doc = nlohmann::json::parse(std::ifstream(file));
   CHECK(doc["entries"].size() > 0);
   fs::remove(file);
+}
+
+// moe.mlp is scattermoe's moe.experts composed (ax::ops::compose_moe_mlp): the plugin stages it for the same
+// requirements, and on a GPU it passes the moe.mlp conformance problems (quick grid, every claimed format).
+TEST_CASE("scattermoe provides moe.mlp and passes its conformance problems (CUDA)") {
+  if (!at::hasCUDA() || at::detail::getCUDAHooks().deviceCount() == 0) {
+    MESSAGE("skipped: needs a CUDA device and the built scattermoe plugin");
+    return;
+  }
+  auto registry = std::make_unique<ax::Registry>();
+  ax::register_builtins(*registry);
+  {
+    ax::PluginLoader loader(*registry);
+    const std::string path = std::string(AXENGINE_PLUGIN_DIR) + "/axengine_scattermoe.so";
+    const ax::PluginReport& r = loader.load_file(path, "test");
+    INFO(path << ": " << r.reason);
+    REQUIRE(r.status == ax::PluginReport::Status::loaded);
+    const ax::Provider* p = registry->find(ax::ProviderKind::kernel, "moe.mlp", "scattermoe");
+    REQUIRE(p != nullptr);
+    CHECK(p->info.needs.arch_min == 80);
+    ax::conformance::Options o;
+    o.op = "moe.mlp";
+    o.backend = "scattermoe";
+    o.device = "cuda";
+    o.quick = true;
+    ax::conformance::Report rep = ax::conformance::run(*registry, o);
+    std::string fails;
+    for (const auto& c : rep.cases)
+      if (c.status == ax::conformance::Status::fail) fails += "\n  " + c.name + ": " + c.message;
+    INFO("failing cases:" << fails);
+    CHECK(rep.ok());
+    CHECK(rep.count(ax::conformance::Status::pass) > 50);
+    registry.reset();  // its objects' code lives in the plugin: gone before the loader unloads it
+  }
 }

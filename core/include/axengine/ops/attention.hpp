@@ -7,6 +7,8 @@
 // Optional attention sinks (gpt_oss): a per-head logit that joins every row's softmax and is then dropped,
 // so a row's weights sum to less than one. Backends that take them claim the layout "sinks".
 #pragma once
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,14 +75,23 @@ class Attention : public KernelBackend {
     validate_backward(args, bwd);
     return run_backward(args, bwd);
   }
-  // Why this backend will not take these arguments (empty: it takes them). A backend whose kernels cover
-  // only part of the contract declines the rest; the caller then hands the call, forward and backward, to
-  // the next backend of its preference list (docs/ops/attention.md, "Declining").
-  virtual std::string decline(const AttentionArgs&) const { return {}; }
+  // Why this backend will not take these (valid) arguments, or nullopt when it takes them. A backend whose
+  // kernels cover only part of the contract declines the rest; attention_chain hands the call, forward and
+  // backward, to the next backend of the preference list (docs/ops/attention.md, "Declining"). A pure
+  // function of shapes, dtypes and flags, never of tensor values.
+  virtual std::optional<std::string> decline(const AttentionArgs&) const { return std::nullopt; }
 
  protected:
   virtual AttentionResult run_forward(const AttentionArgs& args) = 0;
   virtual AttentionGrads run_backward(const AttentionArgs& args, const AttentionBackwardArgs& bwd) = 0;
 };
+
+// The backends of a preference list as one: each call goes to the first that does not decline it
+// (ops/decline_chain.hpp). The engine's models call attention through this.
+struct NamedAttention {
+  std::string name;
+  std::shared_ptr<Attention> backend;
+};
+std::shared_ptr<Attention> attention_chain(std::vector<NamedAttention> backends);
 
 }  // namespace ax::ops

@@ -12,6 +12,7 @@
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/norm_rope.hpp"
 #include "axengine/ops/rms_norm.hpp"
 #include "axengine/ops/swiglu.hpp"
@@ -30,7 +31,8 @@ std::shared_ptr<LinearLora> make_reference_linear_lora();
 std::shared_ptr<RmsNorm> make_reference_rms_norm();
 std::shared_ptr<Swiglu> make_reference_swiglu();
 std::shared_ptr<LinearCe> make_reference_linear_ce();
-std::shared_ptr<Quantizer> make_reference_quantizer();  // ops/quant/quantizer.cpp
+std::shared_ptr<Quantizer> make_reference_quantizer();
+std::shared_ptr<MoeMlp> make_reference_moe_mlp();  // reference/moe_mlp.cpp  // ops/quant/quantizer.cpp
 
 namespace {
 
@@ -94,6 +96,10 @@ void register_reference_kernels(Registry& registry) {
                         "plain ATen: the whole [T, V] logits (rounded to the compute dtype), fp32 log-softmax",
                         cd::linear_ce_problems),
                    make_reference_linear_ce());
+  reg.op<MoeMlp>(spec(MoeMlp::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, Rows::plain,
+                      "composed: two reference moe.experts calls and the GLU between them in fp32",
+                      cd::moe_mlp_problems),
+                 make_reference_moe_mlp());
   for (const auto& s : reg.staged()) {
     Provider p;
     p.info.kind = s.kind;

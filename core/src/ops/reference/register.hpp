@@ -4,7 +4,7 @@
 #include "axengine/registry.hpp"
 
 namespace ax::ops {
-// Registers reference backends for moe.experts, dequant, norm_rope, attention, linear.lora, rms_norm, swiglu
+// Registers reference backends for moe.experts, moe.mlp, dequant, norm_rope, attention, linear.lora, rms_norm, swiglu
 // and linear_ce
 // (devices cpu + cuda, dtypes fp32/bf16/fp16, every weight format and layout).
 void register_reference_kernels(ax::Registry& registry);

@@ -1,0 +1,57 @@
+// The expert MLP of every MoE family (qwen2/3_moe, mixtral, olmoe, gpt_oss) as one moe.mlp call: the model
+// builds the routing and gates (family-specific), this fills in the fused expert weights, their LoRA and
+// the backend. LoRA dropout does not apply to the experts (as before moe.mlp: the op has no dropout).
+#include <algorithm>
+#include <tuple>
+
+#include "axengine/error.hpp"
+#include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
+#include "models/autograd_ops.hpp"
+#include "models/decoder.hpp"
+
+namespace ax::models {
+
+at::Tensor DecoderModel::expert_mlp(ops::MoeMlpArgs a, const std::string& prefix) {
+  const std::string up = prefix + "gate_up_proj", down = prefix + "down_proj";
+  a.gate_up = projection(up);
+  a.down = projection(down);
+  a.layout = ops::ExpertLayout::ENK;  // transformers 5's fused experts: [E, 2I, H] and [E, H, I]
+  a.check_values = false;             // the routing was built here
+  if (const LoraModule* m = lora_.find(up)) {
+    std::tie(a.gate_up_lora.a, a.gate_up_lora.b) = lora_factors(*m);
+    a.gate_up_lora.scaling = m->scaling;
+  }
+  if (const LoraModule* m = lora_.find(down)) {
+    std::tie(a.down_lora.a, a.down_lora.b) = lora_factors(*m);
+    a.down_lora.scaling = m->scaling;
+  }
+  auto op = moe_mlp_backend(a.gate_up.format, a.down.format);
+  return autograd::moe_mlp(op, std::move(a));
+}
+
+std::shared_ptr<ops::MoeMlp> DecoderModel::moe_mlp_backend(ops::WeightFormat gate_up, ops::WeightFormat down) {
+  const std::string fu = ops::to_string(gate_up), fd = ops::to_string(down), key = fu + "/" + fd;
+  auto it = moe_mlp_chains_.find(key);
+  if (it != moe_mlp_chains_.end()) return it->second;
+  const std::string dt = ops::dtype_name(dtype_);
+  auto chain = kernels_->get_all<ops::MoeMlp>(dt, fu, "ENK");
+  if (fd != fu) {
+    // skip_modules may keep one projection dense: only backends that claim both formats may serve the call,
+    // in the order of the gate_up format's list.
+    auto other = kernels_->get_all<ops::MoeMlp>(dt, fd, "ENK");
+    std::vector<std::string> names;
+    for (const auto& [n, b] : other) names.push_back(n);
+    chain.erase(std::remove_if(chain.begin(), chain.end(),
+                               [&](const auto& c) { return std::find(names.begin(), names.end(), c.first) == names.end(); }),
+                chain.end());
+    if (chain.empty())
+      throw UsageError(str("moe.mlp: no backend serves expert weights in ", fu, " (gate_up_proj) and ", fd,
+                           " (down_proj) together; `axengine plugins explain` shows each format's list"));
+  }
+  std::vector<ops::NamedMoeMlp> named;
+  for (auto& [n, b] : chain) named.push_back({n, b});
+  return moe_mlp_chains_[key] = ops::moe_mlp_chain(std::move(named));
+}
+
+}  // namespace ax::models

@@ -1,0 +1,71 @@
+#include "train/dist_config.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "axengine/config_binder.hpp"
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::train {
+namespace {
+
+void bind_distributed(TableBinder& t, DistributedConfig& c) {
+  t.choice("backend", c.backend, {"auto", "nccl", "gloo"},
+           "c10d backend of the process group (runs started by torchrun or axengine launch): auto = nccl on CUDA devices, gloo on the CPU");
+  t.positive("bucket_mb", c.bucket_mb, "LoRA gradients are all-reduced in flat buckets of about this many MiB (one collective each)");
+  t.bounded("timeout_s", c.timeout_s, 1, 7 * 24 * 3600,
+            "seconds a rendezvous or collective may wait for the other ranks before the run fails (a dead or stuck rank); "
+            "rank 0 evaluates alone, so it must exceed an evaluation's time");
+}
+
+void bind_distributed_section(TableBinder& t, RunConfig&) { DistributedConfig c; bind_distributed(t, c); }
+
+struct Registrar {
+  Registrar() {
+    register_config_section({"distributed", "multi-process training (torchrun / axengine launch): backend, gradient buckets, timeout",
+                             bind_distributed_section});
+  }
+} registrar;
+
+// An integer environment variable in [lo, hi], `fallback` when unset.
+int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno || *end || x < lo || x > hi)
+    throw UsageError(ax::str("environment: ", name, "=\"", v, "\" is not an integer in [", lo, ", ", hi, "]"));
+  return x;
+}
+
+}  // namespace
+
+DistributedConfig read_distributed_config(const RunConfig& config) {
+  DistributedConfig c;
+  const toml::node* n = config.document.get("distributed");
+  TableBinder t(n ? n->as_table() : nullptr, "distributed", BindContext{config.file, nullptr});
+  bind_distributed(t, c);
+  return c;
+}
+
+DistEnv read_dist_env() {
+  DistEnv e;
+  e.world = env_int("WORLD_SIZE", 1, 1, 1 << 20);
+  const char* rank = std::getenv("RANK");
+  if (e.world == 1 && (!rank || !*rank)) return e;
+  e.launched = true;
+  e.rank = env_int("RANK", -1, 0, e.world - 1);
+  if (e.rank < 0) throw UsageError(ax::str("environment: WORLD_SIZE=", e.world, " but RANK is not set"));
+  e.local_rank = env_int("LOCAL_RANK", 0, 0, e.world - 1);
+  e.local_world = env_int("LOCAL_WORLD_SIZE", 1, 1, e.world);
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (!addr || !*addr) throw UsageError(ax::str("environment: WORLD_SIZE=", e.world, " but MASTER_ADDR is not set"));
+  e.master_addr = addr;
+  e.master_port = env_int("MASTER_PORT", -1, 1, 65535);
+  if (e.master_port < 0) throw UsageError(ax::str("environment: WORLD_SIZE=", e.world, " but MASTER_PORT is not set"));
+  return e;
+}
+
+}  // namespace ax::train

@@ -1,0 +1,2 @@
+// See README.md beside this directory: ProcessGroupGloo.hpp includes it, needs nothing from it.
+#pragma once

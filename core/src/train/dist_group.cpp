@@ -1,0 +1,148 @@
+#include "train/dist_group.hpp"
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/strings.hpp"
+#include "train/dist_backend.hpp"
+
+namespace ax::train {
+
+struct DistGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  at::Device device{at::kCPU};  // where the backend's tensors live: the CPU (gloo) or this rank's GPU (nccl)
+  int64_t timeout_s = 0;
+};
+
+namespace {
+
+// c10d's messages run to many lines (a C++ stack on some builds): the first says what failed.
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Runs a collective; what c10d throws when a peer is gone or late becomes one RuntimeError that says so.
+template <class F>
+void collective(const DistGroup& g, int64_t timeout_s, const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    throw RuntimeError(ax::str("distributed: rank ", g.rank(), " of ", g.world(), " (", g.backend(), "): ", what, " failed: ",
+                           first_line(e.what()), ". Another rank exited or stopped answering (timeout_s = ", timeout_s,
+                           "); its log says why. Stopping this rank."));
+  }
+}
+
+// Consecutive tensors of one dtype, up to about `bucket_bytes` each (a tensor larger than that is its own bucket).
+std::vector<std::vector<at::Tensor>> buckets_of(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  std::vector<std::vector<at::Tensor>> out;
+  int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+    if (out.empty() || out.back().front().scalar_type() != t.scalar_type() || bytes + b > bucket_bytes) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(t);
+    bytes += b;
+  }
+  return out;
+}
+
+// One buffer on the backend's device (a CPU tensor such as an optimizer's step count travels to the GPU
+// under nccl); unflatten_into copies back across devices.
+at::Tensor flat(const std::vector<at::Tensor>& bucket, const at::Device& device) {
+  std::vector<at::Tensor> views;
+  for (const auto& t : bucket) views.push_back(t.reshape({-1}).to(device));
+  return at::cat(views);
+}
+
+void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& bucket) {
+  int64_t at = 0;
+  for (const auto& t : bucket) {
+    t.copy_(flat.narrow(0, at, t.numel()).view(t.sizes()));
+    at += t.numel();
+  }
+}
+
+}  // namespace
+
+DistGroup::DistGroup(std::unique_ptr<Impl> impl, int64_t rank, int64_t world, std::string backend)
+    : impl_(std::move(impl)), rank_(rank), world_(world), backend_(std::move(backend)) {}
+
+DistGroup::~DistGroup() = default;
+
+std::unique_ptr<DistGroup> DistGroup::join(const DistEnv& env, const DistributedConfig& config, const DeviceInfo& device) {
+  std::string backend = config.backend;
+  if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
+  if (backend == "nccl" && !device.is_cuda())
+    throw UsageError("[distributed] backend = \"nccl\" needs a CUDA device; this run is on the CPU (use \"gloo\" or \"auto\")");
+  const auto timeout = std::chrono::milliseconds(config.timeout_s * 1000);
+  auto impl = std::make_unique<Impl>();
+  impl->timeout_s = config.timeout_s;
+  if (backend == "nccl") impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+  log::info(ax::str("distributed: rank ", env.rank, " of ", env.world, " (local rank ", env.local_rank, "), ", backend,
+                    ", rendezvous at ", env.master_addr, ":", env.master_port));
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(env.master_port);
+    o.isServer = env.rank == 0;
+    o.numWorkers = static_cast<std::size_t>(env.world);
+    o.waitWorkers = true;
+    o.timeout = timeout;
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    // One prefix per group so that a second group (a later feature: expert parallelism) can share the store.
+    auto store = c10::make_intrusive<c10d::PrefixStore>("axengine/default", impl->store);
+    const int r = static_cast<int>(env.rank), w = static_cast<int>(env.world);
+    impl->backend = backend == "nccl" ? make_nccl_backend(store, r, w, timeout, static_cast<int>(device.index))
+                                      : make_gloo_backend(store, r, w, timeout);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const RuntimeError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RuntimeError(ax::str("distributed: rank ", env.rank, " of ", env.world, " could not join the process group at ",
+                               env.master_addr, ":", env.master_port, " within timeout_s = ", config.timeout_s, ": ",
+                               first_line(e.what())));
+  }
+  return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl), env.rank, env.world, backend));
+}
+
+void DistGroup::all_reduce_sum(at::Tensor& t) {
+  collective(*this, impl_->timeout_s, "all-reduce", [&] {
+    std::vector<at::Tensor> v{t};
+    impl_->backend->allreduce(v)->wait();
+  });
+}
+
+void DistGroup::all_reduce_mean(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  for (const auto& bucket : buckets_of(tensors, bucket_bytes)) {
+    at::Tensor f = flat(bucket, impl_->device);
+    all_reduce_sum(f);
+    f.div_(static_cast<double>(world_));
+    unflatten_into(f, bucket);
+  }
+}
+
+void DistGroup::broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  for (const auto& bucket : buckets_of(tensors, bucket_bytes)) {
+    at::Tensor f = flat(bucket, impl_->device);
+    collective(*this, impl_->timeout_s, "broadcast", [&] {
+      std::vector<at::Tensor> v{f};
+      c10d::BroadcastOptions o;
+      o.rootRank = 0;
+      impl_->backend->broadcast(v, o)->wait();
+    });
+    unflatten_into(f, bucket);
+  }
+}
+
+void DistGroup::barrier() {
+  collective(*this, impl_->timeout_s, "barrier", [&] { impl_->backend->barrier()->wait(); });
+}
+
+}  // namespace ax::train
