@@ -209,6 +209,48 @@ TEST_CASE("checkpoints: one without a manifest (written before manifests) loads 
   ax::test::remove_tree(dir);
 }
 
+TEST_CASE("resume: token counts carry across resume; a checkpoint without them counts on from its step") {
+  auto dir = make_run_dir("resume_tokens", "");
+  Harness full(dir);  // 12 steps, checkpoints every 4
+  full.run();
+  auto records = [&](const fs::path& metrics) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(read(metrics));
+    for (std::string l; std::getline(in, l);)
+      if (l.find("\"loss\"") != std::string::npos) out.push_back(nlohmann::json::parse(l));
+    return out;
+  };
+  auto ref = records(dir / "out/metrics.jsonl");
+  REQUIRE(ref.size() == 12);
+  int64_t sum = 0, trainable = 0;
+  for (const auto& r : ref) {
+    sum += r["tokens"].get<int64_t>();
+    trainable += r["trainable_tokens"].get<int64_t>();
+    CHECK(r["tokens_seen"] == sum);  // running sums of the per-step counts
+    CHECK(r["trainable_tokens_seen"] == trainable);
+    CHECK(r["trainable_tokens"].get<int64_t>() < r["tokens"].get<int64_t>());  // prompts carry no loss
+  }
+  // Resumed from step 8 into another output dir: the counts come from the checkpoint, not from a metrics file.
+  const fs::path step8 = ckpt(dir / "out", 8);
+  Harness resumed(dir, {"run.output_dir=out_resumed", "checkpoint.resume_from=" + step8.string()});
+  resumed.run();
+  auto after = records(dir / "out_resumed/metrics.jsonl");
+  REQUIRE(after.size() == 4);
+  CHECK(after.back()["tokens_seen"] == ref.back()["tokens_seen"]);
+  CHECK(after.back()["trainable_tokens_seen"] == ref.back()["trainable_tokens_seen"]);
+  // A checkpoint written before the counts existed: the resume says so and counts from its step on.
+  edit_state(step8, [](nlohmann::json& j) {
+    j.erase("tokens_seen");
+    j.erase("trainable_tokens_seen");
+  });
+  Harness legacy(dir, {"run.output_dir=out_legacy", "checkpoint.resume_from=" + step8.string()});
+  legacy.run();
+  auto counted = records(dir / "out_legacy/metrics.jsonl");
+  REQUIRE(counted.size() == 4);
+  CHECK(counted.back()["tokens_seen"] == ref.back()["tokens_seen"].get<int64_t>() - ref[7]["tokens_seen"].get<int64_t>());
+  ax::test::remove_tree(dir);
+}
+
 TEST_CASE("trainer: non-finite weights are never checkpointed and the run stops naming the last good checkpoint") {
   auto dir = make_run_dir("train_nan_weights", "");
   Harness h(dir);
