@@ -5,6 +5,7 @@
 #include "ops/aten/register.hpp"
 #include "ops/aten/register_fusions.hpp"
 #include "ops/reference/register.hpp"
+#include "train/executors.hpp"
 #include "train/optimizers.hpp"
 
 namespace ax {
@@ -16,6 +17,7 @@ void register_builtins(Registry& registry) {
   models::register_builtin_models(registry);
   data::register_builtin_datasets(registry);
   train::register_builtin_optimizers(registry);
+  train::register_builtin_executors(registry);
 }
 
 }  // namespace ax

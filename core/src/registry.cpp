@@ -17,6 +17,7 @@ const char* to_string(ProviderKind kind) {
     case ProviderKind::optimizer: return "optimizer";
     case ProviderKind::op: return "op";
     case ProviderKind::quantizer: return "quantizer";
+    case ProviderKind::executor: return "executor";
   }
   return "?";
 }

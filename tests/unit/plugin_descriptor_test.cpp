@@ -134,7 +134,7 @@ TEST_CASE("descriptor schema: values outside their sets are refused with the clo
   CHECK(contains(refusal_of_requires({{"arch_min", "90"}}), "'plugin.providers[0].requires.arch_min' is '90', expected an arch like \"sm_90\""));
   CHECK(contains(refusal_of_requires({{"arch_max", "sm_9"}}), "arch_max' is 'sm_9'"));
   CHECK(contains(refusal_of_requires({{"arch_min", "sm_100"}, {"arch_max", "sm_90"}}), "'plugin.providers[0].requires.arch_min' (sm_100) is above"));
-  CHECK(contains(refusal(wrap(kernel_plugin({{"kind", "kernal"}}))), "'plugin.providers[0].kind' has 'kernal', expected one of kernel, model, dataset, optimizer, op, quantizer (did you mean 'kernel'?)"));
+  CHECK(contains(refusal(wrap(kernel_plugin({{"kind", "kernal"}}))), "'plugin.providers[0].kind' has 'kernal', expected one of kernel, model, dataset, optimizer, op, quantizer, executor (did you mean 'kernel'?)"));
   CHECK(contains(refusal(wrap(kernel_plugin({{"op", "moe.expert"}}))), "'plugin.providers[0].op' has 'moe.expert'"));
   CHECK(contains(refusal(wrap(kernel_plugin({{"name", "my moe"}}))), "'plugin.providers[0].name' is 'my moe'"));
   // Layouts exist per op: dequant has none.

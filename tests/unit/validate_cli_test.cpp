@@ -237,6 +237,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
+      {"qwen3-lora-compile.toml", "models/qwen3"},
       {"qwen3-qlora.toml", "models/qwen3"},
       {"qwen3-moe-lora.toml", "models/qwen3-moe"},
       {"qwen3-moe-qlora.toml", "models/qwen3-moe"},

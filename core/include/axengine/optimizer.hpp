@@ -29,6 +29,19 @@ class Optimizer {
   virtual void step(double lr, const at::Tensor& found_inf);
 };
 
+// An optimizer that can also read its learning rate from a device scalar and keep its step count on the
+// device, so that its step can be captured in a CUDA graph and replayed with a new rate (executor.hpp). A
+// separate interface (found by dynamic_cast) so that Optimizer's virtual table stays as plugins know it.
+// Once an optimizer has stepped this way, a run keeps stepping this way: the count lives on the device.
+class DeviceLrOptimizer {
+ public:
+  virtual ~DeviceLrOptimizer() = default;
+  // Whether step_device_lr can be used for these parameters (e.g. AdamW: only with its fused CUDA kernel).
+  virtual bool device_lr_supported() const = 0;
+  // The step of Optimizer::step(lr, found_inf) with `lr` a float32 scalar on the parameters' device.
+  virtual void step_device_lr(const at::Tensor& lr, const at::Tensor& found_inf) = 0;
+};
+
 class OptimizerProvider {
  public:
   virtual ~OptimizerProvider() = default;

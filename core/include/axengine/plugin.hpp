@@ -77,6 +77,7 @@ struct KernelBackend;
 struct ModelFamily;
 struct DatasetType;
 struct OptimizerProvider;
+class ExecutorProvider;
 namespace ops {
 class Quantizer;
 }
@@ -97,6 +98,10 @@ class PluginRegistrar {
   }
   void optimizer(const std::string& name, std::shared_ptr<OptimizerProvider> provider) {
     stage(ProviderKind::optimizer, "", name, std::static_pointer_cast<void>(std::move(provider)));
+  }
+  // A step runner of the trainer (axengine/executor.hpp).
+  void executor(const std::string& name, std::shared_ptr<ExecutorProvider> provider) {
+    stage(ProviderKind::executor, "", name, std::static_pointer_cast<void>(std::move(provider)));
   }
   // Defines a kernel op (axengine/op_spec.hpp): Op is its interface (spec.id must equal Op::kOp) and
   // `reference` its reference backend, registered with it as (spec.id, "reference"). Declared in the

@@ -20,7 +20,7 @@ namespace ax {
 
 struct OpSpec;
 
-enum class ProviderKind { kernel, model, dataset, optimizer, op, quantizer };
+enum class ProviderKind { kernel, model, dataset, optimizer, op, quantizer, executor };
 const char* to_string(ProviderKind kind);
 
 struct ProviderInfo {

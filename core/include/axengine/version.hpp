@@ -16,7 +16,8 @@
 
 #define AXENGINE_VERSION_STRING "0.1.0"
 // 3.0: attention sinks (AttentionArgs::sinks, AttentionGrads::dsinks); DatasetContext::model_dir.
-// 4.0: Attention::decline (a new virtual ahead of run_forward); the moe.mlp op and its MoeMlp interface.
+// 4.0: Attention::decline (a new virtual ahead of run_forward); the moe.mlp op and its MoeMlp interface;
+//      the provider kind "executor" (axengine/executor.hpp, PluginRegistrar::executor).
 #define AXENGINE_PLUGIN_ABI_MAJOR 4
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 

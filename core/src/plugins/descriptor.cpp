@@ -63,7 +63,7 @@ std::string name_field(const json& obj, const std::string& where) {
 ProviderKind parse_kind(const std::string& k, const std::string& where) {
   std::vector<std::string> names;
   for (auto kind : {ProviderKind::kernel, ProviderKind::model, ProviderKind::dataset, ProviderKind::optimizer,
-                    ProviderKind::op, ProviderKind::quantizer}) {
+                    ProviderKind::op, ProviderKind::quantizer, ProviderKind::executor}) {
     if (k == to_string(kind)) return kind;
     names.push_back(to_string(kind));
   }

@@ -31,7 +31,7 @@ void bind_adamw_options(TableBinder& t, AdamWOptions& o) {
 
 namespace {
 
-class AdamW final : public Optimizer {
+class AdamW final : public Optimizer, public DeviceLrOptimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, AdamWOptions o) : groups_(std::move(groups)), o_(o) {
     for (const auto& g : groups_)
@@ -55,6 +55,7 @@ class AdamW final : public Optimizer {
     const bool device_skip = found_inf.defined() && !found_inf.is_cpu();
     if (found_inf.defined() && found_inf.is_cpu() && found_inf.item<double>() != 0) return;
     ++step_;
+    if (step_device_.defined()) step_device_.add_(1);  // after device steps the fused kernel reads this count
     std::size_t k = 0;
     for (const auto& g : groups_) {
       std::vector<std::size_t> idx;
@@ -68,6 +69,31 @@ class AdamW final : public Optimizer {
     }
   }
 
+  bool device_lr_supported() const override {
+    if (o_.implementation == "reference") return false;
+    for (const auto& g : groups_)
+      for (const auto& p : g.params)
+        if (!p.is_cuda()) return false;
+    return true;
+  }
+
+  // The fused step with the rate and the count on the device: the count is a device scalar advanced by a
+  // kernel (made from the host count at the first such step), so a replayed graph advances it too.
+  void step_device_lr(const at::Tensor& lr, const at::Tensor& found_inf) override {
+    if (!device_lr_supported()) throw RuntimeError("adamw: a device learning rate needs the fused CUDA kernel");
+    at::NoGradGuard no_grad;
+    if (!step_device_.defined())
+      step_device_ = at::full({}, static_cast<double>(step_), lr.options().dtype(at::kFloat));
+    step_device_.add_(1);
+    std::size_t k = 0;
+    for (const auto& g : groups_) {
+      std::vector<std::size_t> idx;
+      for (std::size_t i = 0; i < g.params.size(); ++i, ++k)
+        if (g.params[i].grad().defined()) idx.push_back(k);
+      if (!idx.empty()) fused_step(g, idx, k - g.params.size(), lr, found_inf);
+    }
+  }
+
   void zero_grad() override {
     for (auto& g : groups_)
       for (auto& p : g.params)
@@ -76,7 +102,9 @@ class AdamW final : public Optimizer {
 
   std::map<std::string, at::Tensor> state_dict() const override {
     std::map<std::string, at::Tensor> s;
-    s["step"] = at::tensor({step_}, at::kLong);
+    // After device steps the count is on the device (read back: a sync, as a checkpoint is anyway).
+    const int64_t step = step_device_.defined() ? static_cast<int64_t>(step_device_.item<double>()) : step_;
+    s["step"] = at::tensor({step}, at::kLong);
     std::size_t k = 0;
     for (std::size_t gi = 0; gi < groups_.size(); ++gi)
       for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
@@ -95,6 +123,7 @@ class AdamW final : public Optimizer {
       return it->second;
     };
     step_ = get("step", at::Tensor()).item<int64_t>();
+    if (step_device_.defined()) step_device_.fill_(static_cast<double>(step_));
     std::size_t k = 0;
     for (std::size_t gi = 0; gi < groups_.size(); ++gi)
       for (std::size_t pi = 0; pi < groups_[gi].params.size(); ++pi, ++k) {
@@ -138,7 +167,9 @@ class AdamW final : public Optimizer {
   // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter. It only
   // reads the step (torch.optim increments it before the call): pass the count including this step, or
   // the bias corrections 1 - beta^0 are zero and the update is NaN.
-  void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, double lr,
+  // `lr` is a double, or a device scalar (step_device_lr: the count is then step_device_, not step_).
+  template <class Lr>
+  void fused_step(const ParamGroup& g, const std::vector<std::size_t>& idx, std::size_t first, const Lr& lr,
                   const at::Tensor& found_inf) {
     std::map<std::pair<int, int>, std::vector<std::size_t>> by_kind;  // (dtype, device) -> indices
     for (std::size_t k : idx) {
@@ -149,7 +180,8 @@ class AdamW final : public Optimizer {
       std::vector<at::Tensor> ps, gs, ms, vs, steps;
       // The kernel only reads the steps, so every parameter of the group shares one tensor: one fill
       // kernel a step instead of one per parameter (~500 on a 36-layer LoRA model).
-      const at::Tensor step = at::full({}, static_cast<double>(step_), g.params[ks.front() - first].options().dtype(at::kFloat));
+      const at::Tensor step = step_device_.defined() ? step_device_
+                                                     : at::full({}, static_cast<double>(step_), g.params[ks.front() - first].options().dtype(at::kFloat));
       for (std::size_t k : ks) {
         const auto& p = g.params[k - first];
         ps.push_back(p);
@@ -170,6 +202,7 @@ class AdamW final : public Optimizer {
   AdamWOptions o_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
+  at::Tensor step_device_;  // the count on the device, from the first step_device_lr on
 };
 
 class AdamWProvider final : public OptimizerProvider {

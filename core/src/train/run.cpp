@@ -109,6 +109,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   auto model = load_model(engine.registry, plan.model);
   auto& tok = plan.tokenizer;
   s.model = model.get();
+  s.kernels = plan.model.kernels;
   s.eos_id = tok->eos_id();
   s.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : (tok->eos_id() >= 0 ? tok->eos_id() : 0);
   s.write_adapter = [&model](const std::string& dir) { model->save_adapter(dir); };

@@ -22,12 +22,14 @@
 #include <c10/core/Event.h>
 
 #include "axengine/error.hpp"
+#include "axengine/executor.hpp"
 #include "axengine/log.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/profiler.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
 #include "data/packing.hpp"
+#include "data/static_shapes.hpp"
 #include "train/checkpoint.hpp"
 #include "train/generate.hpp"
 #include "train/progress.hpp"
@@ -97,6 +99,20 @@ struct EvalResult {
   std::vector<std::string> examples;
 };
 
+class Loop;
+
+// The step as the executor runs it (axengine/executor.hpp): Loop::device_step.
+class LoopStep final : public StepProgram {
+ public:
+  explicit LoopStep(Loop& loop) : loop_(loop) {}
+  at::Tensor run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) override;
+  bool device_lr() const override;
+  void abandon() override;
+
+ private:
+  Loop& loop_;
+};
+
 class Loop {
  public:
   explicit Loop(TrainerSetup& s) : s_(s), out_dir_(s.config->run.output_dir) {}
@@ -108,6 +124,9 @@ class Loop {
   void plan();
   void maybe_resume();
   PendingStep train_step(int64_t step);
+  friend class LoopStep;
+  at::Tensor device_step(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device);
+  void choose_executor();
   at::Tensor grad_norm() const;
   void finish_steps(std::size_t keep);
   void record(const PendingStep& p);
@@ -150,7 +169,35 @@ class Loop {
   Clock::time_point last_read_;
   double train_time_ = 0;
   int64_t tokens_timed_ = 0;
+  std::unique_ptr<StepExecutor> executor_;  // how a step runs (select_executor); chosen after plan()
+  LoopStep program_{*this};
+  int64_t span_capacity_ = 0;               // cu_seqlens spans a static-shape micro-batch is padded to
 };
+
+at::Tensor LoopStep::run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) {
+  return loop_.device_step(batches, lr, lr_device);
+}
+bool LoopStep::device_lr() const {
+  auto* d = dynamic_cast<DeviceLrOptimizer*>(loop_.opt_.get());
+  return d && d->device_lr_supported();
+}
+
+void LoopStep::abandon() { loop_.opt_->zero_grad(); }
+
+void Loop::choose_executor() {
+  ExecutorContext ctx;
+  ctx.device = s_.device;
+  ctx.registry = s_.registry;
+  if (const auto& kernels = s_.kernels) ctx.resolutions = [kernels] { return kernels->resolutions(); };
+  ctx.micro_batches = s_.train.grad_accum;
+  ctx.rows = s_.train.micro_batch_size;
+  ctx.sequence_len = s_.data_config.sequence_len;
+  span_capacity_ = data::span_capacity(train_rows_.rows, s_.train.micro_batch_size);
+  ctx.span_capacity = span_capacity_;
+  for (const auto& row : train_rows_.rows) ctx.packed |= row.size() > 1;
+  executor_ = select_executor(*s_.registry, ctx);
+  if (executor_->name() != "eager") log::info(ax::str("step executor: ", executor_->name()));
+}
 
 // [profile]: steps start_step .. start_step + steps - 1 run under the Kineto profiler.
 void Loop::profile_before(int64_t step) {
@@ -279,7 +326,7 @@ PendingStep Loop::train_step(int64_t step) {
   // The row order of an epoch is a pure function of (seed, epoch): the data cursor is just the step.
   auto order = data::permutation(train_rows_.rows.size(), data::mix_seed(seed, 0x5eed0000ULL + static_cast<uint64_t>(epoch)));
   const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum;
-  std::vector<at::Tensor> losses;
+  std::vector<Batch> batches;
   for (int64_t j = 0; j < ga; ++j) {
     // Global micro-batch g of the epoch: rank k trains g = (in_epoch * ga + j) * world + k, so a step takes the
     // same rows at every world size with the same micro_batch_size x grad_accum x world (resume-safe), and
@@ -297,8 +344,31 @@ PendingStep Loop::train_step(int64_t step) {
         p.tokens += row_tokens_[row];
         p.trainable += row_trainable_[row];
       }
-    Batch b = data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get())
-                  .to(device_);
+    batches.push_back(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get()));
+    if (executor_->static_shapes()) data::pad_static(batches.back(), span_capacity_);
+  }
+  p.lr = schedule_.at(step);
+  at::Tensor stats = executor_->step(program_, batches, p.lr);
+  if (stats.is_cpu()) {
+    p.host = stats;
+  } else {
+    p.host = at::empty(stats.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+    p.host.copy_(stats, /*non_blocking=*/true);
+    p.ready.emplace(device_.type());
+    p.ready->record(at::accelerator::getCurrentStream(device_.index()));
+  }
+  return p;
+}
+
+// The device work of a step (LoopStep::run): forward and backward of each micro-batch, the gradients' mean
+// over the ranks, the non-finite flag, clipping, the optimizer step; returns [losses..., grad norm,
+// found_inf] on the device. Nothing here reads the device from the host, so an executor may capture it in a
+// CUDA graph (found_inf_ is updated in place for that: a replay must read and write the same flag).
+at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) {
+  const int64_t ga = static_cast<int64_t>(batches.size());
+  std::vector<at::Tensor> losses;
+  for (const Batch& host_batch : batches) {
+    Batch b = host_batch.to(device_);
     RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
     losses.push_back(out.loss.detach().reshape({}));
@@ -315,7 +385,7 @@ PendingStep Loop::train_step(int64_t step) {
   }
   at::Tensor norm = grad_norm();  // fp32 scalar on the device
   at::Tensor bad = at::logical_not(at::logical_and(at::isfinite(loss_vec).all(), at::isfinite(norm))).to(at::kFloat);
-  found_inf_ = at::maximum(found_inf_, bad.to(found_inf_.device()));
+  found_inf_.copy_(at::maximum(found_inf_, bad.to(found_inf_.device())));
   if (s_.train.max_grad_norm > 0) {
     // Clipped to max_grad_norm when above it: the factor max / (norm + 1e-6) in double, applied in the
     // gradients' dtype (as a host scalar would be), 1 when the norm is within bounds.
@@ -326,19 +396,10 @@ PendingStep Loop::train_step(int64_t step) {
       if (prm.grad().defined()) grads.push_back(prm.mutable_grad());
     if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
-  p.lr = schedule_.at(step);
-  opt_->step(p.lr, found_inf_);
+  if (lr_device.defined()) dynamic_cast<DeviceLrOptimizer&>(*opt_).step_device_lr(lr_device, found_inf_);
+  else opt_->step(lr, found_inf_);
   opt_->zero_grad();
-  at::Tensor stats = at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
-  if (stats.is_cpu()) {
-    p.host = stats;
-  } else {
-    p.host = at::empty(stats.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
-    p.host.copy_(stats, /*non_blocking=*/true);
-    p.ready.emplace(device_.type());
-    p.ready->record(at::accelerator::getCurrentStream(device_.index()));
-  }
-  return p;
+  return at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
 }
 
 // Bucketed after backward (not overlapped with it): the LoRA gradients are small next to the frozen base's
@@ -598,6 +659,7 @@ TrainSummary Loop::run() {
   writer_ = rank() == 0;
   build_optimizer();
   plan();
+  choose_executor();
   maybe_resume();
   if (s_.group) {
     // One starting point whatever each rank's initialisation or resume read: rank 0's parameters and

@@ -24,6 +24,7 @@ struct TrainerSetup {
   const Registry* registry = nullptr; // optimizer providers
   DeviceInfo device;
   Model* model = nullptr;
+  std::shared_ptr<KernelSet> kernels;  // the model's kernel set, if known: the step executor checks its backends
   int32_t pad_id = 0, eos_id = -1;
   data::PreparedData data;
   data::DataConfig data_config;

@@ -156,7 +156,7 @@ int Tuner::select(TileQuery query, int64_t rank, bool may_tune, cudaStream_t s, 
     if (auto it = memo_.find(memo_key); it != memo_.end()) return it->second;
   }
   TuningCache& cache = this->cache();
-  const bool tune = tune_ && may_tune && !capturing(s);
+  const bool tune = tuning() && may_tune && !capturing(s);
   query.sms = di.sms;
   for (int t = 0; t < kTileCount; ++t) query.occupancy[t] = occupancy(t);
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <axengine/tuning.hpp>
+
 #include "../kernels/moe_gemm.hpp"
 #include "options.hpp"
 #include "tuning_cache.hpp"
@@ -41,7 +43,8 @@ class Tuner {
 
   // The cache: the shipped files next to the plugin, then the user file; loaded on first use.
   TuningCache& cache();
-  bool tuning() const { return tune_; }
+  // Its own `tune` option, or a process-wide request ([compile] autotune_kernels, axengine/tuning.hpp).
+  bool tuning() const { return tune_ || ax::kernel_tuning_requested(); }
 
  private:
   template <class Occ, class Launch>

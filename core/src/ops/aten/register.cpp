@@ -29,6 +29,7 @@ void register_aten_kernels(Registry& registry) {
     p.info.kind = ProviderKind::kernel;
     p.info.op = LinearLora::kOp;
     p.info.name = "aten";
+    p.info.graph_safe = true;  // no host sync, nothing read at capture time (conformance cuda_graph check)
     p.info.needs.devices = {"cpu", "cuda"};
     p.info.needs.dtypes = {"bf16", "fp16"};
     p.info.needs.formats = {"dense", "nf4", "mxfp4", "nvfp4"};
@@ -43,6 +44,7 @@ void register_aten_kernels(Registry& registry) {
     p.info.kind = ProviderKind::kernel;
     p.info.op = Attention::kOp;
     p.info.name = "aten";
+    p.info.graph_safe = true;  // no host sync, nothing read at capture time (conformance cuda_graph check)
     p.info.needs.devices = {"cuda"};
     p.info.needs.arch_min = 80;  // FlashAttention-2 needs Ampere or newer
     p.info.needs.dtypes = {"bf16", "fp16"};
@@ -58,6 +60,7 @@ void register_aten_kernels(Registry& registry) {
     p.info.kind = ProviderKind::kernel;
     p.info.op = NormRope::kOp;
     p.info.name = "aten";
+    p.info.graph_safe = true;  // no host sync, nothing read at capture time (conformance cuda_graph check)
     p.info.needs.devices = {"cpu", "cuda"};
     p.info.needs.dtypes = {"fp32", "bf16", "fp16"};
     p.info.summary =

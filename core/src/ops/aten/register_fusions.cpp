@@ -13,6 +13,7 @@ void register_aten_fusion_kernels(Registry& registry) {
     p.info.kind = ProviderKind::kernel;
     p.info.op = op;
     p.info.name = "aten";
+    p.info.graph_safe = true;  // no host sync, nothing read at capture time (conformance cuda_graph check)
     p.info.needs.devices = {"cpu", "cuda"};
     p.info.needs.dtypes = {"bf16", "fp16"};
     p.info.summary = summary;
