@@ -324,6 +324,8 @@ put("checkpoint", "no_manifest", b"\x00" + b"00000004" + SEP + sj + SEP + tensor
 put("checkpoint", "fallback_to_older", b"\x02" + b"00000004" + SEP + sj[:-20] + SEP + tensors + SEP + mj)
 best = dict(state, best_eval_loss=1.25, step=3, epoch=1, step_in_epoch=0)
 put("checkpoint", "best_eval", b"\x01" + b"3" + SEP + json.dumps(best).encode() + SEP + tensors)
+counts = dict(state, tokens_seen=4096, trainable_tokens_seen=3000)  # the run's token accounting
+put("checkpoint", "token_counts", b"\x01" + b"00000004" + SEP + json.dumps(counts).encode() + SEP + tensors)
 
 # --- peft_adapter: the tiny Llama's adapter (its sites are the harness's), and variants of the config
 adir = os.path.join(DATA, "models/llama/adapter")

@@ -149,9 +149,36 @@ def main():
             if any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
                 failures.append(f"{preset}: loading info {info}")
             print(f"{preset}: loads in transformers ({sum(p.numel() for p in m.parameters())} params)")
+        check_tiny_vl(axengine_bin, tmp, failures)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
+
+
+def check_tiny_vl(axengine_bin, tmp, failures):
+    """init-model --preset tiny-qwen2_5-vl: transformers loads every tensor, its tokenizer has the vision tokens
+    config.json names, and its image processor (preprocessor_config.json) makes patches the model takes."""
+    from PIL import Image
+    out = os.path.join(tmp, "init-tiny-qwen2_5-vl")
+    subprocess.run([axengine_bin, "init-model", "--preset", "tiny-qwen2_5-vl", "--out", out, "--seed", "3"], check=True)
+    m, info = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(out, output_loading_info=True)
+    if any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")):
+        failures.append(f"tiny-qwen2_5-vl: loading info {info}")
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    c = m.config
+    if tok.convert_tokens_to_ids(["<|vision_start|>", "<|image_pad|>", "<|vision_end|>"]) != [
+            c.vision_start_token_id, c.image_token_id, c.vision_end_token_id]:
+        failures.append("tiny-qwen2_5-vl: the tokenizer's vision tokens are not config.json's ids")
+    proc = transformers.AutoImageProcessor.from_pretrained(out)
+    img = Image.fromarray((torch.arange(90 * 130 * 3) % 251).reshape(90, 130, 3).to(torch.uint8).numpy())
+    px = proc(images=[img], return_tensors="pt")
+    n = int(px["image_grid_thw"].prod()) // 4
+    ids = tok("a picture <|vision_start|>" + "<|image_pad|>" * n + "<|vision_end|> of noise", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = m(input_ids=ids, pixel_values=px["pixel_values"], image_grid_thw=px["image_grid_thw"]).logits
+    if px["pixel_values"].shape[-1] != 1176 or not torch.isfinite(logits).all():
+        failures.append(f"tiny-qwen2_5-vl: pixel_values {tuple(px['pixel_values'].shape)}, finite logits {torch.isfinite(logits).all()}")
+    print(f"tiny-qwen2_5-vl: loads in transformers, {n} image tokens for a 130x90 image")
 
 
 if __name__ == "__main__":

@@ -310,6 +310,7 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
     ax::init_model_dir(preset, d.string(), 1);
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
       CHECK(fs::exists(d / f));
+    if (preset == "tiny-qwen2_5-vl") CHECK(fs::exists(d / "preprocessor_config.json"));  // the mm_cpt processor's settings
     ax::LoraSpec spec;
     spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};
     if (preset == "tiny-gpt-oss") spec.targets.pop_back();  // its experts have no LoRA sites (docs/models.md)

@@ -109,6 +109,10 @@ TEST_CASE("resume: every field of trainer_state.json is checked and errors name 
       {"best eval a string", [](auto& j) { j["best_eval_loss"] = "low"; }, "field 'best_eval_loss' = \"low\" is neither"},
       {"config missing", [](auto& j) { j.erase("config"); }, "field 'config' is missing"},
       {"unknown field", [](auto& j) { j["cursor"] = 3; }, "field 'cursor' is unknown"},
+      {"negative token count", [](auto& j) { j["tokens_seen"] = -1; }, "field 'tokens_seen' = -1 is outside"},
+      {"token counts unpaired", [](auto& j) { j.erase("trainable_tokens_seen"); }, "field 'trainable_tokens_seen' is missing"},
+      {"more trainable than seen", [](auto& j) { j["trainable_tokens_seen"] = j["tokens_seen"].template get<int64_t>() + 1; },
+       "exceeds tokens_seen"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -202,6 +206,48 @@ TEST_CASE("checkpoints: one without a manifest (written before manifests) loads 
   std::string err = usage_error([&] { ax::train::load_checkpoint(ck.string()); });
   CHECK(err.find((ck / "adapter_model.safetensors").string() + ": ") != std::string::npos);
   CHECK(err.find("truncated") != std::string::npos);
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("resume: token counts carry across resume; a checkpoint without them counts on from its step") {
+  auto dir = make_run_dir("resume_tokens", "");
+  Harness full(dir);  // 12 steps, checkpoints every 4
+  full.run();
+  auto records = [&](const fs::path& metrics) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(read(metrics));
+    for (std::string l; std::getline(in, l);)
+      if (l.find("\"loss\"") != std::string::npos) out.push_back(nlohmann::json::parse(l));
+    return out;
+  };
+  auto ref = records(dir / "out/metrics.jsonl");
+  REQUIRE(ref.size() == 12);
+  int64_t sum = 0, trainable = 0;
+  for (const auto& r : ref) {
+    sum += r["tokens"].get<int64_t>();
+    trainable += r["trainable_tokens"].get<int64_t>();
+    CHECK(r["tokens_seen"] == sum);  // running sums of the per-step counts
+    CHECK(r["trainable_tokens_seen"] == trainable);
+    CHECK(r["trainable_tokens"].get<int64_t>() < r["tokens"].get<int64_t>());  // prompts carry no loss
+  }
+  // Resumed from step 8 into another output dir: the counts come from the checkpoint, not from a metrics file.
+  const fs::path step8 = ckpt(dir / "out", 8);
+  Harness resumed(dir, {"run.output_dir=out_resumed", "checkpoint.resume_from=" + step8.string()});
+  resumed.run();
+  auto after = records(dir / "out_resumed/metrics.jsonl");
+  REQUIRE(after.size() == 4);
+  CHECK(after.back()["tokens_seen"] == ref.back()["tokens_seen"]);
+  CHECK(after.back()["trainable_tokens_seen"] == ref.back()["trainable_tokens_seen"]);
+  // A checkpoint written before the counts existed: the resume says so and counts from its step on.
+  edit_state(step8, [](nlohmann::json& j) {
+    j.erase("tokens_seen");
+    j.erase("trainable_tokens_seen");
+  });
+  Harness legacy(dir, {"run.output_dir=out_legacy", "checkpoint.resume_from=" + step8.string()});
+  legacy.run();
+  auto counted = records(dir / "out_legacy/metrics.jsonl");
+  REQUIRE(counted.size() == 4);
+  CHECK(counted.back()["tokens_seen"] == ref.back()["tokens_seen"].get<int64_t>() - ref[7]["tokens_seen"].get<int64_t>());
   ax::test::remove_tree(dir);
 }
 

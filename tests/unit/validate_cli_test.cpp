@@ -224,6 +224,16 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-gemma3", "models/gemma3");
   init("tiny-olmoe", "models/olmoe");
   init("tiny-gpt-oss", "models/gpt-oss");
+  init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
+  // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
+  // 400, enough to pack into one step's 8 rows of 2048 tokens.
+  fs::create_directories(dir.path / "data/mm/images");
+  std::ostringstream mm;
+  for (const char* img : {"a.jpg", "b.png", "c.webp", "j_large.jpg"}) {
+    fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/plugins/mm_cpt/tests/data/images/" + img, dir.path / "data/mm/images" / img);
+    for (int i = 0; i < 100; ++i) mm << "{\"text\": \"<image>\\nPicture " << i << " of " << img << ".\", \"images\": [\"images/" << img << "\"]}\n";
+  }
+  write_file(dir / "data/mm/train.jsonl", mm.str());
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -239,13 +249,15 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"gemma3-lora.toml", "models/gemma3"},
       {"olmoe-lora.toml", "models/olmoe"},
       {"gpt-oss-lora.toml", "models/gpt-oss"},
+      {"qwen2_5-vl-mm-cpt.toml", "models/qwen2_5-vl"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";
-  // qwen2_5-vl-mm-cpt.toml (the mm_cpt plugin) gets its model here with the qwen2_5_vl family (issue 21).
-  CHECK(shipped == configs.size() + 1);  // a new shipped config gets a model here
-  // A build without nvcc has no scattermoe plugin: a config naming it is then refused, and says why.
+  CHECK(shipped == configs.size());  // a new shipped config gets a model here
+  // A build without nvcc has no scattermoe plugin: a config naming it is then refused, and says why. A build
+  // without the codec libraries has no mm_cpt plugin, and its dataset type is then unknown.
   const bool have_scattermoe = fs::exists(std::string(AXENGINE_PLUGIN_DIR) + "/axengine_scattermoe.so");
+  const bool have_mm_cpt = fs::exists(std::string(AXENGINE_PLUGIN_DIR) + "/axengine_mm_cpt.so");
   for (const auto& [name, model] : configs) {
     CAPTURE(name);
     const std::string text = read_file(std::string(AXENGINE_SOURCE_DIR) + "/configs/" + name);
@@ -257,6 +269,11 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
     if (!have_scattermoe && names_outside_comments(text, "\"scattermoe\"")) {
       CHECK(v.exit_code == 2);
       CHECK(v.output.find("names backend \"scattermoe\", which neither a built-in nor a loaded plugin provides") != std::string::npos);
+      continue;
+    }
+    if (!have_mm_cpt && names_outside_comments(text, "\"mm_cpt\"")) {
+      CHECK(v.exit_code == 2);
+      CHECK(v.output.find("mm_cpt") != std::string::npos);
       continue;
     }
     CHECK(v.exit_code == 0);

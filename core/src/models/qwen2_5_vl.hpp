@@ -71,6 +71,15 @@ Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // v
 // max(h, w) / merge. A run whose length is not t·h·w / merge² is an error, as is a grid left over. int64 [3, T].
 at::Tensor mrope_positions(const at::Tensor& ids, const at::Tensor& cu, const Grids& grids, const VlConfig& cfg);
 
+// The tower's checkpoint tensors (names without the "visual." prefix) and their shapes under `v`.
+std::vector<std::pair<std::string, std::vector<int64_t>>> vision_checkpoint_tensors(const VisionConfig& v);
+
+// `axengine init-model --preset tiny-qwen2_5-vl` (models/qwen2_5_vl_init.cpp): a tiny random Qwen2.5-VL in
+// `out_dir` (config.json as transformers 5 writes it, model.safetensors, preprocessor_config.json with small
+// pixel bounds, a byte-level tokenizer holding the vision tokens). Real patch geometry (14 x 14, temporal 2,
+// merge 2): the mm_cpt processor's [N, 1176] pixel_values fit it.
+void init_qwen2_5_vl_dir(const std::string& out_dir, uint64_t seed);
+
 // The frozen vision tower (weights under transformers' names without the "visual." prefix).
 class VisionTower {
  public:

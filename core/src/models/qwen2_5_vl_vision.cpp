@@ -93,13 +93,11 @@ Grids read_grids(const at::Tensor& g, const VisionConfig& v) {
   return out;
 }
 
-VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
-                         at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels)
-    : cfg_(cfg), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
-  const int64_t C = cfg_.hidden_size, I = cfg_.intermediate_size, M = C * cfg_.merge_unit();
+std::vector<std::pair<std::string, std::vector<int64_t>>> vision_checkpoint_tensors(const VisionConfig& v) {
+  const int64_t C = v.hidden_size, I = v.intermediate_size, M = C * v.merge_unit();
   std::vector<std::pair<std::string, std::vector<int64_t>>> want{
-      {"patch_embed.proj.weight", {C, cfg_.in_channels, cfg_.temporal_patch_size, cfg_.patch_size, cfg_.patch_size}}};
-  for (int64_t i = 0; i < cfg_.depth; ++i) {
+      {"patch_embed.proj.weight", {C, v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size}}};
+  for (int64_t i = 0; i < v.depth; ++i) {
     const std::string p = str("blocks.", i, ".");
     for (auto& e : std::vector<std::pair<std::string, std::vector<int64_t>>>{
              {"norm1.weight", {C}}, {"norm2.weight", {C}}, {"attn.qkv.weight", {3 * C, C}}, {"attn.qkv.bias", {3 * C}},
@@ -109,9 +107,15 @@ VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint&
   }
   for (auto& e : std::vector<std::pair<std::string, std::vector<int64_t>>>{
            {"merger.ln_q.weight", {C}}, {"merger.mlp.0.weight", {M, M}}, {"merger.mlp.0.bias", {M}},
-           {"merger.mlp.2.weight", {cfg_.out_hidden_size, M}}, {"merger.mlp.2.bias", {cfg_.out_hidden_size}}})
+           {"merger.mlp.2.weight", {v.out_hidden_size, M}}, {"merger.mlp.2.bias", {v.out_hidden_size}}})
     want.push_back(e);
-  for (const auto& [name, shape] : want) {
+  return want;
+}
+
+VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
+                         at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels)
+    : cfg_(cfg), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
+  for (const auto& [name, shape] : vision_checkpoint_tensors(cfg_)) {
     const std::string key = prefix + name;
     const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
     if (info.shape != shape)
@@ -121,7 +125,7 @@ VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint&
     used_.push_back(key);
     named_.emplace_back(key, t);
     // The Conv3d with stride = kernel over exactly one patch is a matmul with the flattened kernel.
-    weights_[name] = name == "patch_embed.proj.weight" ? t.reshape({C, -1}) : t;
+    weights_[name] = name == "patch_embed.proj.weight" ? t.reshape({cfg_.hidden_size, -1}) : t;
   }
   kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
 }

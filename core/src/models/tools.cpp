@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -21,6 +22,7 @@
 #include "axengine/strings.hpp"
 #include "models/bnb_load.hpp"
 #include "models/decoder.hpp"
+#include "models/qwen2_5_vl.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax {
@@ -142,10 +144,12 @@ std::string human(int64_t n) {
 
 std::vector<std::string> model_presets() {
   return {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "bench-qwen3-moe-0.9b"};
+          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "bench-qwen3-moe-0.9b", "tiny-qwen2_5-vl"};
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
+  // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
+  if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
@@ -191,11 +195,16 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
 
 std::string inspect_model_dir(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  models::HfConfig c = models::parse_hf_config(models::read_json_file(cfg_path), cfg_path);
+  const json cfg_json = models::read_json_file(cfg_path);
+  // A Qwen2.5-VL: its language model is a qwen2 decoder; the vision tower's tensors are listed beside it.
+  std::optional<models::VlConfig> vl;
+  if (cfg_json.is_object() && cfg_json.value("model_type", json()) == "qwen2_5_vl")
+    vl = models::parse_qwen2_5_vl_config(cfg_json, cfg_path);
+  models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
   auto ckpt = safetensors::Checkpoint::open_dir(dir);
   std::ostringstream os;
   os << "model dir      " << dir << "\n";
-  os << "architecture   " << c.model_type << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
+  os << "architecture   " << (vl ? "qwen2_5_vl (language model qwen2)" : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
@@ -229,15 +238,26 @@ std::string inspect_model_dir(const std::string& dir) {
   else
     os << "               dense MLP, intermediate " << c.intermediate_size << "\n";
 
+  if (vl)
+    os << "               vision tower: " << vl->vision.depth << " blocks, hidden " << vl->vision.hidden_size << ", heads "
+       << vl->vision.num_heads << ", patch " << vl->vision.patch_size << " (temporal " << vl->vision.temporal_patch_size
+       << ", merge " << vl->vision.spatial_merge_size << "), window " << vl->vision.window_size << "; mrope_section "
+       << shape_str(c.mrope_section) << "\n";
+
   // Parameter counts from the config (what the model holds), checked against the checkpoint below.
   int64_t total = 0;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) total += numel(s);
+  std::set<std::string> expected;
+  if (vl)
+    for (const auto& [n, s] : models::vision_checkpoint_tensors(vl->vision)) {
+      total += numel(s);
+      expected.insert("visual." + n);
+    }
   const int64_t per_expert = 3 * c.moe_intermediate_size * c.hidden_size;
   const int64_t active = total - moe_layers * (c.num_experts - c.top_k) * per_expert;
   os << "parameters     " << human(total) << " total (" << total << "), " << human(active) << " active per token ("
      << active << ")\n";
 
-  std::set<std::string> expected;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
   // A bitsandbytes 4-bit checkpoint: its packed weights (with their quant-state fields) and how they are packed.
   std::map<std::string, models::BnbQuantState> packed;

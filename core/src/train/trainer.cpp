@@ -85,7 +85,7 @@ int64_t intra_op_threads(int64_t requested) {
 // flag, copied without blocking into pinned host memory behind an event, read once the GPU got there. The
 // loop reads a step while the next one runs (CUDA), so nothing in a step waits for the GPU.
 struct PendingStep {
-  int64_t step = 0, tokens = 0;
+  int64_t step = 0, tokens = 0, trainable = 0;
   double lr = 0;
   Clock::time_point started;
   at::Tensor host;                  // double [grad_accum + 2]: losses..., grad norm, found_inf
@@ -149,7 +149,9 @@ class Loop {
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::unique_ptr<Optimizer> opt_;
   data::PackedRows train_rows_, eval_rows_;
-  std::vector<int64_t> row_tokens_;
+  std::vector<int64_t> row_tokens_, row_trainable_;
+  // Token accounting over the whole run, carried across resume (trainer_state.json).
+  int64_t tokens_seen_ = 0, trainable_seen_ = 0;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, start_step_ = 0;
   Schedule schedule_;
   MetricsLog metrics_;
@@ -242,9 +244,16 @@ void Loop::plan() {
   total_steps_ = plan.total_steps;
   if (train_rows_.truncated) log::warn(ax::str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
   for (const auto& row : train_rows_.rows) {
-    int64_t n = 0;
-    for (auto i : row) n += std::min<int64_t>(S, static_cast<int64_t>(s_.data.train[i].input_ids.size()));
+    int64_t n = 0, trainable = 0;
+    for (auto i : row) {
+      const Sample& smp = s_.data.train[i];
+      const int64_t len = std::min<int64_t>(S, static_cast<int64_t>(smp.input_ids.size()));
+      n += len;
+      // The targets the loss sees: labelled positions after the sample's first token (never predicted).
+      for (int64_t k = 1; k < len && k < static_cast<int64_t>(smp.labels.size()); ++k) trainable += smp.labels[k] != -100;
+    }
     row_tokens_.push_back(n);
+    row_trainable_.push_back(trainable);
   }
   schedule_ = Schedule{s_.train.schedule, s_.train.lr, s_.train.warmup_steps, total_steps_, s_.train.min_lr_ratio};
   log::info(ax::str("training: ", s_.data.train.size(), " samples packed into ", train_rows_.rows.size(), " rows of ", S,
@@ -291,6 +300,12 @@ void Loop::maybe_resume() {
   }
   start_step_ = st.step;
   best_eval_ = st.best_eval_loss.value_or(NAN);
+  if (st.tokens_seen) {
+    tokens_seen_ = *st.tokens_seen;
+    trainable_seen_ = *st.trainable_tokens_seen;
+  } else if (writer_) {
+    log::warn(ax::str("resume: ", dir, " predates token accounting: tokens_seen counts from step ", st.step, " on"));
+  }
   last_ckpt_ = dir;
   if (!writer_) return;
   metrics_.load(out_dir_, start_step_);
@@ -324,8 +339,11 @@ PendingStep Loop::train_step(int64_t step) {
     }
     // The tokens of the step over all ranks, from the same deterministic order (no collective for it).
     for (int64_t k = 0; k < world(); ++k)
-      for (int64_t r = 0; r < mb; ++r)
-        p.tokens += row_tokens_[order[static_cast<std::size_t>(((in_epoch * ga + j) * world() + k) * mb + r)]];
+      for (int64_t r = 0; r < mb; ++r) {
+        const uint32_t row = order[static_cast<std::size_t>(((in_epoch * ga + j) * world() + k) * mb + r)];
+        p.tokens += row_tokens_[row];
+        p.trainable += row_trainable_[row];
+      }
     batches.push_back(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get()));
     if (executor_->static_shapes()) data::pad_static(batches.back(), span_capacity_);
   }
@@ -446,6 +464,8 @@ void Loop::record(const PendingStep& p) {
   last_read_ = now;
   tokens_timed_ += p.tokens;
   sum_.tokens += p.tokens;
+  tokens_seen_ += p.tokens;
+  trainable_seen_ += p.trainable;
   sum_.losses.push_back(loss);
   sum_.steps = p.step + 1;
   const int64_t step = p.step;
@@ -453,7 +473,8 @@ void Loop::record(const PendingStep& p) {
   double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
   double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
   log_record({{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
-              {"tokens", p.tokens}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
+              {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
+              {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
               {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}});
   if (progress_) progress_->update(step + 1, epoch, loss, lr_, tps, eta);
 }
@@ -578,6 +599,7 @@ std::vector<std::pair<std::string, std::string>> Loop::summary_rows(bool final) 
   double wall = seconds_since(t0_);
   rows.emplace_back("wall time (this process)", format_duration(wall));
   if (wall > 0) rows.emplace_back("tokens/s", format_rate(static_cast<double>(sum_.tokens) / wall));
+  rows.emplace_back("tokens seen", ax::str(tokens_seen_, " (", trainable_seen_, " trainable)"));
   rows.emplace_back(s_.device.is_cuda() ? "peak CUDA memory" : "peak RSS", format_bytes(peak_memory(s_.device)));
   rows.emplace_back("lr / schedule", ax::str(s_.train.lr, " ", s_.train.schedule, ", warmup ", s_.train.warmup_steps));
   rows.emplace_back("batch", ax::str(s_.train.micro_batch_size, " x ", s_.data_config.sequence_len, " tokens x ", s_.train.grad_accum, " accum"));
@@ -610,6 +632,8 @@ std::string Loop::save(int64_t step) {
   pl.state.lr_next = schedule_.at(step);
   if (std::isfinite(best_eval_)) pl.state.best_eval_loss = best_eval_;
   pl.state.config = s_.config->file;
+  pl.state.tokens_seen = tokens_seen_;
+  pl.state.trainable_tokens_seen = trainable_seen_;
   pl.write_adapter = s_.write_adapter;
   // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
   // after a barrier (every rank finished the step), and the others wait until the checkpoint is complete, so

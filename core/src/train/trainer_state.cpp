@@ -10,7 +10,7 @@
 namespace ax::train {
 
 nlohmann::json TrainerState::to_json() const {
-  return {{"step", step},
+  nlohmann::json j = {{"step", step},
           {"epoch", epoch},
           {"step_in_epoch", step_in_epoch},
           {"steps_per_epoch", steps_per_epoch},
@@ -19,6 +19,9 @@ nlohmann::json TrainerState::to_json() const {
           {"lr_next", lr_next},
           {"best_eval_loss", best_eval_loss ? nlohmann::json(*best_eval_loss) : nlohmann::json()},
           {"config", config}};
+  if (tokens_seen) j["tokens_seen"] = *tokens_seen;
+  if (trainable_tokens_seen) j["trainable_tokens_seen"] = *trainable_tokens_seen;
+  return j;
 }
 
 TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& file, std::optional<int64_t> dir_step) {
@@ -27,12 +30,13 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   };
   if (!j.is_object()) throw UsageError(str(file, ": not a JSON object"));
   static const char* kFields[] = {"step",  "epoch",   "step_in_epoch",  "steps_per_epoch", "total_steps",
-                                  "seed",  "lr_next", "best_eval_loss", "config"};
+                                  "seed",  "lr_next", "best_eval_loss", "config", "tokens_seen",
+                                  "trainable_tokens_seen"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : kFields) known |= it.key() == f;
     if (!known) throw bad(it.key(), "is unknown (a trainer state holds: step, epoch, step_in_epoch, steps_per_epoch, "
-                                    "total_steps, seed, lr_next, best_eval_loss, config)");
+                                    "total_steps, seed, lr_next, best_eval_loss, config, tokens_seen, trainable_tokens_seen)");
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw bad(key, "is missing");
@@ -76,6 +80,12 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   const auto& cfg = field("config");
   if (!cfg.is_string()) throw bad("config", str("= ", cfg.dump(), " is not a string"));
   s.config = cfg.get<std::string>();
+  if (j.contains("tokens_seen")) s.tokens_seen = integer("tokens_seen", 0, kMax);
+  if (j.contains("trainable_tokens_seen")) s.trainable_tokens_seen = integer("trainable_tokens_seen", 0, kMax);
+  if (s.tokens_seen.has_value() != s.trainable_tokens_seen.has_value())
+    throw bad(s.tokens_seen ? "trainable_tokens_seen" : "tokens_seen", "is missing (the token counts come in pairs)");
+  if (s.tokens_seen && *s.trainable_tokens_seen > *s.tokens_seen)
+    throw bad("trainable_tokens_seen", str("= ", *s.trainable_tokens_seen, " exceeds tokens_seen = ", *s.tokens_seen));
   return s;
 }
 

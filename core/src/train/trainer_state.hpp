@@ -20,6 +20,10 @@ struct TrainerState {
   double lr_next = 0;           // the learning rate of the next step: finite, >= 0
   std::optional<double> best_eval_loss;  // finite, or none yet (null)
   std::string config;           // the config file of the run that wrote it
+  // Token accounting over every step up to `step` (all processes of the run): the tokens fed to the model,
+  // and those with a loss target (labels != -100, not a sample's first token). Absent in checkpoints written
+  // before the fields existed: none, and the resumed run says its counts start there.
+  std::optional<int64_t> tokens_seen, trainable_tokens_seen;
 
   nlohmann::json to_json() const;
 };
