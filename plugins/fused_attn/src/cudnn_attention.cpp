@@ -50,6 +50,10 @@ enum Uid : int64_t {
   OFF_Q, OFF_K, OFF_V, OFF_O, OFF_STATS, OFF_DQ, OFF_DK, OFF_DV  // ragged offsets, in elements
 };
 
+// How much larger than the tokens the nominal [B, S] grid may be before the call is declined (below).
+// (Small grids cost nothing either way: below kMinNominalToDecline rows cuDNN keeps every call.)
+constexpr int64_t kMaxNominalOverTokens = 8, kMinNominalToDecline = 65536;
+
 int64_t pow2_at_least(int64_t n, int64_t floor) {
   return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max(n, floor))));
 }
@@ -304,6 +308,14 @@ std::string cudnn_attention_unfit(const ops::AttentionArgs& a) {
   if (D % 8 != 0 || Dv % 8 != 0 || D > 128 || Dv > 128)
     return str("head dims ", D, "/", Dv, " (cuDNN's ragged kernels take multiples of 8 up to 128)");
   if (at::cuda::getDeviceProperties(a.q.get_device())->major < 9) return "ragged layouts need sm_90 or newer";
+  // cuDNN sizes its grid and the deterministic backward's fp32 dQ workspace by the nominal batch x longest
+  // sequence, not by the tokens: many short packed samples under a long bound (or a static-shape batch
+  // padded with empty spans) would cost far more than flash, which walks the real lengths.
+  const int64_t T = a.q.size(0), B = pow2_at_least(a.cu_seqlens.numel() - 1, 1);
+  const int64_t S = pow2_at_least(a.max_seqlen > 0 ? a.max_seqlen : T, 64);
+  if (B * S > kMinNominalToDecline && B * S > kMaxNominalOverTokens * T)
+    return str("a nominal ", B, " x ", S, " grid for ", T, " tokens (more than ", kMaxNominalOverTokens,
+               "x: many short sequences under a long bound)");
   return {};
 }
 
