@@ -1,5 +1,6 @@
-// A run-time fallback chain over the backends of one op (docs/ops/README.md, "Declining"): forward and
-// backward go to the first backend whose decline(args) is nullopt. decline() is a pure function of the
+// A run-time fallback chain over the backends of one op (docs/ops/attention.md "Declining",
+// docs/ops/moe.mlp.md "Run-time decline"): forward and backward go to the first backend whose decline(args)
+// is nullopt. decline() is a pure function of the
 // arguments (shapes, dtypes, formats, flags — never tensor values), so backward reaches the backend
 // forward did. Each distinct hand-over is logged once ("<op>: <a> declined a call (<why>); <b> serves
 // it"); when every backend declines, the call fails naming every reason.
