@@ -3,10 +3,12 @@
 natural-looking images (gradients, soft blobs, noise; JPEG, PNG and WebP of assorted odd sizes) and JSONL rows
 whose text describes them, with one <image> placeholder per image. Deterministic for a given --seed.
 
-  make-mm-corpus.py OUT_DIR [--rows 64] [--seed 0] [--shards 1]
+  make-mm-corpus.py OUT_DIR [--rows 64] [--seed 0] [--shards 1] [--size WxH] [--one-image] [--jpeg]
 
 writes OUT_DIR/images/*.{jpg,png,webp} and OUT_DIR/train.jsonl (or train-00000-of-0000N.jsonl with --shards),
 rows as configs/qwen2_5-vl-mm-cpt.toml reads them: {"text": "...", "images": ["images/x.jpg", ...]}.
+--size WxH makes every image that size (a benchmark corpus: bench/mm_cpt/run.sh), --one-image one image per row,
+--jpeg JPEG only.
 Needs numpy and Pillow (both in the venv scripts/setup.sh makes)."""
 import argparse, json, os
 
@@ -36,16 +38,22 @@ def main():
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--size", default="", help="WxH: every image this size (default: odd sizes of 40-160 px)")
+    ap.add_argument("--one-image", action="store_true", help="one image per row (default: 1 or 2)")
+    ap.add_argument("--jpeg", action="store_true", help="JPEG only (default: JPEG, PNG and WebP)")
     a = ap.parse_args()
+    fixed = tuple(int(x) for x in a.size.lower().split("x")) if a.size else None
     rng = np.random.default_rng(a.seed)
     os.makedirs(os.path.join(a.out, "images"), exist_ok=True)
     rows = []
     for i in range(a.rows):
-        n_img = int(rng.choice([1, 1, 1, 2]))
+        n_img = 1 if a.one_image else int(rng.choice([1, 1, 1, 2]))
         names, words = [], []
         for k in range(n_img):
             w, h = int(rng.integers(40, 160)), int(rng.integers(40, 160))
             ext = ["jpg", "png", "webp"][int(rng.integers(0, 3))]
+            if fixed: w, h = fixed
+            if a.jpeg: ext = "jpg"
             name = f"images/{i:05d}_{k}.{ext}"
             Image.fromarray(natural(w, h, rng)).save(os.path.join(a.out, name), **({"quality": 90} if ext != "png" else {}))
             names.append(name)

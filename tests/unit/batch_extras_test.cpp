@@ -183,6 +183,14 @@ TEST_CASE("batch: make_batch and Batch::to record the host facts a device forwar
   CHECK(moved.max_token_id == 8);
   REQUIRE(moved.cu_seqlens_host.defined());
   CHECK(moved.extras.count("x"));
+  // input_ids and the integer extras (grids, indices) keep a host copy; floating extras are not kept twice.
+  raw.extras["grid"] = at::tensor({1, 4, 6}, at::kLong).view({1, 3});
+  moved = raw.to(at::Device(at::kCPU));
+  REQUIRE(moved.input_ids_host.defined());
+  CHECK(at::equal(moved.input_ids_host, raw.input_ids));
+  REQUIRE(moved.extras_host.count("grid"));
+  CHECK(at::equal(moved.extras_host.at("grid"), raw.extras.at("grid")));
+  CHECK_FALSE(moved.extras_host.count("x"));
   // Samples with extras but nobody to collate them: a clear error, not a silent drop.
   s[0].extras["x"] = at::ones({3});
   CHECK_THROWS_WITH_AS(ax::data::make_batch(s, packed, {0}, 8, 1), doctest::Contains("no dataset type was given to collate"), ax::UsageError);

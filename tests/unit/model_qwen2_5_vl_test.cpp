@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "axengine/builtins.hpp"
+#include "axengine/device.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
@@ -297,4 +299,46 @@ TEST_CASE("qwen2_5_vl: LoRA training on an image+text batch lowers the loss") {
   CAPTURE(first);
   CAPTURE(last);
   CHECK(last < first - 0.3);
+}
+
+// On CUDA the vision tower pads its MLP's intermediate size to a multiple of 8 (cuBLAS's aligned kernels);
+// a checkpoint with intermediate 20 (the test model's 24, sliced) gives the CPU's logits, fp32, reference
+// backends. Without a CUDA device the case says so and passes; on the GPU machine it is real.
+TEST_CASE("qwen2_5_vl on CUDA: a vision MLP padded to a multiple of 8 gives the CPU logits (fp32)") {
+  if (!at::hasCUDA()) {
+    MESSAGE("no CUDA device: nothing to compare on this machine");
+    return;
+  }
+  auto src = ax::safetensors::File::open(case_path() + "/model.safetensors");
+  std::vector<std::pair<std::string, at::Tensor>> sliced;
+  for (const auto& t : src->tensors()) {
+    at::Tensor x = src->get(t.name);
+    if (t.name.find("mlp.gate_proj") != std::string::npos || t.name.find("mlp.up_proj") != std::string::npos)
+      x = t.name.rfind("visual.", 0) == 0 ? x.narrow(0, 0, 20).contiguous() : x;
+    if (t.name.rfind("visual.", 0) == 0 && t.name.find("mlp.down_proj.weight") != std::string::npos) x = x.narrow(1, 0, 20).contiguous();
+    sliced.emplace_back(t.name, x);
+  }
+  fs::path dir = ax::test::scratch_dir("qwen2_5_vl_i20");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fs::path(case_path()) / "config.json"));
+  REQUIRE(cfg["vision_config"]["intermediate_size"] == 24);
+  cfg["vision_config"]["intermediate_size"] = 20;
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  ax::safetensors::save((dir / "model.safetensors").string(), sliced);
+  auto g = golden();
+  Packed p = packed_batch(*g);
+  auto run = [&](const char* device) {
+    ax::Registry reg;
+    ax::register_builtins(reg);
+    ax::ModelLoadOptions o;
+    o.dir = dir.string();
+    o.dtype = "fp32";
+    o.device = device;
+    ax::KernelPreferences prefs;
+    for (const char* op : {"linear.lora", "attention", "rms_norm", "swiglu", "linear_ce"}) prefs.prefer[op] = {"reference"};
+    o.kernels = std::make_shared<ax::KernelSet>(reg, prefs, ax::detect_device(device == std::string("cpu") ? "cpu" : "cuda"));
+    return ax::load_model(reg, o)->forward(p.batch, true).logits.to(at::kCPU);
+  };
+  at::Tensor cpu = run("cpu"), cuda = run("cuda:0");
+  CHECK(rel_max(cuda, cpu) <= 1e-4);
+  ax::test::remove_tree(dir);
 }

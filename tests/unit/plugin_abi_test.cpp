@@ -225,9 +225,9 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "32/8: grad_y@0 need_dx@8 need_dweight@9 out@16");
   CHECK(AX_LAYOUT(Batch, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(position_ids) AX_FIELD(cu_seqlens)
                              AX_FIELD(max_seqlen) AX_FIELD(extras) AX_FIELD(cu_seqlens_host) AX_FIELD(min_token_id)
-                                 AX_FIELD(max_token_id)) ==
-        "112/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 max_seqlen@32 extras@40 cu_seqlens_host@88 "
-        "min_token_id@96 max_token_id@104");
+                                 AX_FIELD(max_token_id) AX_FIELD(input_ids_host) AX_FIELD(extras_host)) ==
+        "168/8: input_ids@0 labels@8 position_ids@16 cu_seqlens@24 max_seqlen@32 extras@40 cu_seqlens_host@88 "
+        "min_token_id@96 max_token_id@104 input_ids_host@112 extras_host@120");
   CHECK(AX_LAYOUT(ModelOutput, AX_FIELD(logits) AX_FIELD(loss) AX_FIELD(aux_loss)) ==
         "24/8: logits@0 loss@8 aux_loss@16");
   CHECK(AX_LAYOUT(LoraSpec, AX_FIELD(targets) AX_FIELD(r) AX_FIELD(alpha) AX_FIELD(dropout) AX_FIELD(rslora)

@@ -33,11 +33,19 @@ struct Batch {
   // batch without reading it back (a host sync that would stall the GPU and break CUDA-graph capture).
   at::Tensor cu_seqlens_host;                   // cu_seqlens on the CPU (undefined: not known)
   int64_t min_token_id = 0, max_token_id = -1;  // range of input_ids (max < min: not known)
+  at::Tensor input_ids_host;                    // input_ids on the CPU (undefined: not known)
+  // The integer extras on the CPU (grids, indices: what a model family builds host-side tables from, e.g.
+  // Qwen2.5-VL's rope and window indices); floating extras (pixel values) are not kept twice.
+  std::map<std::string, at::Tensor> extras_host;
 
   // Records the host facts (when the tensors are on the CPU), then moves every tensor, extras included, to
   // `device`: from pinned host memory, non_blocking, so the copies overlap the previous step's work.
   Batch to(const at::Device& device) const;
 };
+
+// A host tensor moved to `device` without the host waiting for the GPU: from pinned memory, non_blocking
+// (a plain .to(device) from pageable memory synchronises the stream). Other tensors: .to(device).
+at::Tensor to_device_async(const at::Tensor& t, const at::Device& device);
 
 struct ModelOutput {
   at::Tensor logits;    // [B, S, V] (may be left undefined when only the loss is asked for)

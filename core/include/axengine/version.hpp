@@ -18,7 +18,9 @@
 // 3.0: attention sinks (AttentionArgs::sinks, AttentionGrads::dsinks); DatasetContext::model_dir.
 // 4.0: Attention::decline (a new virtual ahead of run_forward); the moe.mlp op and its MoeMlp interface;
 //      the provider kind "executor" (axengine/executor.hpp, PluginRegistrar::executor).
-#define AXENGINE_PLUGIN_ABI_MAJOR 4
+// 5.0: Batch::input_ids_host and Batch::extras_host (host copies a device forward builds its tables from);
+//      to_device_async.
+#define AXENGINE_PLUGIN_ABI_MAJOR 5
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

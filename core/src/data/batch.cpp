@@ -11,17 +11,13 @@
 
 namespace ax {
 
-namespace {
-
 // Pinned source memory makes a non_blocking copy truly asynchronous (from pageable memory the driver
 // stages it while the host waits); the caching host allocator keeps the block until the copy is done.
-at::Tensor moved(const at::Tensor& t, const at::Device& device) {
+at::Tensor to_device_async(const at::Tensor& t, const at::Device& device) {
   if (!t.defined() || t.device() == device) return t;
   if (t.is_cpu() && device.is_cuda()) return t.pin_memory().to(device, /*non_blocking=*/true);
   return t.to(device, /*non_blocking=*/true);
 }
-
-}  // namespace
 
 Batch Batch::to(const at::Device& device) const {
   Batch b = *this;
@@ -30,11 +26,14 @@ Batch Batch::to(const at::Device& device) const {
     b.min_token_id = b.input_ids.min().item<int64_t>();  // host tensors: no device involved
     b.max_token_id = b.input_ids.max().item<int64_t>();
   }
-  b.input_ids = moved(b.input_ids, device);
-  b.labels = moved(b.labels, device);
-  b.position_ids = moved(b.position_ids, device);
-  b.cu_seqlens = moved(b.cu_seqlens, device);
-  for (auto& [name, t] : b.extras) t = moved(t, device);
+  if (!b.input_ids_host.defined() && b.input_ids.defined() && b.input_ids.is_cpu()) b.input_ids_host = b.input_ids;
+  for (const auto& [name, t] : b.extras)
+    if (t.defined() && t.is_cpu() && !at::isFloatingType(t.scalar_type()) && !b.extras_host.count(name)) b.extras_host[name] = t;
+  b.input_ids = to_device_async(b.input_ids, device);
+  b.labels = to_device_async(b.labels, device);
+  b.position_ids = to_device_async(b.position_ids, device);
+  b.cu_seqlens = to_device_async(b.cu_seqlens, device);
+  for (auto& [name, t] : b.extras) t = to_device_async(t, device);
   return b;
 }
 

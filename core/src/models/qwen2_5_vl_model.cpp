@@ -108,10 +108,13 @@ ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
   auto gt = batch.extras.find("image_grid_thw");
   if ((pv == batch.extras.end()) != (gt == batch.extras.end()))
     throw UsageError("qwen2_5_vl: a batch needs both extras \"pixel_values\" and \"image_grid_thw\", or neither");
+  // The rope index, the splice positions and the vision tower's window tables are built on the host from
+  // input_ids, cu_seqlens and image_grid_thw: Batch::to keeps their host copies, so a device batch is not
+  // read back (a host sync per forward); a batch made on the device is read back, once.
+  auto grid_host = batch.extras_host.find("image_grid_thw");
   Grids grids;
-  if (gt != batch.extras.end()) grids = read_grids(gt->second, cfg_.vision);
+  if (gt != batch.extras.end()) grids = read_grids(grid_host != batch.extras_host.end() ? grid_host->second : gt->second, cfg_.vision);
   // Spans whose positions restart at 0: the packed samples and the padding (cu_seqlens), else whole rows.
-  // Reading input_ids on the host is a sync when the batch is on the GPU; the rope index needs them.
   at::Tensor cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
                   : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
                                                   : at::arange(B + 1, at::kLong) * S;
@@ -121,17 +124,17 @@ ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
         (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
       throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
   }
-  at::Tensor ids_host = batch.input_ids.to(at::kCPU, at::kLong).reshape({T});
+  at::Tensor ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({T});
   {
     int64_t lo = ids_host.min().item<int64_t>(), hi = ids_host.max().item<int64_t>();
     if (lo < 0 || hi >= cfg_.text.vocab_size) throw UsageError(str("model forward: token ids must be in [0, ", cfg_.text.vocab_size, ")"));
   }
-  at::Tensor rope_pos = mrope_positions(ids_host, cu, grids, cfg_).to(device_);
+  at::Tensor rope_pos = to_device_async(mrope_positions(ids_host, cu, grids, cfg_), device_);
   at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
   at::Tensor embeds = text_->embed_tokens(ids);
   if (!grids.empty()) {
     at::Tensor feats = vision_->forward(pv->second, grids).to(embeds.scalar_type());  // [n_image_tokens, H]
-    at::Tensor where = at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1).to(device_);
+    at::Tensor where = to_device_async(at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
     // mrope_positions checked that the runs hold exactly the merged patches of every image, in order.
     embeds = embeds.index_put({where}, feats);
   }

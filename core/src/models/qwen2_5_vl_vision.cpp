@@ -70,6 +70,26 @@ at::Tensor permute_blocks(const at::Tensor& x, const at::Tensor& index, int64_t 
   return x.reshape({n / unit, unit, -1}).index_select(0, index).reshape({n, -1});
 }
 
+// The MLP weights with the intermediate size I padded to a multiple of 8: gate/up rows (and biases), down columns.
+at::Tensor pad_intermediate(const std::string& name, const at::Tensor& t, int64_t I) {
+  const int64_t padded = (I + 7) / 8 * 8;
+  if (padded == I) return t;
+  const bool rows = name.find("mlp.gate_proj.") != std::string::npos || name.find("mlp.up_proj.") != std::string::npos;
+  const bool cols = name.find("mlp.down_proj.weight") != std::string::npos;
+  if (!rows && !cols) return t;
+  const int64_t dim = rows ? 0 : 1;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[dim] = padded;
+  at::Tensor out = at::zeros(shape, t.options());
+  out.narrow(dim, 0, I).copy_(t);
+  return out;
+}
+
+// The checkpoint's view of a padded weight (what named_parameters reports): no copy.
+at::Tensor unpadded(const std::string& name, const at::Tensor& t, int64_t I) {
+  return name.find("mlp.down_proj.weight") != std::string::npos ? t.narrow(1, 0, I) : t.narrow(0, 0, I);
+}
+
 }  // namespace
 
 Grids read_grids(const at::Tensor& g, const VisionConfig& v) {
@@ -123,9 +143,15 @@ VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint&
     if (!at::isFloatingType(info.scalar_type)) throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
     at::Tensor t = ckpt.get(key).to(device_, dtype_);
     used_.push_back(key);
-    named_.emplace_back(key, t);
     // The Conv3d with stride = kernel over exactly one patch is a matmul with the flattened kernel.
-    weights_[name] = name == "patch_embed.proj.weight" ? t.reshape({cfg_.hidden_size, -1}) : t;
+    at::Tensor use = name == "patch_embed.proj.weight" ? t.reshape({cfg_.hidden_size, -1}) : t;
+    // On CUDA the MLP's intermediate size is padded with zeros to a multiple of 8 (Qwen2.5-VL's 3420 is not):
+    // cuBLAS runs 16-byte-aligned operands on its sm90 kernels, while 3420 leaves it sm80 kernels at ~40% of
+    // the rate (measured: bench/mm_cpt). Zero gate/up rows and biases give SiLU(0)·0 = 0 and zero down columns
+    // add nothing, so the result is the same; the CPU keeps the checkpoint's shapes (parity tests: same bits).
+    at::Tensor padded = device_.is_cuda() ? pad_intermediate(name, use, cfg_.intermediate_size) : use;
+    named_.emplace_back(key, padded.is_same(use) ? t : unpadded(name, padded, cfg_.intermediate_size));
+    weights_[name] = padded;
   }
   kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
 }
@@ -194,13 +220,13 @@ at::Tensor VisionTower::forward(const at::Tensor& pixel_values, const Grids& gri
   const int64_t unit = cfg_.merge_unit(), D = cfg_.head_dim();
   auto [widx, wcu] = window_index(grids, cfg_);
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
-  at::Tensor index = at::tensor(widx, at::kLong).to(device_);
+  at::Tensor index = to_device_async(at::tensor(widx, at::kLong), device_);
   at::Tensor x = at::matmul(pixel_values.to(device_, dtype_), w("patch_embed.proj.weight").t());  // [N, C]
   x = permute_blocks(x, index, unit);
   // 2-D rotary (Qwen2_5_VLVisionRotaryEmbedding): D/4 frequencies for h, D/4 for w, the pair repeated.
   at::Tensor inv = 1.0 / at::pow(cfg_.rope_theta, at::arange(0, D / 2, 2, at::kFloat) / double(D / 2));
-  at::Tensor hw = patch_hw(grids, cfg_.spatial_merge_size).to(device_);
-  at::Tensor f = hw.to(at::kFloat).unsqueeze(-1) * inv.to(device_).view({1, 1, -1});  // [N, 2, D/4]
+  at::Tensor hw = to_device_async(patch_hw(grids, cfg_.spatial_merge_size), device_);
+  at::Tensor f = hw.to(at::kFloat).unsqueeze(-1) * to_device_async(inv, device_).view({1, 1, -1});  // [N, 2, D/4]
   at::Tensor ang = f.reshape({N, -1});
   ang = permute_blocks(at::cat({ang, ang}, -1), index, unit).unsqueeze(1);  // [N, 1, D]
   at::Tensor cos = ang.cos(), sin = ang.sin();
@@ -213,7 +239,7 @@ at::Tensor VisionTower::forward(const at::Tensor& pixel_values, const Grids& gri
       max_full = std::max(max_full, h * w);
     }
   for (std::size_t k = 1; k < wcu.size(); ++k) max_win = std::max<int64_t>(max_win, wcu[k] - wcu[k - 1]);
-  at::Tensor cu_full = at::tensor(full, at::kInt).to(device_), cu_win = at::tensor(wcu, at::kInt).to(device_);
+  at::Tensor cu_full = to_device_async(at::tensor(full, at::kInt), device_), cu_win = to_device_async(at::tensor(wcu, at::kInt), device_);
   for (int64_t i = 0; i < cfg_.depth; ++i) {
     bool is_full = std::find(cfg_.fullatt_block_indexes.begin(), cfg_.fullatt_block_indexes.end(), i) != cfg_.fullatt_block_indexes.end();
     x = block(i, x, cos, sin, is_full ? cu_full : cu_win, is_full ? max_full : max_win);

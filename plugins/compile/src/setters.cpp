@@ -52,9 +52,15 @@ void set_cudnn_benchmark(Runtime& r, const Value& v) {
 
 // cuBLAS is deterministic only with a fixed workspace configuration, read when its handle is made: set here,
 // before the first step; a value the user exported wins.
+// ATen's deterministic mode also fills every new uninitialised tensor (at::empty) with NaN by default, so
+// that a kernel reading memory it never wrote reads the same garbage each run: on the bench MoE step that
+// was ~720 extra fill kernels per step, part of the mode's 1.49x cost (profile, docs/plugins/compile.md). Our
+// ops write every element they return (conformance checks outputs whole), so the fill is turned off: the
+// results stay bitwise repeatable (the GPU test of two deterministic graphed runs).
 void set_deterministic(Runtime& r, const Value& v) {
   at::globalContext().setDeterministicAlgorithms(b(v), /*warn_only=*/false);
   at::globalContext().setDeterministicCuDNN(b(v));
+  if (b(v)) at::globalContext().setDeterministicFillUninitializedMemory(false);
   if (!b(v)) return;
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   r.notes.push_back(ax::str("deterministic: deterministic algorithms only (CUBLAS_WORKSPACE_CONFIG=",

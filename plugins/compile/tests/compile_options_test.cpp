@@ -135,6 +135,21 @@ TEST_CASE("compile: apply sets ATen's global knobs and the executor's settings, 
   at::globalContext().setAllowTF32CuDNN(cudnn_before);
 }
 
+TEST_CASE("compile: deterministic turns ATen's deterministic algorithms on and its NaN fill of new tensors off") {
+  auto& ctx = at::globalContext();
+  const bool algos = ctx.deterministicAlgorithms(), fill = ctx.deterministicFillUninitializedMemory();
+  const bool cudnn = ctx.deterministicCuDNN();
+  ctx.setDeterministicFillUninitializedMemory(true);  // ATen's default
+  Runtime r;
+  apply_settings(r, bind_table("[compile]\nenabled = true\ndeterministic = true\n").resolve(0));
+  CHECK(ctx.deterministicAlgorithms());
+  CHECK(ctx.deterministicCuDNN());
+  CHECK_FALSE(ctx.deterministicFillUninitializedMemory());
+  ctx.setDeterministicAlgorithms(algos, false);
+  ctx.setDeterministicFillUninitializedMemory(fill);
+  ctx.setDeterministicCuDNN(cudnn);
+}
+
 TEST_CASE("compile: the GEMM tuning file is per GPU model and arch") {
   ax::DeviceInfo d;
   d.type = ax::DeviceInfo::Type::cuda;
