@@ -55,7 +55,14 @@ TEST_CASE("distributed: the gradient all-reduce starts during backward, in bucke
   ax::train::GradReducer r(*group, {unused, w1, w2, w3}, 16);
   CHECK(r.buckets() == 4);
   const at::Tensor x = at::linspace(-1, 1, 4, at::kFloat);
-  auto loss_of = [&] { return ((x * w1).tanh() * w2.reshape({4})).sin().mul(w3).sum(); };
+  // An observation point inside backward: the gradient of x * w1 is computed after w3's and w2's are final
+  // and before w1's, so the buckets started by then were started while backward was still running.
+  int64_t seen_mid_backward = -1;
+  auto loss_of = [&] {
+    at::Tensor h1 = x * w1;
+    h1.register_hook([&](const at::Tensor&) { seen_mid_backward = r.launched_in_backward(); });
+    return (h1.tanh() * w2.reshape({4})).sin().mul(w3).sum();
+  };
 
   // The reference gradients, by plain autograd on copies without hooks.
   at::Tensor c1 = w1.detach().clone().requires_grad_(true), c2 = w2.detach().clone().requires_grad_(true),
@@ -67,6 +74,7 @@ TEST_CASE("distributed: the gradient all-reduce starts during backward, in bucke
     loss_of().backward();
     // w3, w2 and w1 became final inside backward, in launch order (buckets 3, 2, 1): all three started
     // before backward returned. Bucket 0 (`unused`) has no gradient: it starts in finish().
+    CHECK(seen_mid_backward == 2);
     CHECK(r.launched_in_backward() == 3);
     CHECK(!unused.grad().defined());
     r.finish();
@@ -78,8 +86,10 @@ TEST_CASE("distributed: the gradient all-reduce starts during backward, in bucke
   SUBCASE("an accumulation window: only its last backward communicates") {
     r.arm(false);
     loss_of().backward();
+    CHECK(seen_mid_backward == 0);  // the first backward started nothing
     r.arm(true);
     loss_of().backward();
+    CHECK(seen_mid_backward == 2);
     CHECK(r.launched_in_backward() == 3);
     r.finish();
     CHECK(at::equal(w1.grad(), c1.grad() * 2));

@@ -154,6 +154,10 @@ std::unique_ptr<DistWork> DistGroup::all_reduce_sum_async(const at::Tensor& t) {
   return std::make_unique<C10dWork>(*this, impl_->timeout_s, std::move(w));
 }
 
+void DistGroup::all_gather(at::Tensor& out, at::Tensor& shard) {
+  collective(*this, impl_->timeout_s, "all-gather", [&] { impl_->backend->_allgather_base(out, shard)->wait(); });
+}
+
 void DistGroup::broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
   for (const auto& bucket : buckets_of(tensors, bucket_bytes)) {
     at::Tensor f = flat(bucket, impl_->device);

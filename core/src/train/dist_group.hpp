@@ -48,6 +48,9 @@ class DistGroup {
   // The same, started and not waited for: NCCL runs it on the group's own stream after what the current
   // stream enqueued so far, Gloo on its worker threads. `t` (on device()) must not be touched before wait().
   std::unique_ptr<DistWork> all_reduce_sum_async(const at::Tensor& t);
+  // Every rank's `shard` (1-D, the same numel on every rank) into `out` (1-D, world x that numel), rank r's
+  // at [r * numel, (r + 1) * numel). Blocking like all_reduce_sum.
+  void all_gather(at::Tensor& out, at::Tensor& shard);
   // Rank 0's values into every rank's tensors (in buckets like all_reduce_mean).
   void broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
   void barrier();
