@@ -108,6 +108,19 @@ TEST_CASE("distributed: the gradient all-reduce starts during backward, in bucke
     CHECK(at::equal(w3.grad(), c3.grad()));
     CHECK(w1.grad().defined());
   }
+  SUBCASE("gradients zeroed in place between steps (an optimizer that keeps them) accumulate into the buckets") {
+    r.arm(true);
+    loss_of().backward();
+    r.finish();
+    for (auto* p : {&unused, &w1, &w2, &w3}) p->mutable_grad().zero_();  // still the views finish() set
+    r.arm(true);
+    loss_of().backward();
+    CHECK(r.launched_in_backward() == 3);
+    r.finish();
+    CHECK(at::equal(w1.grad(), c1.grad()));
+    CHECK(at::equal(w2.grad(), c2.grad()));
+    CHECK(at::equal(unused.grad(), at::zeros({4})));
+  }
   SUBCASE("a gradient that arrives twice in one armed step is refused") {
     r.arm(true);
     loss_of().backward();

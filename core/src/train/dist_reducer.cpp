@@ -94,19 +94,25 @@ void GradReducer::launch(std::size_t b) {
   at::NoGradGuard no_grad;
   at::Tensor& buf = buffers_[b];
   const auto [first, last] = spans_[b];
-  bool all_here = true;  // every gradient defined and on the buffer's device: one concatenation
+  // A gradient may already be its slice of the bucket: finish() made it a view, and an optimizer whose
+  // zero_grad zeroes in place (instead of dropping the gradient) keeps it, so autograd accumulated into it.
+  auto in_place = [&](std::size_t i, const at::Tensor& g) {
+    return g.defined() && g.is_contiguous() && g.data_ptr() == static_cast<char*>(buf.data_ptr()) + offset_[i] * buf.element_size();
+  };
+  bool all_copied = true;  // every gradient defined, elsewhere, on the buffer's device: one concatenation
   std::vector<at::Tensor> flat;
   for (std::size_t i = first; i < last; ++i) {
     const at::Tensor& g = params_[i].grad();
-    all_here &= g.defined() && g.device() == buf.device();
-    if (all_here) flat.push_back(g.reshape({-1}));
+    all_copied &= g.defined() && g.device() == buf.device() && !in_place(i, g);
+    if (all_copied) flat.push_back(g.reshape({-1}));
   }
-  if (all_here) {
+  if (all_copied) {
     at::cat_out(buf, flat, 0);
   } else {
     for (std::size_t i = first; i < last; ++i) {
-      at::Tensor slice = buf.narrow(0, offset_[i], params_[i].numel());
       const at::Tensor& g = params_[i].grad();
+      if (in_place(i, g)) continue;
+      at::Tensor slice = buf.narrow(0, offset_[i], params_[i].numel());
       if (g.defined()) slice.copy_(g.reshape({-1}));
       else slice.zero_();  // no gradient on this rank this step: it takes part as zeros
     }
