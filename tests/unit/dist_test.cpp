@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -210,7 +211,8 @@ TEST_CASE("distributed: 2 ranks started by axengine launch train what 1 process 
   auto dir = ax::test::setup_run("dist_launch2", "max_steps = 6\n");
   REQUIRE(run_single(dir, "one", {"train.grad_accum=2"}) == 0);
   std::vector<std::string> args{"launch", "--nproc", "2", "--", "run", "--config", (dir / "run.toml").string()};
-  for (const auto& s : single(kCommon, {"run.output_dir=two"})) args.insert(args.end(), {"--set", s});
+  // 1 KiB buckets: several of them, started in one order on both ranks while backward runs.
+  for (const auto& s : single(kCommon, {"run.output_dir=two", "distributed.bucket_mb=0.001"})) args.insert(args.end(), {"--set", s});
   int rc = ax::test::run(args, dir / "two.log");
   std::string log = slurp(dir / "two.log");
   INFO(log);
@@ -221,6 +223,12 @@ TEST_CASE("distributed: 2 ranks started by axengine launch train what 1 process 
   // Rank 1 says only warnings and errors: the info lines (the plan, the progress) come once, from rank 0.
   CHECK(log.find("[I] [rank 1/2] ") == std::string::npos);
   CHECK(log.find("[I] [rank 0/2] training: ") != std::string::npos);
+  // The all-reduce overlapped with backward: buckets were started from the gradient hooks, before backward
+  // returned (counted by the reducer, not timed), and there were several.
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("gradient all-reduce: (\\d+) of (\\d+) buckets started during backward")));
+  CHECK(std::stoi(m[1]) >= 1);
+  CHECK(std::stoi(m[2]) > 1);
   check_same_losses(losses(dir / "two"), losses(dir / "one"));
   check_same_adapter(dir / "two", dir / "one", 6);
   ax::test::remove_tree(dir);

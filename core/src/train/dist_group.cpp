@@ -37,19 +37,10 @@ void collective(const DistGroup& g, int64_t timeout_s, const char* what, F&& f) 
   }
 }
 
-// Consecutive tensors of one dtype, up to about `bucket_bytes` each (a tensor larger than that is its own bucket).
 std::vector<std::vector<at::Tensor>> buckets_of(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
   std::vector<std::vector<at::Tensor>> out;
-  int64_t bytes = 0;
-  for (const auto& t : tensors) {
-    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
-    if (out.empty() || out.back().front().scalar_type() != t.scalar_type() || bytes + b > bucket_bytes) {
-      out.emplace_back();
-      bytes = 0;
-    }
-    out.back().push_back(t);
-    bytes += b;
-  }
+  for (auto [b, e] : bucket_spans(tensors, bucket_bytes))
+    out.emplace_back(tensors.begin() + static_cast<std::ptrdiff_t>(b), tensors.begin() + static_cast<std::ptrdiff_t>(e));
   return out;
 }
 
@@ -70,6 +61,22 @@ void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& bucke
 }
 
 }  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> bucket_spans(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  int64_t bytes = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const int64_t b = t.numel() * static_cast<int64_t>(t.element_size());
+    if (out.empty() || tensors[out.back().first].scalar_type() != t.scalar_type() || bytes + b > bucket_bytes) {
+      out.emplace_back(i, i);
+      bytes = 0;
+    }
+    out.back().second = i + 1;
+    bytes += b;
+  }
+  return out;
+}
 
 DistGroup::DistGroup(std::unique_ptr<Impl> impl, int64_t rank, int64_t world, std::string backend)
     : impl_(std::move(impl)), rank_(rank), world_(world), backend_(std::move(backend)) {}
@@ -119,13 +126,36 @@ void DistGroup::all_reduce_sum(at::Tensor& t) {
   });
 }
 
-void DistGroup::all_reduce_mean(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {
-  for (const auto& bucket : buckets_of(tensors, bucket_bytes)) {
-    at::Tensor f = flat(bucket, impl_->device);
-    all_reduce_sum(f);
-    f.div_(static_cast<double>(world_));
-    unflatten_into(f, bucket);
+at::Device DistGroup::device() const { return impl_->device; }
+
+namespace {
+class C10dWork final : public DistWork {
+ public:
+  C10dWork(const DistGroup& g, int64_t timeout_s, c10::intrusive_ptr<c10d::Work> w) : g_(g), timeout_s_(timeout_s), w_(std::move(w)) {}
+  void wait() override {
+    if (!w_) return;
+    collective(g_, timeout_s_, "all-reduce", [&] { w_->wait(); });
+    w_.reset();
   }
+
+ private:
+  const DistGroup& g_;
+  int64_t timeout_s_;
+  c10::intrusive_ptr<c10d::Work> w_;
+};
+}  // namespace
+
+std::unique_ptr<DistWork> DistGroup::all_reduce_sum_async(const at::Tensor& t) {
+  c10::intrusive_ptr<c10d::Work> w;
+  collective(*this, impl_->timeout_s, "all-reduce", [&] {
+    std::vector<at::Tensor> v{t};
+    w = impl_->backend->allreduce(v);
+  });
+  return std::make_unique<C10dWork>(*this, impl_->timeout_s, std::move(w));
+}
+
+void DistGroup::all_gather(at::Tensor& out, at::Tensor& shard) {
+  collective(*this, impl_->timeout_s, "all-gather", [&] { impl_->backend->_allgather_base(out, shard)->wait(); });
 }
 
 void DistGroup::broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {

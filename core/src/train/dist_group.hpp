@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,20 @@
 #include "train/dist_config.hpp"
 
 namespace ax::train {
+
+// Consecutive tensors of one dtype, up to about `bucket_bytes` each (a tensor larger than that is its own
+// bucket): the [begin, end) index ranges. The gradient reducer and the broadcast share this rule, so a
+// bucket holds the same tensors whichever path reduces it.
+std::vector<std::pair<std::size_t, std::size_t>> bucket_spans(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
+
+// A collective in flight (all_reduce_sum_async).
+class DistWork {
+ public:
+  virtual ~DistWork() = default;
+  // Returns when the result may be used: NCCL makes the current stream wait for the group's stream (the
+  // host goes on), Gloo blocks the host until the sum is there. Throws like the blocking collectives.
+  virtual void wait() = 0;
+};
 
 class DistGroup {
  public:
@@ -25,11 +40,17 @@ class DistGroup {
   int64_t world() const { return world_; }
   const std::string& backend() const { return backend_; }
 
+  // Where the backend's tensors live: the CPU (gloo) or this rank's GPU (nccl).
+  at::Device device() const;
+
   // Sum over the ranks, in place.
   void all_reduce_sum(at::Tensor& t);
-  // Every tensor replaced by its mean over the ranks: flattened into buckets of about `bucket_bytes` (one
-  // dtype each), one all-reduce a bucket, copied back. Tensors must be contiguous-able and on one device.
-  void all_reduce_mean(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
+  // The same, started and not waited for: NCCL runs it on the group's own stream after what the current
+  // stream enqueued so far, Gloo on its worker threads. `t` (on device()) must not be touched before wait().
+  std::unique_ptr<DistWork> all_reduce_sum_async(const at::Tensor& t);
+  // Every rank's `shard` (1-D, the same numel on every rank) into `out` (1-D, world x that numel), rank r's
+  // at [r * numel, (r + 1) * numel). Blocking like all_reduce_sum.
+  void all_gather(at::Tensor& out, at::Tensor& shard);
   // Rank 0's values into every rank's tensors (in buckets like all_reduce_mean).
   void broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
   void barrier();

@@ -31,6 +31,7 @@
 #include "data/packing.hpp"
 #include "data/static_shapes.hpp"
 #include "train/checkpoint.hpp"
+#include "train/dist_reducer.hpp"
 #include "train/generate.hpp"
 #include "train/progress.hpp"
 #include "train/report.hpp"
@@ -169,6 +170,8 @@ class Loop {
   Clock::time_point last_read_;
   double train_time_ = 0;
   int64_t tokens_timed_ = 0;
+  std::unique_ptr<GradReducer> reducer_;    // with a group: the gradients' all-reduce, overlapped with backward
+  bool said_overlap_ = false;
   std::unique_ptr<StepExecutor> executor_;  // how a step runs (select_executor); chosen after plan()
   LoopStep program_{*this};
   int64_t span_capacity_ = 0;               // cu_seqlens spans a static-shape micro-batch is padded to
@@ -367,7 +370,10 @@ PendingStep Loop::train_step(int64_t step) {
 at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) {
   const int64_t ga = static_cast<int64_t>(batches.size());
   std::vector<at::Tensor> losses;
-  for (const Batch& host_batch : batches) {
+  for (std::size_t j = 0; j < batches.size(); ++j) {
+    const Batch& host_batch = batches[j];
+    // The last micro-batch's backward all-reduces the gradients as they become final (dist_reducer.hpp).
+    if (reducer_) reducer_->arm(j + 1 == batches.size());
     Batch b = host_batch.to(device_);
     RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
@@ -402,18 +408,15 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
   return at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
 }
 
-// Bucketed after backward (not overlapped with it): the LoRA gradients are small next to the frozen base's
-// forward and backward, and one pass over them keeps the backward pass the compile helper's executor owns
-// untouched. A parameter without a gradient on this rank (an expert no token reached) takes part as zeros,
-// so every rank reduces the same tensors in the same order.
+// Waits for the buckets the last backward started (and starts the rest). Said once: how many buckets
+// overlapped with backward (the test of the overlap reads it).
 void Loop::reduce_gradients() {
-  RECORD_USER_SCOPE("axengine::all_reduce_gradients");
-  std::vector<at::Tensor> grads;
-  for (auto& [name, p] : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    grads.push_back(p.mutable_grad());
+  reducer_->finish();
+  if (!said_overlap_) {
+    said_overlap_ = true;
+    log::info(ax::str("distributed: gradient all-reduce: ", reducer_->launched_in_backward(), " of ", reducer_->buckets(),
+                      " buckets started during backward"));
   }
-  s_.group->all_reduce_mean(grads, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
 }
 
 // Global gradient norm (fp32 scalar, on the gradients' device); 0 when no parameter has a gradient.
@@ -671,6 +674,9 @@ TrainSummary Loop::run() {
       if (t.defined()) state.push_back(t);
     s_.group->broadcast_from_0(state, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
     opt_->load_state_dict(opt_state);
+    std::vector<at::Tensor> params;
+    for (auto& [name, p] : params_) params.push_back(p);
+    reducer_ = std::make_unique<GradReducer>(*s_.group, std::move(params), static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
   }
   sum_.first_step = start_step_;
   sum_.steps = start_step_;

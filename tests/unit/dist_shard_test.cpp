@@ -1,0 +1,94 @@
+// shard_base's storage (train/dist_shard.hpp): 2 and 3 Gloo ranks as threads of this process (each joins the
+// group through the TCPStore like a process would), sharding tensors of several dtypes and odd sizes.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "train/dist_group.hpp"
+#include "train/dist_shard.hpp"
+
+namespace {
+
+int64_t free_tcp_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t n = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// The tensors a layer of a QLoRA model holds: a bf16 and an fp32 weight, packed 4-bit codes (uint8), a scalar
+// scale, and sizes that do not divide by the world (padding) or are smaller than it.
+std::vector<at::Tensor> base_tensors() {
+  at::manual_seed(3);
+  return {at::randn({7, 5}).to(at::kBFloat16), at::randn({3, 4, 2}), at::randint(0, 256, {33}, at::kByte),
+          at::full({}, 0.375f), at::randn({1}).to(at::kBFloat16)};
+}
+
+void check_world(int64_t world) {
+  const int64_t port = free_tcp_port();
+  const std::vector<at::Tensor> want = base_tensors();
+  int64_t full_bytes = 0;
+  for (const auto& t : want) full_bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  std::vector<int64_t> resident(static_cast<std::size_t>(world));
+  std::vector<char> equal(static_cast<std::size_t>(world), 0);
+  std::exception_ptr failed;
+  std::mutex mu;
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        ax::train::DistEnv env;
+        env.launched = true;
+        env.rank = r;
+        env.local_rank = r;
+        env.world = world;
+        env.master_port = port;
+        ax::train::DistributedConfig cfg;
+        cfg.backend = "gloo";
+        cfg.timeout_s = 30;
+        auto group = ax::train::DistGroup::join(env, cfg, ax::DeviceInfo{});
+        ax::train::ShardedTensors shards(*group, base_tensors());
+        resident[static_cast<std::size_t>(r)] = shards.resident_bytes();
+        bool all = shards.size() == want.size();
+        for (std::size_t i = 0; i < want.size(); ++i) {  // in the same order on every rank
+          at::Tensor got = shards.gather(i);
+          all &= got.scalar_type() == want[i].scalar_type() && got.sizes() == want[i].sizes() && at::equal(got, want[i]);
+        }
+        equal[static_cast<std::size_t>(r)] = all;
+        group->barrier();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        failed = std::current_exception();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  if (failed) std::rethrow_exception(failed);
+  for (int64_t r = 0; r < world; ++r) {
+    CAPTURE(r);
+    CHECK(equal[static_cast<std::size_t>(r)]);  // every tensor back bit for bit, dtype and shape
+    // 1/world of the bytes, plus at most world - 1 bytes of padding per tensor over all ranks.
+    CHECK(resident[static_cast<std::size_t>(r)] * world >= full_bytes);
+    CHECK(resident[static_cast<std::size_t>(r)] * world <= full_bytes + (world - 1) * static_cast<int64_t>(want.size()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("distributed: sharded frozen tensors keep 1/world of the bytes and gather back bit for bit") {
+  SUBCASE("2 ranks") { check_world(2); }
+  SUBCASE("3 ranks") { check_world(3); }
+}
