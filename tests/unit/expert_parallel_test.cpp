@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "axengine/builtins.hpp"
 #include "axengine/device.hpp"
@@ -98,7 +100,7 @@ ax::ops::MoeMlpArgs args_of(const Problem& p, int64_t e0, int64_t n, int64_t t0,
   return a;
 }
 
-void check_close(const char* what, const at::Tensor& got, const at::Tensor& want) {
+void check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
   CAPTURE(what);
   REQUIRE(got.defined());
   REQUIRE(got.sizes() == want.sizes());
@@ -164,6 +166,7 @@ TEST_CASE(kCase) {
   auto dir = ax::test::scratch_dir("ep_dispatch");
   const std::string port = std::to_string(29800 + ::getpid() % 97);
   std::vector<pid_t> pids;
+  std::fflush(nullptr);  // a child must not write out the parent's buffered output
   for (int rank = 0; rank < 2; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
