@@ -1,6 +1,7 @@
 // Expert parallelism's dispatch on c10d's Gloo backend with two real processes: each rank holds half the
 // experts and its own tokens; the outputs and every gradient (x, gates, the local experts' LoRA factors) equal
-// one process's moe.mlp over the concatenated tokens with all experts. The test case re-runs this executable
+// one process's moe.mlp over the concatenated tokens with all experts, also when one rank receives no rows
+// (empty all-to-all splits). The test case re-runs this executable
 // as the two ranks (AXENGINE_EP_TEST_RANK set), so one CTest entry drives and checks both.
 #include <doctest/doctest.h>
 
@@ -40,13 +41,14 @@ struct Problem {
   at::Tensor x, gates, top_i, w_up, w_down, b_up, b_down, a1, b1, a2, b2, grad_y;
 };
 
-Problem make_problem() {
+// skewed: every token routes to rank 0's experts only, so rank 1 receives no rows (empty all-to-all splits).
+Problem make_problem(bool skewed) {
   at::manual_seed(1234);
   const auto f = at::TensorOptions().dtype(at::kFloat);
   Problem p;
   p.x = at::randn({2 * T, H}, f);
   p.gates = at::softmax(at::randn({2 * T, k}, f), -1);
-  p.top_i = std::get<1>(at::topk(at::rand({2 * T, E}, f), k, -1));
+  p.top_i = std::get<1>(at::topk(at::rand({2 * T, skewed ? E / 2 : E}, f), k, -1));
   p.top_i.index_put_({3, 1}, -1);  // one slot inactive on rank 0's tokens, a whole token on rank 1's
   p.top_i.index_put_({T + 2}, -1);
   p.w_up = at::randn({E, 2 * I, H}, f) * 0.3;
@@ -100,6 +102,9 @@ ax::ops::MoeMlpArgs args_of(const Problem& p, int64_t e0, int64_t n, int64_t t0,
   return a;
 }
 
+// A leaf's gradient; zeros where backward never reached it (an expert no token was routed to).
+at::Tensor grad_of(const at::Tensor& leaf) { return leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf); }
+
 void check_close(const std::string& what, const at::Tensor& got, const at::Tensor& want) {
   CAPTURE(what);
   REQUIRE(got.defined());
@@ -109,12 +114,9 @@ void check_close(const std::string& what, const at::Tensor& got, const at::Tenso
 }
 
 // One rank: the dispatch over this rank's experts and tokens, against the reference over everything.
-void worker(int64_t rank) {
-  ax::Registry registry;
-  ax::register_builtins(registry);
-  auto op = std::static_pointer_cast<ax::ops::MoeMlp>(registry.find(ax::ProviderKind::kernel, ax::ops::MoeMlp::kOp, "reference")->object);
-  const Problem p = make_problem();
-  at::set_num_threads(1);
+void check_rank(ax::train::ExpertParallelGroups& ep, const std::shared_ptr<ax::ops::MoeMlp>& op, int64_t rank, bool skewed) {
+  CAPTURE(skewed);
+  const Problem p = make_problem(skewed);
 
   // Reference: one process, all experts, both ranks' tokens; the loss <y, grad_y>.
   Leaves ref;
@@ -123,14 +125,6 @@ void worker(int64_t rank) {
   at::Tensor y_ref = ax::autograd::moe_mlp(op, std::move(ra));
   (y_ref * p.grad_y).sum().backward();
 
-  ax::train::DistributedConfig dc;
-  dc.backend = "gloo";
-  dc.timeout_s = 60;
-  auto world = ax::train::DistGroup::join(ax::train::read_dist_env(), dc, ax::DeviceInfo{});
-  auto ep = ax::train::make_expert_parallel(*world, 2);
-  REQUIRE(ep.comm->rank() == rank);
-  REQUIRE(ep.comm->size() == 2);
-  CHECK(ep.replicas->world() == 1);
   const int64_t El = E / 2, e0 = rank * El, t0 = rank * T;
   Leaves mine;
   ax::ops::MoeMlpArgs a = args_of(p, e0, El, t0, T, mine);
@@ -143,15 +137,33 @@ void worker(int64_t rank) {
   check_close("dgates", mine.gates.grad(), ref.gates.grad().narrow(0, t0, T));
   // This rank's experts' LoRA gradients: every token of both ranks that reached them (the reverse all-to-all
   // brought their gradients here), as one process over the concatenated tokens computes them.
-  check_close("d gate_up lora_A", mine.a1.grad(), ref.a1.grad().narrow(0, e0 * r, El * r));
-  check_close("d gate_up lora_B", mine.b1.grad(), ref.b1.grad().narrow(1, e0 * r, El * r));
-  check_close("d down lora_A", mine.a2.grad(), ref.a2.grad().narrow(0, e0 * r, El * r));
-  check_close("d down lora_B", mine.b2.grad(), ref.b2.grad().narrow(1, e0 * r, El * r));
+  check_close("d gate_up lora_A", grad_of(mine.a1), ref.a1.grad().narrow(0, e0 * r, El * r));
+  check_close("d gate_up lora_B", grad_of(mine.b1), ref.b1.grad().narrow(1, e0 * r, El * r));
+  check_close("d down lora_A", grad_of(mine.a2), ref.a2.grad().narrow(0, e0 * r, El * r));
+  check_close("d down lora_B", grad_of(mine.b2), ref.b2.grad().narrow(1, e0 * r, El * r));
   // The inactive slot and the token without any expert: no gradient, exactly; the latter's row is exactly 0.
   if (rank == 0) CHECK(mine.gates.grad()[3][1].item<float>() == 0.0f);
   if (rank == 1) CHECK(y[2].abs().max().item<float>() == 0.0f);
   // A gathered adapter factor is the full one in expert order.
   check_close("gathered lora_A", ep.comm->all_gather(mine.a1.detach()), p.a1);
+  if (skewed && rank == 1) CHECK(!mine.a1.grad().defined());  // no token reached its experts: no LoRA gradient
+}
+
+void worker(int64_t rank) {
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  auto op = std::static_pointer_cast<ax::ops::MoeMlp>(registry.find(ax::ProviderKind::kernel, ax::ops::MoeMlp::kOp, "reference")->object);
+  at::set_num_threads(1);
+  ax::train::DistributedConfig dc;
+  dc.backend = "gloo";
+  dc.timeout_s = 60;
+  auto world = ax::train::DistGroup::join(ax::train::read_dist_env(), dc, ax::DeviceInfo{});
+  auto ep = ax::train::make_expert_parallel(*world, 2);
+  REQUIRE(ep.comm->rank() == rank);
+  REQUIRE(ep.comm->size() == 2);
+  CHECK(ep.replicas->world() == 1);
+  check_rank(ep, op, rank, false);
+  check_rank(ep, op, rank, true);
   world->barrier();
 }
 
