@@ -84,6 +84,32 @@ TEST_CASE("expert parallel: 2 ranks holding half the experts each train what 1 p
   ax::test::remove_tree(dir);
 }
 
+TEST_CASE("expert parallel: 4 ranks in 2 groups of 2 train what 1 process with grad_accum 4 trains") {
+  // Two expert-parallel groups: the expert shards' gradients are also reduced across the groups (ranks 0 and
+  // 2 hold the same experts, 1 and 3 the others), the replicated parameters over all four.
+  auto dir = ax::test::setup_run("dist_ep4", "");
+  REQUIRE(ax::test::run({"init-model", "--preset", "tiny-qwen3-moe", "--out", (dir / "moe").string()}, dir / "init.log") == 0);
+  const std::string cfg = (dir / "run.toml").string();
+  REQUIRE(run_cli(dir, {"run", "--config", cfg}, {"run.output_dir=one", "train.grad_accum=4"}, "one.log") == 0);
+  REQUIRE(run_cli(dir, {"launch", "--nproc", "4", "--", "run", "--config", cfg},
+                  {"run.output_dir=four", "distributed.expert_parallel=2"}, "four.log") == 0);
+  INFO(slurp(dir / "four.log"));
+  const auto got = losses_of(dir / "four"), want = losses_of(dir / "one");
+  REQUIRE(got.size() == 4);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  auto a = ax::safetensors::File::open((dir / "four/checkpoints/step-00000004/adapter_model.safetensors").string());
+  auto b = ax::safetensors::File::open((dir / "one/checkpoints/step-00000004/adapter_model.safetensors").string());
+  REQUIRE(a->tensors().size() == b->tensors().size());
+  for (const auto& info : b->tensors()) {
+    CAPTURE(info.name);
+    at::Tensor x = a->get(info.name).to(at::kFloat), y = b->get(info.name).to(at::kFloat);
+    REQUIRE(x.sizes() == y.sizes());
+    CHECK((x - y).abs().max().item<double>() / std::max(1e-6, y.abs().max().item<double>()) < 1e-4);
+  }
+  ax::test::remove_tree(dir);
+}
+
 TEST_CASE("expert parallel: the key is checked against the world, the experts, resume and exact_match") {
   auto dir = ax::test::scratch_dir("dist_ep_check");
   REQUIRE(ax::test::run({"init-model", "--preset", "tiny-qwen3-moe", "--out", (dir / "moe").string()}, dir / "init.log") == 0);
