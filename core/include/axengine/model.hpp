@@ -16,6 +16,7 @@
 namespace ax {
 
 class KernelSet;
+class ExpertComm;  // axengine/expert_parallel.hpp
 
 // A packed batch: rows of `sequence_len` tokens, each row holding one or more samples.
 struct Batch {
@@ -118,6 +119,10 @@ struct ModelLoadOptions {
   // activation_checkpointing): less memory, ~1/3 more compute. Families that cannot may ignore it.
   bool activation_checkpointing = false;
   WeightPolicy weights;            // [model] weight_format, skip_modules, quant_blocksize, double_quant
+  // Expert parallelism: this rank loads and trains only its share of each MoE layer's experts and dispatches
+  // tokens to the others through it (axengine/expert_parallel.hpp). Null: every expert here. Families without
+  // experts refuse it.
+  std::shared_ptr<ExpertComm> expert_parallel;
 };
 
 class ModelFamily {

@@ -198,9 +198,11 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_te
 }
 
 DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-                           std::shared_ptr<KernelSet> kernels, const WeightPolicy& policy)
-    : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
+                           std::shared_ptr<KernelSet> kernels, const WeightPolicy& policy,
+                           std::shared_ptr<ExpertComm> expert_parallel)
+    : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)), ep_(std::move(expert_parallel)) {
   if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
+  init_expert_parallel();  // models/expert_parallel.cpp: ep_first_, ep_local_ (all experts without it)
   const auto tensors = internal_tensors(cfg_);
   std::vector<std::string> modules;
   for (const auto& [name, shape] : tensors)
@@ -273,6 +275,9 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     return q;
   };
   auto hold_packed = [&](const std::string& name, ops::WeightTensor q) {
+    if (ep_ && name.find("mlp.experts.") != std::string::npos)
+      throw UsageError(str(ckpt.source(), ": '", name, "' is stored packed (bitsandbytes nf4 / mxfp4); [distributed] "
+                           "expert_parallel splits dense expert weights only (quantise at load with model.weight_format)"));
     const int64_t numel = q.numel();
     stats_.params += numel;
     std::string skip;
@@ -304,6 +309,11 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     stats_.packed_bytes += b;
     frozen_[name] = std::move(q);
   };
+  // A fused expert tensor [E, ...] narrowed to this rank's experts (a copy: the rest is not kept).
+  auto local_experts = [&](at::Tensor t) {
+    if (!ep_ || t.dim() == 0 || t.size(0) != cfg_.num_experts) return t;
+    return t.narrow(0, ep_first_, ep_local_).clone();
+  };
   for (auto& [name, shape] : tensors) {
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
@@ -318,7 +328,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
         hold_packed(name, std::move(q));
         continue;
       }
-      hold(name, gpt_oss_from_checkpoint(name, take(name, gpt_oss_checkpoint_shape(name, shape))), 0);
+      hold(name, local_experts(gpt_oss_from_checkpoint(name, take(name, gpt_oss_checkpoint_shape(name, shape)))), 0);
       continue;
     }
     if (!router && !experts) {
@@ -337,7 +347,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     }
     if (ckpt.has(name)) {
       if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
-      else hold(name, take(name, shape), 0);
+      else hold(name, local_experts(take(name, shape)), 0);
       continue;
     }
     const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size, H = cfg_.hidden_size;
@@ -357,12 +367,12 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       hold_packed(name, concat_nf4(parts, shape, str(ckpt.source(), ": '", name, "'")));
       continue;
     }
-    std::vector<at::Tensor> parts;
+    std::vector<at::Tensor> parts;  // this rank's experts only (all of them without expert parallelism)
     if (name.find("gate_up_proj") != std::string::npos) {
-      for (int64_t e = 0; e < E; ++e)
+      for (int64_t e = ep_first_; e < ep_first_ + ep_local_; ++e)
         parts.push_back(at::cat({take(with_expert(k.gate, e), {I, H}), take(with_expert(k.up, e), {I, H})}, 0));
     } else {
-      for (int64_t e = 0; e < E; ++e) parts.push_back(take(with_expert(k.down, e), {H, I}));
+      for (int64_t e = ep_first_; e < ep_first_ + ep_local_; ++e) parts.push_back(take(with_expert(k.down, e), {H, I}));
     }
     at::Tensor stacked = at::stack(parts, 0).contiguous();
     const int64_t part_bytes = tensor_bytes(parts);
@@ -803,6 +813,12 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::trainable_paramete
 
 void DecoderModel::save_adapter(const std::string& dir) const {
   if (lora_.modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
+  if (ep_) {
+    // This rank holds some experts' LoRA only: the checkpoint is the adapter gather_expert_lora assembled.
+    if (!ep_gathered_) throw RuntimeError("save_adapter: expert parallel model without gather_expert_lora first");
+    save_peft(*ep_gathered_, dir);
+    return;
+  }
   save_peft(lora_, dir);
 }
 

@@ -6,11 +6,13 @@
 // mlp.experts.down_proj [E, H, I], router mlp.gate.weight), whatever layout the checkpoint used.
 #pragma once
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "axengine/decode.hpp"
+#include "axengine/expert_parallel.hpp"
 #include "axengine/model.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/moe_experts.hpp"
@@ -37,8 +39,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   // packs go into its format (quantised from the checkpoint's own dtype, one tensor at a time, so no dense
   // copy of the base stays resident), everything else is converted to `dtype`. The kernels for every
   // (op, weight format) the model holds are resolved here, so a missing one fails the load.
+  // With `expert_parallel` (axengine/expert_parallel.hpp), only this rank's share of each MoE layer's experts
+  // is read and held (models/expert_parallel.cpp).
   DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-               std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights = {});
+               std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights = {},
+               std::shared_ptr<ExpertComm> expert_parallel = nullptr);
 
   ModelOutput forward(const Batch& batch, bool want_logits) override;
   // forward with the token embeddings given ([B*S, H] in the compute dtype; undefined: embedded from input_ids)
@@ -52,6 +57,13 @@ class DecoderModel : public Model, public CausalLmDecode {
   // Recompute each layer in backward instead of keeping its activations (autograd::recompute).
   void set_activation_checkpointing(bool on) { recompute_layers_ = on; }
   void save_adapter(const std::string& dir) const override;
+  // Expert parallelism (models/expert_parallel.cpp): the LoRA set narrowed to this rank's experts (a fresh or
+  // loaded adapter covers all E; every rank narrows the same one, so the shards start equal to one process's);
+  // and the full adapter gathered from the group (collective: every rank of the group calls it), which
+  // save_adapter then writes. Without expert parallelism the first returns `full` and the second does nothing.
+  LoraSet shard_expert_lora(LoraSet full) const;
+  void gather_expert_lora();
+  bool expert_parallel() const { return ep_ != nullptr; }
   WeightStats weight_stats() const override { return stats_; }
   // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
   std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
@@ -87,6 +99,8 @@ class DecoderModel : public Model, public CausalLmDecode {
   // The moe.mlp backend for a (gate_up, down) weight format pair: the resolved backend with its run-time
   // fallbacks, as one chain (cached: the chain logs each fallback once).
   std::shared_ptr<ops::MoeMlp> moe_mlp_backend(ops::WeightFormat gate_up, ops::WeightFormat down);
+  // ep_first_ / ep_local_ from the group (UsageError when it does not divide the experts). expert_parallel.cpp.
+  void init_expert_parallel();
   // The attention backend for the model's layout ("sinks" with per-head sinks, else "plain"): the resolved
   // backend with its run-time fallbacks (a backend may decline a call: docs/ops/attention.md), cached.
   std::shared_ptr<ops::Attention> attention_backend();
@@ -123,6 +137,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
   std::map<std::string, std::shared_ptr<ops::MoeMlp>> moe_mlp_chains_;  // by "<gate_up fmt>/<down fmt>"
   std::shared_ptr<ops::Attention> attention_chain_;
+  // Expert parallelism: the group, and this rank's experts [ep_first_, ep_first_ + ep_local_) of each MoE
+  // layer (ep_local_ = num_experts without it). ep_gathered_: the full adapter of the last gather_expert_lora.
+  std::shared_ptr<ExpertComm> ep_;
+  int64_t ep_first_ = 0, ep_local_ = 0;
+  std::optional<LoraSet> ep_gathered_;
 };
 
 // The attention op of a model in `dtype` for `layout` ("sinks" or ""): the resolved backend and its run-time

@@ -9,6 +9,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
+#include "models/expert_parallel.hpp"
 
 namespace ax::models {
 
@@ -27,6 +28,7 @@ at::Tensor DecoderModel::expert_mlp(ops::MoeMlpArgs a, const std::string& prefix
     a.down_lora.scaling = m->scaling;
   }
   auto op = moe_mlp_backend(a.gate_up.format, a.down.format);
+  if (ep_) return expert_parallel_mlp(*ep_, op, std::move(a), cfg_.num_experts);  // this rank holds some experts only
   return autograd::moe_mlp(op, std::move(a));
 }
 

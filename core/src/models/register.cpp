@@ -26,13 +26,14 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
     auto dtype = parse_model_dtype(o);
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights);
+    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights, o.expert_parallel);
     model->set_activation_checkpointing(o.activation_checkpointing);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     LoraSet lora;
     if (o.lora) lora = make_lora(*o.lora, cfg.model_type, model->lora_sites(), *dtype, device);
     if (!o.adapter_dir.empty()) lora = load_peft(o.adapter_dir, cfg.model_type, model->lora_sites(), *dtype, device);
     if (o.lora || !o.adapter_dir.empty()) {
+      lora = model->shard_expert_lora(std::move(lora));  // expert parallelism: this rank's experts' factors
       fs::path base = fs::absolute(o.dir).lexically_normal();
       lora.base_model = (base.has_filename() ? base : base.parent_path()).string();  // no trailing '/'
 

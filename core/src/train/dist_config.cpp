@@ -17,6 +17,9 @@ void bind_distributed(TableBinder& t, DistributedConfig& c) {
   t.bounded("timeout_s", c.timeout_s, 1, 7 * 24 * 3600,
             "seconds a rendezvous or collective may wait for the other ranks before the run fails (a dead or stuck rank); "
             "rank 0 evaluates alone, so it must exceed an evaluation's time");
+  t.bounded("expert_parallel", c.expert_parallel, 1, 1 << 20,
+            "MoE models: ranks per expert-parallel group; each holds (and trains the LoRA of) 1/N of every MoE layer's "
+            "experts, tokens travel to them by all-to-all. Must divide the world size and the number of experts");
 }
 
 void bind_distributed_section(TableBinder& t, RunConfig&) { DistributedConfig c; bind_distributed(t, c); }
@@ -47,6 +50,7 @@ DistributedConfig read_distributed_config(const RunConfig& config) {
   const toml::node* n = config.document.get("distributed");
   TableBinder t(n ? n->as_table() : nullptr, "distributed", BindContext{config.file, nullptr});
   bind_distributed(t, c);
+  if (n && n->as_table()) c.expert_parallel_at = n->as_table()->get("expert_parallel");
   return c;
 }
 

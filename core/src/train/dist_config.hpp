@@ -12,6 +12,8 @@ struct DistributedConfig {
   std::string backend = "auto";  // auto (nccl on CUDA, gloo on the CPU) | nccl | gloo
   double bucket_mb = 25;         // gradients are all-reduced in flat buckets of about this size
   int64_t timeout_s = 1800;      // a collective (or the rendezvous) that waits longer fails the run
+  int64_t expert_parallel = 1;   // ranks per expert-parallel group (1: every rank holds every expert)
+  const toml::node* expert_parallel_at = nullptr;  // the key in the config, for errors found later (run_check)
 };
 
 DistributedConfig read_distributed_config(const RunConfig& config);

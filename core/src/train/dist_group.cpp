@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
@@ -169,6 +171,50 @@ void DistGroup::broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t
     });
     unflatten_into(f, bucket);
   }
+}
+
+std::unique_ptr<DistGroup> DistGroup::subgroup(const std::vector<int64_t>& ranks, const std::string& name) const {
+  auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) throw RuntimeError(ax::str("distributed: rank ", rank_, " is not in sub group ", name));
+  const int r = static_cast<int>(me - ranks.begin()), w = static_cast<int>(ranks.size());
+  auto impl = std::make_unique<Impl>();
+  impl->store = impl_->store;
+  impl->device = impl_->device;
+  impl->timeout_s = impl_->timeout_s;
+  const auto timeout = std::chrono::milliseconds(impl_->timeout_s * 1000);
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>("axengine/" + name, impl_->store);
+    impl->backend = backend_ == "nccl" ? make_nccl_backend(store, r, w, timeout, impl_->device.index())
+                                       : make_gloo_backend(store, r, w, timeout);
+  } catch (const RuntimeError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RuntimeError(ax::str("distributed: rank ", rank_, " of ", world_, " could not form the sub group ", name,
+                               " within timeout_s = ", impl_->timeout_s, ": ", first_line(e.what())));
+  }
+  return std::unique_ptr<DistGroup>(new DistGroup(std::move(impl), r, w, backend_));
+}
+
+void DistGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                           const std::vector<int64_t>& in_splits) {
+  collective(*this, impl_->timeout_s, "all-to-all", [&] {
+    std::vector<int64_t> o = out_splits, i = in_splits;
+    at::Tensor src = in;  // alltoall_base takes non-const references; it only reads the input
+    impl_->backend->alltoall_base(out, src, o, i)->wait();
+  });
+}
+
+at::Tensor DistGroup::all_gather(const at::Tensor& in) {
+  at::Tensor src = in.contiguous();
+  std::vector<at::Tensor> parts;
+  for (int64_t r = 0; r < world_; ++r) parts.push_back(at::empty_like(src));
+  collective(*this, impl_->timeout_s, "all-gather", [&] {
+    std::vector<std::vector<at::Tensor>> outs{parts};
+    std::vector<at::Tensor> ins{src};
+    impl_->backend->allgather(outs, ins)->wait();
+    parts = outs[0];
+  });
+  return at::cat(parts, 0);
 }
 
 void DistGroup::barrier() {

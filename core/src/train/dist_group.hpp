@@ -51,9 +51,19 @@ class DistGroup {
   // Every rank's `shard` (1-D, the same numel on every rank) into `out` (1-D, world x that numel), rank r's
   // at [r * numel, (r + 1) * numel). Blocking like all_reduce_sum.
   void all_gather(at::Tensor& out, at::Tensor& shard);
-  // Rank 0's values into every rank's tensors (in buckets like all_reduce_mean).
+  // Rank 0's values into every rank's tensors (in buckets cut by bucket_spans, as the gradient reducer's).
   void broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
   void barrier();
+
+  // A sub process group of `ranks` (this rank among them) over the same TCPStore, under its own key prefix
+  // `name` (unique per group in the run): what torch.distributed.new_group does. Only its members call it.
+  std::unique_ptr<DistGroup> subgroup(const std::vector<int64_t>& ranks, const std::string& name) const;
+  // c10d alltoall_base: dim 0 of `in` split as in_splits goes rank by rank, `out` (sum(out_splits) rows,
+  // preallocated) receives theirs. Tensors on the backend's device, contiguous.
+  void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                  const std::vector<int64_t>& in_splits);
+  // Every rank's `in` (one shape on all ranks) concatenated along dim 0 in rank order.
+  at::Tensor all_gather(const at::Tensor& in);
 
   struct Impl;
 

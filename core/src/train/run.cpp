@@ -16,7 +16,9 @@
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
 #include "data/prepare.hpp"
+#include "models/decoder.hpp"
 #include "train/dist_config.hpp"
+#include "train/dist_expert.hpp"
 #include "train/dist_group.hpp"
 #include "train/progress.hpp"
 #include "train/run_check.hpp"
@@ -106,6 +108,12 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.data = std::move(plan.data);
   s.resume_checkpoint = [&plan] { return std::move(plan.resume); };
 
+  // Expert parallelism: its sub groups (every rank, before the model: the load reads this rank's experts only).
+  train::ExpertParallelGroups ep;
+  if (group && plan.distributed.expert_parallel > 1) {
+    ep = train::make_expert_parallel(*group, plan.distributed.expert_parallel);
+    plan.model.expert_parallel = ep.comm;
+  }
   auto model = load_model(engine.registry, plan.model);
   auto& tok = plan.tokenizer;
   s.model = model.get();
@@ -117,6 +125,15 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.title = ax::str("axengine: ", cfg.file);
   s.group = group.get();
   s.bucket_mb = plan.distributed.bucket_mb;
+  if (ep.comm) {
+    auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
+    if (!decoder || !decoder->expert_parallel())  // a plugin family that does not take expert_parallel
+      throw UsageError(ax::str(cfg.file, ": [distributed] expert_parallel: the ", plan.model_check.family,
+                               " model family does not spread its experts over ranks"));
+    s.expert_group = ep.experts.get();
+    s.expert_replicas = ep.replicas.get();
+    s.gather_adapter = [decoder] { decoder->gather_expert_lora(); };
+  }
 
   auto sum = train::run_trainer(s);
   if (!writer) return;

@@ -17,6 +17,7 @@
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
+#include "train/dist_expert.hpp"
 #include "device_probe.hpp"
 
 namespace fs = std::filesystem;
@@ -187,6 +188,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
   if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
+  check_expert_parallel(cfg, p.distributed, p.dist_env, p.resume.has_value(), p.eval.exact_match);
 
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
   return p;

@@ -31,6 +31,7 @@
 #include "data/packing.hpp"
 #include "data/static_shapes.hpp"
 #include "train/checkpoint.hpp"
+#include "train/dist_expert.hpp"
 #include "train/dist_reducer.hpp"
 #include "train/generate.hpp"
 #include "train/progress.hpp"
@@ -171,6 +172,7 @@ class Loop {
   double train_time_ = 0;
   int64_t tokens_timed_ = 0;
   std::unique_ptr<GradReducer> reducer_;    // with a group: the gradients' all-reduce, overlapped with backward
+  std::unique_ptr<GradReducer> expert_reducer_;  // expert parallelism: the expert shards', over their replicas
   bool said_overlap_ = false;
   std::unique_ptr<StepExecutor> executor_;  // how a step runs (select_executor); chosen after plan()
   LoopStep program_{*this};
@@ -374,6 +376,7 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
     const Batch& host_batch = batches[j];
     // The last micro-batch's backward all-reduces the gradients as they become final (dist_reducer.hpp).
     if (reducer_) reducer_->arm(j + 1 == batches.size());
+    if (expert_reducer_) expert_reducer_->arm(j + 1 == batches.size());
     Batch b = host_batch.to(device_);
     RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
@@ -411,7 +414,18 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
 // Waits for the buckets the last backward started (and starts the rest). Said once: how many buckets
 // overlapped with backward (the test of the overlap reads it).
 void Loop::reduce_gradients() {
+  RECORD_USER_SCOPE("axengine::all_reduce_gradients");
   reducer_->finish();
+  if (expert_reducer_) {
+    // An expert shard's gradient already sums every token of its expert-parallel group (the all-to-alls
+    // brought them here); the mean over the world is the sum over the ranks holding the same experts / world,
+    // and expert_reducer_ left the mean over those ranks.
+    expert_reducer_->finish();
+    std::vector<at::Tensor> expert_grads;
+    for (auto& [name, p] : params_)
+      if (is_expert_parameter(name)) expert_grads.push_back(p.mutable_grad());
+    at::_foreach_mul_(expert_grads, static_cast<double>(s_.expert_replicas->world()) / static_cast<double>(world()));
+  }
   if (!said_overlap_) {
     said_overlap_ = true;
     log::info(ax::str("distributed: gradient all-reduce: ", reducer_->launched_in_backward(), " of ", reducer_->buckets(),
@@ -421,9 +435,17 @@ void Loop::reduce_gradients() {
 
 // Global gradient norm (fp32 scalar, on the gradients' device); 0 when no parameter has a gradient.
 at::Tensor Loop::grad_norm() const {
-  std::vector<at::Tensor> grads;
+  std::vector<at::Tensor> grads, expert_grads;
   for (const auto& [name, p] : params_)
-    if (p.grad().defined()) grads.push_back(p.grad().detach());
+    if (p.grad().defined()) (s_.expert_group && is_expert_parameter(name) ? expert_grads : grads).push_back(p.grad().detach());
+  if (s_.expert_group) {
+    // Expert parallelism: this rank holds a shard of the expert gradients; the group's squares add up.
+    at::Tensor sq = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    for (const auto& g : expert_grads) sq = sq + g.to(at::kFloat).pow(2).sum();
+    s_.expert_group->all_reduce_sum(sq);
+    for (const auto& g : grads) sq = sq + g.to(at::kFloat).pow(2).sum();
+    return sq.sqrt();
+  }
   if (grads.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
   std::vector<at::Tensor> norms;
   if (device_.is_cuda()) {
@@ -564,8 +586,12 @@ EvalResult Loop::evaluate() {
 }
 
 void Loop::eval_and_log(int64_t step) {
-  // Rank 0 alone: the others go on to the next step's all-reduce and wait there (within timeout_s).
-  if (!writer_) return;
+  // Rank 0 alone: the others go on to the next step's all-reduce and wait there (within timeout_s). Under
+  // expert parallelism every rank runs the forward passes (the experts are spread over them) and drops the result.
+  if (!writer_) {
+    if (s_.expert_group) evaluate();
+    return;
+  }
   auto t = Clock::now();
   EvalResult r = evaluate();
   if (!r.ran && std::isnan(r.exact_match)) return;
@@ -641,6 +667,7 @@ std::string Loop::save(int64_t step) {
   // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
   // after a barrier (every rank finished the step), and the others wait until the checkpoint is complete, so
   // none runs ahead of (or exits before) the last good one.
+  if (s_.gather_adapter) s_.gather_adapter();  // expert parallelism: every rank sends its experts' LoRA
   if (s_.group) s_.group->barrier();
   if (writer_) {
     last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
@@ -668,15 +695,23 @@ TrainSummary Loop::run() {
     // One starting point whatever each rank's initialisation or resume read: rank 0's parameters and
     // optimizer state.
     std::map<std::string, at::Tensor> opt_state = opt_->state_dict();  // a plugin's may be copies: loaded back
-    std::vector<at::Tensor> state;
-    for (auto& [name, p] : params_) state.push_back(p.detach());
-    for (auto& [name, t] : opt_state)
-      if (t.defined()) state.push_back(t);
+    std::vector<at::Tensor> state, expert_state;
+    for (auto& [name, p] : params_) (s_.expert_group && is_expert_parameter(name) ? expert_state : state).push_back(p.detach());
+    // Expert parallelism starts fresh only (plan_run refuses a resume): every rank's optimizer state is the
+    // initial one, and its optimizer keys do not say which entries belong to an expert shard.
+    if (!s_.expert_group)
+      for (auto& [name, t] : opt_state)
+        if (t.defined()) state.push_back(t);
     s_.group->broadcast_from_0(state, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
+    if (!expert_state.empty()) s_.expert_replicas->broadcast_from_0(expert_state, static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
     opt_->load_state_dict(opt_state);
-    std::vector<at::Tensor> params;
-    for (auto& [name, p] : params_) params.push_back(p);
-    reducer_ = std::make_unique<GradReducer>(*s_.group, std::move(params), static_cast<int64_t>(s_.bucket_mb * 1024 * 1024));
+    // Replicated parameters are averaged over the world; expert shards (expert parallelism) over the ranks
+    // that hold the same experts (reduce_gradients rescales those to the world's mean).
+    std::vector<at::Tensor> params, expert_params;
+    for (auto& [name, p] : params_) (s_.expert_group && is_expert_parameter(name) ? expert_params : params).push_back(p);
+    const auto bucket = static_cast<int64_t>(s_.bucket_mb * 1024 * 1024);
+    reducer_ = std::make_unique<GradReducer>(*s_.group, std::move(params), bucket);
+    if (!expert_params.empty()) expert_reducer_ = std::make_unique<GradReducer>(*s_.expert_replicas, std::move(expert_params), bucket);
   }
   sum_.first_step = start_step_;
   sum_.steps = start_step_;

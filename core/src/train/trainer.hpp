@@ -42,6 +42,14 @@ struct TrainerSetup {
   // step, the gradients are averaged over the ranks, and only rank 0 writes (metrics, report, checkpoints).
   DistGroup* group = nullptr;
   double bucket_mb = 25;  // [distributed] bucket_mb
+  // Expert parallelism ([distributed] expert_parallel, train/dist_expert.hpp): null without it. The expert
+  // LoRA parameters (is_expert_parameter) are this rank's shard: their gradients are summed over
+  // `expert_replicas` (the ranks holding the same experts) and divided by the world, their squares enter the
+  // norm over `expert_group`; every rank runs the forward of an evaluation (its all-to-alls need the whole
+  // group), and `gather_adapter` (collective) assembles the full adapter before rank 0 writes a checkpoint.
+  DistGroup* expert_group = nullptr;
+  DistGroup* expert_replicas = nullptr;
+  std::function<void()> gather_adapter;
 };
 
 struct TrainSummary {
