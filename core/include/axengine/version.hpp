@@ -19,7 +19,7 @@
 // 4.0: Attention::decline (a new virtual ahead of run_forward); the moe.mlp op and its MoeMlp interface;
 //      the provider kind "executor" (axengine/executor.hpp, PluginRegistrar::executor).
 // 5.0: Batch::input_ids_host and Batch::extras_host (host copies a device forward builds its tables from);
-//      to_device_async.
+//      to_device_async; ModelLoadOptions::expert_parallel and the ExpertComm interface (expert_parallel.hpp).
 #define AXENGINE_PLUGIN_ABI_MAJOR 5
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
