@@ -234,8 +234,10 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
                                 AX_FIELD(dtype) AX_FIELD(seed)) ==
         "96/8: targets@0 r@24 alpha@32 dropout@40 rslora@48 dtype@56 seed@88");
   CHECK(AX_LAYOUT(ModelLoadOptions, AX_FIELD(dir) AX_FIELD(dtype) AX_FIELD(device) AX_FIELD(kernels) AX_FIELD(lora)
-                                        AX_FIELD(adapter_dir) AX_FIELD(activation_checkpointing) AX_FIELD(weights)) ==
-        "328/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248 weights@256");
+                                        AX_FIELD(adapter_dir) AX_FIELD(activation_checkpointing) AX_FIELD(weights)
+                                            AX_FIELD(expert_parallel)) ==
+        "344/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248 weights@256 "
+        "expert_parallel@328");
   CHECK(AX_LAYOUT(WeightPolicy, AX_FIELD(format) AX_FIELD(skip_modules) AX_FIELD(blocksize) AX_FIELD(double_quant)) ==
         "72/8: format@0 skip_modules@32 blocksize@56 double_quant@64");
   CHECK(AX_LAYOUT(WeightStats, AX_FIELD(format) AX_FIELD(params) AX_FIELD(bytes) AX_FIELD(packed_params)
