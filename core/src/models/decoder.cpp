@@ -599,7 +599,7 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
   const int64_t k = cfg_.top_k;
   at::Tensor logits = at::linear(x, w(p + "gate.weight"));  // [T, E]
   router_logits.push_back(logits);
-  at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // fp32 math and output; the cast rides in the kernel
   auto [top_v, top_i] = at::topk(probs, k, -1);
   if (cfg_.norm_topk_prob) top_v = top_v / top_v.sum(-1, true);
   top_v = top_v.to(x.scalar_type());
@@ -615,11 +615,18 @@ at::Tensor DecoderModel::moe_block(int64_t i, const at::Tensor& x, std::vector<a
 
 ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
   ops::MoeRouting routing;
+  const int64_t E = cfg_.num_experts;
   at::Tensor flat = top_i.reshape({-1});
-  auto [sorted, perm] = flat.sort(/*stable=*/true, 0, false);
-  routing.sorted_expert_idxs = sorted;
+  // Sorted on the narrowest key type that holds every expert id: a stable sort's permutation does not depend
+  // on the key type, but CUDA's radix sort makes one pass (a kernel and a memset) per key byte, 8 for int64.
+  const at::ScalarType key = E <= 256 ? at::kByte : E <= 32768 ? at::kShort : at::kLong;
+  auto [sorted, perm] = flat.to(key).sort(/*stable=*/true, 0, false);
+  routing.sorted_expert_idxs = sorted.to(at::kLong);
   routing.sorted_scattered_idxs = perm;
-  routing.expert_offsets = expert_counts(flat, cfg_.num_experts).cumsum(0);
+  // End offsets read off the sorted ids (entries with expert <= e): one search instead of a count's fill,
+  // scatter_add and cumsum.
+  routing.expert_offsets = at::searchsorted(routing.sorted_expert_idxs, at::arange(E, flat.options().dtype(at::kLong)),
+                                            /*out_int32=*/false, /*right=*/true);
   routing.top_k = top_i.size(-1);
   return routing;
 }
@@ -628,22 +635,24 @@ at::Tensor DecoderModel::aux_loss(const std::vector<at::Tensor>& router_logits, 
   // transformers' load_balancing_loss_func: E · Σ_e f_e · P_e over all layers' tokens, f_e = share of top-k
   // assignments, P_e = mean router probability; with an attention mask (fp32 [T], 0 at padding) both are
   // weighted by it, so padding counts neither in the sums nor in the token count.
-  const int64_t E = cfg_.num_experts;
-  at::Tensor counts = at::zeros({E}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  at::Tensor prob_sum = at::zeros({E}, counts.options());
-  at::Tensor rows = at::zeros({}, counts.options());
-  for (const auto& l : router_logits) {
-    at::Tensor rw = at::softmax(l, -1);
-    at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
-    if (mask.defined()) {
-      counts = counts + at::zeros({E}, counts.options()).scatter_add_(0, sel, mask.repeat_interleave(cfg_.top_k));
-      prob_sum = prob_sum + (rw.to(at::kFloat) * mask.unsqueeze(-1)).sum(0);
-      rows = rows + mask.sum();
-    } else {
-      counts = counts + expert_counts(sel, E).to(at::kFloat);
-      prob_sum = prob_sum + rw.to(at::kFloat).sum(0);
-      rows = rows + double(l.size(0));
-    }
+  // All layers in one pass over their concatenated logits, as transformers concatenates them: one softmax,
+  // top-k, count and sum instead of one of each per layer (the sums' order differs from a per-layer loop,
+  // so the fp32 prob_sum may differ in its last bits; counts and row counts are exact integers).
+  const int64_t E = cfg_.num_experts, L = static_cast<int64_t>(router_logits.size());
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  at::Tensor l = L == 1 ? router_logits[0] : at::cat(router_logits, 0);  // [L·T, E]
+  at::Tensor rw = at::softmax(l, -1);
+  at::Tensor sel = std::get<1>(at::topk(rw, cfg_.top_k, -1)).reshape({-1});
+  at::Tensor counts, prob_sum, rows;
+  if (mask.defined()) {
+    at::Tensor m = L == 1 ? mask : mask.repeat({L});  // [L·T]
+    counts = at::zeros({E}, f32).scatter_add_(0, sel, m.repeat_interleave(cfg_.top_k));
+    prob_sum = (rw.to(at::kFloat) * m.unsqueeze(-1)).sum(0);
+    rows = m.sum();
+  } else {
+    counts = expert_counts(sel, E).to(at::kFloat);
+    prob_sum = rw.to(at::kFloat).sum(0);
+    rows = at::full({}, static_cast<double>(l.size(0)), f32);  // a device tensor: true division, as before
   }
   return (counts / rows * (prob_sum / rows)).sum() * double(E);
 }

@@ -57,10 +57,14 @@ Plan plan(const MoeExpertsArgs& a) {
   return p;
 }
 
-// Expert e's weight as [K, N] in the compute type (dequantising only e).
+// Expert e's weight as [K, N] in the compute type (dequantising only e). A packed weight is decoded into
+// x's dtype first, then widened: the op multiplies the weight as the compute dtype holds it
+// (docs/ops/moe.experts.md), which is what kernels that decode tile by tile feed their MMAs. Decoding
+// straight to fp32 would differ from every such kernel by one bf16 rounding per weight, and moe.mlp's
+// clamped_glu turns pre-activation differences of one ulp at ±limit into whole gradient entries.
 at::Tensor expert_weight(const MoeExpertsArgs& a, int64_t e, at::ScalarType ct) {
   at::Tensor ids = at::full({1}, e, at::TensorOptions().dtype(at::kLong).device(a.x.device()));
-  at::Tensor w = dequantize(a.weight, ct, ids).squeeze(0);
+  at::Tensor w = dequantize(a.weight, a.x.scalar_type(), ids).squeeze(0).to(ct);
   return a.layout == ExpertLayout::EKN ? w : w.t();
 }
 
