@@ -413,12 +413,12 @@ void launch_one(const Maps& maps, const Params& p, size_t smem, int grid, cudaSt
   kernel<<<grid, kThreads, smem, stream>>>(maps, p);
 }
 
-// Picks the LoRA MMA count: r <= 16 -> 1, <= 32 -> 2, <= 64 -> 4 (zero columns past r add nothing).
+// Picks the LoRA MMA count: r <= 16 -> 1, else 4 (zero columns past r add nothing). Two sizes only: each
+// instantiation is a large kernel to compile, and the LoRA step is one of K/64 + 1 steps either way.
 template <bool kBKMajor, bool kB2KMajor, int kEpi>
 void launch_rank(const Maps& maps, const Params& p, size_t smem, int grid, cudaStream_t stream) {
   if (p.r == 0) launch_one<kBKMajor, kB2KMajor, 0, kEpi>(maps, p, smem, grid, stream);
   else if (p.r <= 16) launch_one<kBKMajor, kB2KMajor, 1, kEpi>(maps, p, smem, grid, stream);
-  else if (p.r <= 32) launch_one<kBKMajor, kB2KMajor, 2, kEpi>(maps, p, smem, grid, stream);
   else launch_one<kBKMajor, kB2KMajor, 4, kEpi>(maps, p, smem, grid, stream);
 }
 
