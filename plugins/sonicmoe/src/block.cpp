@@ -54,7 +54,7 @@ at::Tensor dense16(const at::Tensor& t) {
 at::Tensor pad_a(const at::Tensor& a, int64_t E, int64_t r, int64_t rp) {
   if (rp == r) return dense16(a);
   at::Tensor z = at::zeros({E, rp, a.size(1)}, a.options());
-  z.narrow(1, 0, r).copy_(a.view({E, r, a.size(1)}));
+  z.narrow(1, 0, r).copy_(a.reshape({E, r, a.size(1)}));
   return z.view({E * rp, a.size(1)});
 }
 at::Tensor pad_b(const at::Tensor& b, int64_t E, int64_t r, int64_t rp) {

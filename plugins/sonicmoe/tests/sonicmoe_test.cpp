@@ -20,6 +20,7 @@
 #include <axengine/plugin_loader.hpp>
 #include <axengine/registry.hpp>
 #include <axengine/selection.hpp>
+#include <axengine/strings.hpp>
 
 namespace {
 
