@@ -46,7 +46,7 @@ MoeMlpArgs make_args(const Shape& s, int64_t T, int64_t r) {
   auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   MoeMlpArgs a;
   a.x = at::randn({T, s.H}, o);
-  const at::Tensor experts = at::rand({T, s.E}, o.dtype(at::kFloat)).topk(s.k, 1).indices.reshape({-1});
+  const at::Tensor experts = std::get<1>(at::rand({T, s.E}, o.dtype(at::kFloat)).topk(s.k, 1)).reshape({-1});
   const auto sorted = experts.sort(/*stable=*/true, 0, false);
   a.routing.sorted_expert_idxs = std::get<0>(sorted);
   a.routing.sorted_scattered_idxs = std::get<1>(sorted);

@@ -23,8 +23,10 @@
 //                                  has at most one entry per expert), so no [M, H] gather is formed
 // LoRA ranks are zero-padded to a multiple of 8 (TMA rows of 16 bytes); padding adds exact zeros.
 #include <ATen/ATen.h>
+#ifndef AXENGINE_SONICMOE_HOST_EMULATION
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <axengine/error.hpp>
 #include <axengine/strings.hpp>
@@ -70,11 +72,25 @@ at::Tensor unpad_b(const at::Tensor& db, int64_t E, int64_t r, int64_t rp) {
   return rp == r ? db : db.view({db.size(0), E, rp}).narrow(2, 0, r).reshape({db.size(0), E * r});
 }
 
+// AXENGINE_SONICMOE_HOST_EMULATION: the CPU test build (tests/sonicmoe_emulation_test.cpp), where the
+// kernels are replaced by a host emulation of gather_gemm.hpp's semantics and tensors live on the CPU.
+#ifdef AXENGINE_SONICMOE_HOST_EMULATION
+struct DeviceScope {
+  explicit DeviceScope(const at::Device&) {}
+};
+cudaStream_t stream_of(const at::Tensor&) { return nullptr; }
+void check(const char* why, const char* what) {
+  if (why != nullptr) throw RuntimeError(str("moe.mlp[sonicmoe]: ", what, ": ", why));
+}
+#else
+using DeviceScope = c10::cuda::CUDAGuard;
+cudaStream_t stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 void check(const char* why, const char* what) {
   if (why != nullptr) throw RuntimeError(str("moe.mlp[sonicmoe]: ", what, ": ", why));
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw RuntimeError(str("moe.mlp[sonicmoe]: ", what, ": ", cudaGetErrorString(e)));
 }
+#endif
 
 // Everything derived from the routing and shapes, on the device (no host synchronisation).
 struct Prep {
@@ -100,7 +116,7 @@ Prep prepare(const MoeMlpArgs& a) {
   if (a.gate_up_lora.defined()) p.r1 = a.gate_up_lora.a.size(0) / d.E, p.rp1 = pad8(p.r1);
   if (a.down_lora.defined()) p.r2 = a.down_lora.a.size(0) / d.E, p.rp2 = pad8(p.r2);
   p.x = rows16(a.x);
-  p.stream = c10::cuda::getCurrentCUDAStream(p.x.device().index()).stream();
+  p.stream = stream_of(p.x);
   const auto lopt = p.x.options().dtype(at::kLong);
   p.expert = a.routing.sorted_expert_idxs.contiguous();
   p.scat = a.routing.sorted_scattered_idxs.contiguous();
@@ -240,7 +256,7 @@ class SonicMoe final : public ops::MoeMlp {
  protected:
   ops::MoeMlpResult run_forward(const MoeMlpArgs& a) override {
     require_served(a);
-    c10::cuda::CUDAGuard guard(a.x.device());
+    DeviceScope guard(a.x.device());
     const Prep p = prepare(a);
     const auto& d = p.d;
     at::Tensor xa_rows, b1p, ha_rows;
@@ -273,7 +289,7 @@ class SonicMoe final : public ops::MoeMlp {
   ops::MoeMlpGrads run_backward(const MoeMlpArgs& a, const ops::MoeMlpBackwardArgs& b) override {
     require_served(a);
     if (b.saved.size() != 3) throw UsageError("moe.mlp: saved: not the saved tensors of sonicmoe's forward");
-    c10::cuda::CUDAGuard guard(a.x.device());
+    DeviceScope guard(a.x.device());
     const Prep p = prepare(a);
     const auto& d = p.d;
     const at::Tensor& h = b.saved[0];
@@ -387,7 +403,9 @@ class SonicMoe final : public ops::MoeMlp {
  private:
   // decline() said yes to the engine's chain; a direct caller gets the reason as an error instead.
   static void require_served(const MoeMlpArgs& a) {
+#ifndef AXENGINE_SONICMOE_HOST_EMULATION
     if (!a.x.is_cuda()) throw UsageError("moe.mlp[sonicmoe]: x: needs a CUDA tensor");
+#endif
     if (auto why = decline_reason(a)) throw UsageError(str("moe.mlp[sonicmoe]: cannot serve this call: ", *why));
     if (const char* why = gather_gemm_unavailable(a.x.device().index()))
       throw UsageError(str("moe.mlp[sonicmoe]: ", why));
