@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
           const int64_t m = rbase + 8 * h;
           const __nv_bfloat16* urow = p.u + m * p.ldu;
           __nv_bfloat16* orow = p.out + m * p.ldo;
-#pragma unroll 4
+#pragma unroll
           for (int i = 0; i < 32; ++i) {
             const int j = tl.n * kBN + 8 * i + q4;
             if (j >= I) continue;
