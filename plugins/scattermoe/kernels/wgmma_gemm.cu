@@ -31,9 +31,10 @@
 #include <vector>
 
 #include "moe_gemm.hpp"
-#include "wgmma.cuh"
+#include <axengine/cuda/hopper.cuh>
 
 namespace ax::scattermoe {
+namespace wg = ax::hopper;
 namespace {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;

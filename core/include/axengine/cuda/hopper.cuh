@@ -1,11 +1,13 @@
-// Hopper (sm_90a) building blocks of kernels/wgmma_gemm.cu: mbarriers, TMA tile loads, shared-memory
-// matrix descriptors and the m64n256k16 bf16 warpgroup MMA. PTX ISA sections: "asynchronous warpgroup
-// level matrix" (wgmma), "cp.async.bulk.tensor" (TMA), "mbarrier". Device code for sm_90a only.
+// Hopper (sm_90a) building blocks shared by the plugins' warpgroup-MMA GEMMs (scattermoe's
+// kernels/wgmma_gemm.cu, sonicmoe's kernels): mbarriers, TMA tile loads and stores, shared-memory matrix
+// descriptors and the m64n256k16 bf16 warpgroup MMA. PTX ISA sections: "asynchronous warpgroup level
+// matrix" (wgmma), "cp.async.bulk.tensor" (TMA), "mbarrier". Header-only device code for sm_90a; plugins
+// include it as <axengine/cuda/hopper.cuh> (no plugin depends on another).
 #pragma once
 #include <cuda.h>  // CUtensorMap
 #include <cstdint>
 
-namespace ax::scattermoe::wg {
+namespace ax::hopper {
 
 __device__ __forceinline__ uint32_t saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -123,4 +125,4 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t da, u
       : "l"(da), "l"(db), "r"(scale_d), "n"(kTransB));
 }
 
-}  // namespace ax::scattermoe::wg
+}  // namespace ax::hopper
