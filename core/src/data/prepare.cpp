@@ -449,8 +449,9 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
 std::string describe(const PreparedData& data) {
   std::vector<std::string> lines;
   for (const auto& s : data.sources)
-    lines.push_back(ax::str("dataset ", s.name, ": ", s.shards ? ax::str("streamed from ", s.shards, " shard(s), read as training goes; ") : std::string(),
-                        s.train, " train / ", s.eval, " eval samples",
+    lines.push_back(ax::str("dataset ", s.name, ": ",
+                        s.shards ? ax::str("streamed from ", s.shards, " shard(s), read as training goes; ", s.eval, " eval samples")
+                                 : ax::str(s.train, " train / ", s.eval, " eval samples"),
                         s.skipped ? ax::str(", ", s.skipped, " bad rows skipped") : std::string(),
                         s.no_loss ? ax::str(", ", s.no_loss, " rows without a token to train on within sequence_len dropped") : std::string(),
                         s.shards && !s.eval ? "" : s.from_cache ? " (prepared cache)" : " (tokenised)"));
