@@ -13,6 +13,7 @@
 #include "axengine/error.hpp"
 #include "axengine/stream.hpp"
 #include "data/packing.hpp"
+#include "train/stream_step.hpp"
 #include "unit/train_harness.hpp"
 
 namespace fs = std::filesystem;
@@ -70,7 +71,6 @@ class RecordingType final : public ax::DatasetType, public ax::StreamingDatasetT
   std::vector<std::string> known_keys() const override { return completion_->known_keys(); }
   std::shared_ptr<ax::Dataset> open(const toml::table& e, const ax::DatasetContext& c) const override { return completion_->open(e, c); }
   std::unique_ptr<ax::SampleStream> open_stream(const toml::table& entry, const ax::DatasetContext& ctx) const override {
-    toml::table e = entry;
     const std::string path = ax::data::resolve_against(ctx.base_dir, entry["path"].value_or(std::string()));
     const ax::Tokenizer* tok = ctx.tokenizer;
     return ax::make_jsonl_stream(ax::stream_shards(path), false, [tok](const nlohmann::json& row, const std::string&) {
@@ -213,4 +213,26 @@ TEST_CASE("streaming: bad rows follow on_bad_row") {
   while (h.setup.data.stream->cursor().pass == 0) samples += h.setup.data.stream->next_row().size();
   CHECK(h.setup.data.stream->stream().skipped_rows() == 2);
   CHECK(samples == 22);  // 10 + 2 + 10 usable rows in the first pass
+}
+
+TEST_CASE("streaming: data-parallel ranks train disjoint rows of the same stream and agree on the step's tokens") {
+  auto dir = make_stream_dir("stream_ranks", "streaming = true\n", "");
+  Harness one(dir), r0(dir), r1(dir);
+  for (int step = 0; step < 3; ++step) {
+    auto all = ax::train::read_streamed_step(*one.setup.data.stream, 1, 4, 1, 0, 24);
+    auto a = ax::train::read_streamed_step(*r0.setup.data.stream, 1, 2, 2, 0, 24);
+    auto b = ax::train::read_streamed_step(*r1.setup.data.stream, 1, 2, 2, 1, 24);
+    CHECK(a.tokens == all.tokens);
+    CHECK(b.tokens == all.tokens);
+    CHECK(a.trainable == all.trainable);
+    // Rank k's micro-batch j is row j * world + k of the step.
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 2; ++k) {
+        const auto& mine = (k == 0 ? a : b).samples[static_cast<std::size_t>(j)];
+        const auto& want = all.samples[static_cast<std::size_t>(j * 2 + k)];
+        REQUIRE(mine.size() == want.size());
+        for (std::size_t i = 0; i < mine.size(); ++i) CHECK(mine[i].input_ids == want[i].input_ids);
+      }
+    CHECK(r0.setup.data.stream->cursor().to_json() == r1.setup.data.stream->cursor().to_json());
+  }
 }

@@ -45,6 +45,7 @@ void StreamFeed::check(const Sample& s) {
 
 bool StreamFeed::fetch(Sample& out) {
   while (true) {
+    const uint64_t pass = stream_->cursor().pass;  // of the row next() reads, when it reads one
     if (!stream_->next(out)) {
       if (pass_samples_ == 0)
         throw UsageError(ax::str("dataset ", name_, ": a whole pass over ", stream_->shards().size(),
@@ -68,6 +69,7 @@ bool StreamFeed::fetch(Sample& out) {
       continue;
     }
     ++pass_samples_;
+    held_pass_ = pass;
     return true;
   }
 }
@@ -80,9 +82,12 @@ std::vector<Sample> StreamFeed::next_row() {
     fetch(*held_);
   }
   int64_t used = 0;
+  const uint64_t pass = held_pass_;
   while (true) {
     const int64_t len = std::min<int64_t>(sequence_len_, static_cast<int64_t>(held_->input_ids.size()));
-    if (used + len > sequence_len_ && !row.empty()) break;  // it starts the next row: first fit, as pack_samples
+    // It starts the next row: first fit, as pack_samples; a pass's last row is not topped up with the next
+    // pass's samples, so each pass packs as pack_samples packs the files in order.
+    if (!row.empty() && (used + len > sequence_len_ || held_pass_ != pass)) break;
     used += len;
     row.push_back(std::move(*held_));
     held_at_ = stream_->cursor();

@@ -46,6 +46,7 @@ class StreamFeed {
   BadRowPolicy policy_;
   std::optional<Sample> held_;  // read, did not fit the last row
   StreamCursor held_at_;        // the cursor before it
+  uint64_t held_pass_ = 0;      // the pass it was read in
   std::size_t no_loss_ = 0;
   uint64_t pass_samples_ = 0;   // usable samples in the current pass
   std::map<std::string, std::pair<at::ScalarType, std::vector<int64_t>>> extras_;  // dtype and dims 1.. per name

@@ -85,7 +85,7 @@ int64_t images_between(const std::vector<fs::path>& shards, const json& from, co
 TEST_CASE("mm_cpt e2e streaming: resumed mid-stream, the run decodes no earlier image and trains the same rows") {
   const fs::path dir = scratch("resume");
   const std::string cmd = std::string(MM_CPT_PYTHON) + " " + AXENGINE_SOURCE_DIR + "/scripts/make-mm-corpus.py " +
-                          (dir / "data/mm").string() + " --rows 48 --shards 2 --seed 1 > " + (dir / "corpus.log").string() + " 2>&1";
+                          (dir / "data/mm").string() + " --rows 128 --shards 2 --seed 1 > " + (dir / "corpus.log").string() + " 2>&1";
   REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "make-mm-corpus.py failed (numpy and Pillow in AXENGINE_PYTHON?): ", cmd);
   ax::init_model_dir("tiny-qwen2_5-vl", (dir / "model").string(), 1);
   fs::create_directories(dir / "configs");
