@@ -13,6 +13,7 @@
 #include "axengine/error.hpp"
 #include "axengine/stream.hpp"
 #include "data/packing.hpp"
+#include "data/types.hpp"
 #include "train/stream_step.hpp"
 #include "unit/train_harness.hpp"
 
@@ -208,7 +209,8 @@ TEST_CASE("streaming: bad rows follow on_bad_row") {
     std::string err = usage_error([&] { for (int i = 0; i < 40; ++i) h.setup.data.stream->next_row(); });
     CHECK(err.find("sums-1.jsonl:2: field 'text' is missing") != std::string::npos);
   }
-  Harness h(dir, {"datasets[0].on_bad_row=\"skip\""});
+  edit(dir, "streaming = true\n", "streaming = true\non_bad_row = \"skip\"\n");
+  Harness h(dir);
   std::size_t samples = 0;
   while (h.setup.data.stream->cursor().pass == 0) samples += h.setup.data.stream->next_row().size();
   CHECK(h.setup.data.stream->stream().skipped_rows() == 2);
