@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "axengine/error.hpp"
 #include "axengine/stream.hpp"
 #include "dataset_rows.hpp"
 
