@@ -329,7 +329,9 @@ void Loop::maybe_resume() {
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
-  log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
+  log::info(ax::str("resumed from ", dir, " at step ", start_step_,
+                    s_.data.stream ? ax::str(" (pass ", s_.data.stream->cursor().pass, " over the shards)")
+                                   : ax::str(" (epoch ", start_step_ / steps_per_epoch_, ")")));
 }
 
 // Enqueues one optimizer step without waiting for the device: validation happened when the batches were
