@@ -16,6 +16,7 @@ set(AX_FUZZ_CORE_SOURCES
   data/jsonl.cpp
   data/parquet.cpp
   data/pretokenized.cpp
+  data/stream_rows.cpp
   device.cpp
   error.cpp
   input_file.cpp

@@ -250,6 +250,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"olmoe-lora.toml", "models/olmoe"},
       {"gpt-oss-lora.toml", "models/gpt-oss"},
       {"qwen2_5-vl-mm-cpt.toml", "models/qwen2_5-vl"},
+      {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";

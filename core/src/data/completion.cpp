@@ -6,6 +6,7 @@
 
 #include "axengine/dataset.hpp"
 #include "axengine/error.hpp"
+#include "axengine/stream.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
 #include "data/entry.hpp"
@@ -39,7 +40,7 @@ void bind_completion(TableBinder& t, CompletionOptions& o) {
   t.field("add_eos", o.add_eos, "completion, alpaca: end each sample with the tokenizer's EOS token, so the model learns to stop");
 }
 
-class CompletionType final : public DatasetType {
+class CompletionType final : public DatasetType, public StreamingDatasetType {
  public:
   std::vector<std::string> known_keys() const override {
     auto keys = common_dataset_keys();
@@ -47,28 +48,25 @@ class CompletionType final : public DatasetType {
     return keys;
   }
 
-  std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
-    if (!ctx.tokenizer) throw RuntimeError("completion dataset opened without a tokenizer");
-    TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
-    CommonEntry common = read_common_entry(t, ctx);
+  // Streaming: each row checked and tokenised as open() + get() do, as it is read from the JSON Lines shards.
+  std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override {
     CompletionOptions o;
-    bind_completion(t, o);
-    t.finish();
-    if (o.text_field.empty()) t.fail(entry.get("text_field"), "'text_field' is empty");
+    CommonEntry common = bind(entry, ctx, o);
+    const Tokenizer* tok = ctx.tokenizer;
+    return make_jsonl_stream(stream_shards(common.path), parse_bad_row_policy(common.on_bad_row) == BadRowPolicy::skip,
+                             [o, tok](const nlohmann::json& v, const std::string&) {
+                               if (std::string e = check(v, o); !e.empty()) throw UsageError(e);
+                               const std::string prompt = o.prompt_field.empty() ? "" : v[o.prompt_field].get<std::string>();
+                               return PromptCompletionDataset::make(*tok, o.add_bos, o.add_eos, o.prompt_field.empty() ? nullptr : &prompt,
+                                                                    v[o.text_field].get<std::string>());
+                             });
+  }
 
+  std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
+    CompletionOptions o;
+    CommonEntry common = bind(entry, ctx, o);
     auto ds = std::make_shared<PromptCompletionDataset>(*ctx.tokenizer, o.add_bos, o.add_eos);
-    auto check = [&](const nlohmann::json& v) -> std::string {
-      auto it = v.find(o.text_field);
-      if (it == v.end()) return ax::str("field '", o.text_field, "' is missing", shape_hint(v));
-      if (!it->is_string()) return ax::str("field '", o.text_field, "' must be a string");
-      if (!o.prompt_field.empty()) {
-        auto p = v.find(o.prompt_field);
-        if (p == v.end()) return ax::str("field '", o.prompt_field, "' is missing");
-        if (!p->is_string()) return ax::str("field '", o.prompt_field, "' must be a string");
-      }
-      return "";
-    };
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), [&](const nlohmann::json& v) { return check(v, o); });
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;
     for (auto& row : contents.rows) {
@@ -77,6 +75,30 @@ class CompletionType final : public DatasetType {
       if (!o.prompt_field.empty()) ds->prompts_.push_back(row.value[o.prompt_field].get<std::string>());
     }
     return ds;
+  }
+
+ private:
+  static CommonEntry bind(const toml::table& entry, const DatasetContext& ctx, CompletionOptions& o) {
+    if (!ctx.tokenizer) throw RuntimeError("completion dataset opened without a tokenizer");
+    TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
+    CommonEntry common = read_common_entry(t, ctx);
+    bind_completion(t, o);
+    t.finish();
+    if (o.text_field.empty()) t.fail(entry.get("text_field"), "'text_field' is empty");
+    return common;
+  }
+
+  // "" for a usable row, else what is wrong with it.
+  static std::string check(const nlohmann::json& v, const CompletionOptions& o) {
+    auto it = v.find(o.text_field);
+    if (it == v.end()) return ax::str("field '", o.text_field, "' is missing", shape_hint(v));
+    if (!it->is_string()) return ax::str("field '", o.text_field, "' must be a string");
+    if (!o.prompt_field.empty()) {
+      auto p = v.find(o.prompt_field);
+      if (p == v.end()) return ax::str("field '", o.prompt_field, "' is missing");
+      if (!p->is_string()) return ax::str("field '", o.prompt_field, "' must be a string");
+    }
+    return "";
   }
 };
 

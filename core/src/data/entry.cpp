@@ -7,7 +7,7 @@
 namespace ax::data {
 
 const std::vector<std::string>& common_dataset_keys() {
-  static const std::vector<std::string> keys{"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row"};
+  static const std::vector<std::string> keys{"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row", "streaming"};
   return keys;
 }
 
@@ -18,6 +18,7 @@ void bind_common_entry(TableBinder& t, CommonEntry& e) {
   t.field("eval_path", e.eval_path, "data file(s) of evaluation rows (same formats, glob too); when absent, eval_fraction of `path` is held out");
   t.field("eval_fraction", e.eval_fraction, "fraction of this dataset held out for evaluation (default: [data].eval_fraction)");
   t.choice("on_bad_row", e.on_bad_row, {"error", "skip"}, "a malformed row stops naming its file and row (error), or is dropped and counted (skip)");
+  t.field("streaming", e.streaming, "read the rows lazily from the JSON Lines shards `path` names (a glob, sorted), packing as they come, instead of preparing them all first; needs train.max_steps (types: completion, pretokenized, mm_cpt; docs/datasets.md, \"Streaming\")");
 }
 
 std::string resolve_against(const std::string& base_dir, const std::string& path) {

@@ -20,6 +20,7 @@ struct CommonEntry {
   std::string eval_path;     // "" = split off eval_fraction instead
   double eval_fraction = -1; // < 0: use [data].eval_fraction
   std::string on_bad_row = "error";
+  bool streaming = false;    // read lazily from its shards (stream_feed.hpp); needs train.max_steps
 };
 
 // Binds the common keys (and documents them when t.context().docs is set).

@@ -398,7 +398,14 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
       return std::move(f.samples);
     };
     std::size_t skipped = 0;
-    std::vector<Sample> train = usable(load_file(*type, common.type, train_entry, ctx, data, name, report, skipped));
+    std::vector<Sample> train;
+    if (common.streaming) {  // read lazily by the trainer; only eval_path is prepared here
+      out.stream = open_stream_entry(config, entry, train_entry, common, *type, ctx, data, tokenizer, model_vocab, entries.size());
+      out.collator = type, out.collator_type = common.type;  // its samples' extras are known only as they come
+      report.shards = out.stream->stream().shards().size();
+    } else {
+      train = usable(load_file(*type, common.type, train_entry, ctx, data, name, report, skipped));
+    }
     report.skipped = skipped;
     std::vector<Sample> eval;
     if (!common.eval_path.empty()) {
@@ -442,10 +449,12 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
 std::string describe(const PreparedData& data) {
   std::vector<std::string> lines;
   for (const auto& s : data.sources)
-    lines.push_back(ax::str("dataset ", s.name, ": ", s.train, " train / ", s.eval, " eval samples",
+    lines.push_back(ax::str("dataset ", s.name, ": ",
+                        s.shards ? ax::str("streamed from ", s.shards, " shard(s), read as training goes; ", s.eval, " eval samples")
+                                 : ax::str(s.train, " train / ", s.eval, " eval samples"),
                         s.skipped ? ax::str(", ", s.skipped, " bad rows skipped") : std::string(),
                         s.no_loss ? ax::str(", ", s.no_loss, " rows without a token to train on within sequence_len dropped") : std::string(),
-                        s.from_cache ? " (prepared cache)" : " (tokenised)"));
+                        s.shards && !s.eval ? "" : s.from_cache ? " (prepared cache)" : " (tokenised)"));
   return join(lines, "\n");
 }
 

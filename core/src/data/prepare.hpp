@@ -12,6 +12,7 @@
 #include "axengine/registry.hpp"
 #include "axengine/tokenizer.hpp"
 #include "data/data_config.hpp"
+#include "data/stream_feed.hpp"
 
 namespace ax::data {
 
@@ -21,6 +22,7 @@ struct SourceReport {
   std::size_t no_loss = 0;  // samples dropped (on_bad_row = "skip") for having no token to train on
   bool from_cache = false;
   std::string cache_file;
+  std::size_t shards = 0;  // > 0: streamed from that many shards (train stays empty; PreparedData::stream)
 };
 
 struct PreparedData {
@@ -30,6 +32,8 @@ struct PreparedData {
   // has extras. Two types with extras in one run are refused (whose collate would own a mixed batch?).
   std::shared_ptr<const DatasetType> collator;
   std::string collator_type;
+  // A streamed entry's samples (`streaming = true`): `train` is then empty and the trainer reads rows from it.
+  std::shared_ptr<StreamFeed> stream;
 };
 
 // `model_vocab` (config.json vocab_size; 0 = unknown) bounds the token ids together with the tokenizer's.

@@ -6,6 +6,7 @@
 
 #include "axengine/dataset.hpp"
 #include "axengine/error.hpp"
+#include "axengine/stream.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
 #include "data/entry.hpp"
@@ -52,7 +53,7 @@ void bind_pretokenized(TableBinder& t, PretokenizedOptions& o) {
   t.field("attention_mask_field", o.attention_mask_field, "pretokenized: field holding the attention mask (0 = padding, dropped), optional in a row (\"\" = never read)");
 }
 
-class PretokenizedType final : public DatasetType {
+class PretokenizedType final : public DatasetType, public StreamingDatasetType {
  public:
   std::vector<std::string> known_keys() const override {
     auto keys = common_dataset_keys();
@@ -60,7 +61,24 @@ class PretokenizedType final : public DatasetType {
     return keys;
   }
 
-  std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
+  // Streaming: the same checks and the same sample per row as open(), row by row from the JSON Lines shards.
+  std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override {
+    std::function<std::string(const nlohmann::json&)> check;
+    std::function<Sample(const nlohmann::json&)> convert;
+    CommonEntry common = bind(entry, ctx, check, convert);
+    return make_jsonl_stream(stream_shards(common.path), parse_bad_row_policy(common.on_bad_row) == BadRowPolicy::skip,
+                             [check, convert](const nlohmann::json& v, const std::string&) {
+                               if (std::string e = check(v); !e.empty()) throw UsageError(e);
+                               Sample s = convert(v);
+                               if (s.input_ids.empty()) throw UsageError("the attention mask masks out every token");  // as open()
+                               return s;
+                             });
+  }
+
+  // Reads the entry's keys; `check` says what is wrong with a row ("" = usable), `convert` makes a checked row's
+  // sample (empty when its mask drops every token).
+  CommonEntry bind(const toml::table& entry, const DatasetContext& ctx, std::function<std::string(const nlohmann::json&)>& check_out,
+                   std::function<Sample(const nlohmann::json&)>& convert_out) const {
     if (!ctx.tokenizer) throw RuntimeError("pretokenized dataset opened without a tokenizer");
     TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
     CommonEntry common = read_common_entry(t, ctx);
@@ -68,7 +86,7 @@ class PretokenizedType final : public DatasetType {
     bind_pretokenized(t, o);
     t.finish();
     if (o.input_ids_field.empty()) t.fail(entry.get("input_ids_field"), "'input_ids_field' is empty");
-    const std::string& id_field = o.input_ids_field;
+    const std::string id_field = o.input_ids_field;
     const int64_t vocab = ctx.tokenizer->vocab_size();
     // A row's optional column, or null when absent or not read ("" field).
     auto optional = [](const nlohmann::json& v, const std::string& field) -> const nlohmann::json* {
@@ -76,7 +94,7 @@ class PretokenizedType final : public DatasetType {
       auto it = v.find(field);
       return it == v.end() || it->is_null() ? nullptr : &*it;  // null: a Parquet column without a value here
     };
-    auto check = [&](const nlohmann::json& v) -> std::string {
+    auto check = [id_field, o, vocab, optional](const nlohmann::json& v) -> std::string {  // outlives this call
       auto ids = v.find(id_field);
       if (ids == v.end()) return ax::str("'", id_field, "' is missing");
       if (auto e = check_ids(*ids, id_field.c_str(), 0, vocab, INT64_MIN); !e.empty()) return e;
@@ -91,13 +109,8 @@ class PretokenizedType final : public DatasetType {
       }
       return "";
     };
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
-    auto ds = std::make_shared<PretokenizedDataset>();
-    ds->skipped_ = contents.skipped;
-    ds->sources_.files = contents.files;
-    ds->samples_.reserve(contents.rows.size());
-    for (const auto& row : contents.rows) {
-      const auto& v = row.value;
+    check_out = check;
+    convert_out = [id_field, o, optional](const nlohmann::json& v) {
       auto ids = v[id_field].get<std::vector<int32_t>>();
       const nlohmann::json* l = optional(v, o.labels_field);
       const nlohmann::json* m = optional(v, o.attention_mask_field);
@@ -109,6 +122,25 @@ class PretokenizedType final : public DatasetType {
         s.input_ids.push_back(ids[i]);
         s.labels.push_back(labels[i]);
       }
+      return s;
+    };
+    return common;
+  }
+
+  std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
+    std::function<std::string(const nlohmann::json&)> check;
+    std::function<Sample(const nlohmann::json&)> convert;
+    CommonEntry common = bind(entry, ctx, check, convert);
+    TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
+    PretokenizedOptions o;
+    bind_pretokenized(t, o);
+    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto ds = std::make_shared<PretokenizedDataset>();
+    ds->skipped_ = contents.skipped;
+    ds->sources_.files = contents.files;
+    ds->samples_.reserve(contents.rows.size());
+    for (const auto& row : contents.rows) {
+      Sample s = convert(row.value);
       if (s.input_ids.empty()) {
         if (parse_bad_row_policy(common.on_bad_row) == BadRowPolicy::error)
           throw UsageError(ax::str(describe_origin(contents.files, row.origin), ": '", o.attention_mask_field,

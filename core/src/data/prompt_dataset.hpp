@@ -20,16 +20,21 @@ class PromptCompletionDataset final : public Dataset, public RowLines {
   const RowSources& row_sources() const override { return sources_; }
 
   Sample get(std::size_t i) const override {
+    return make(tok_, add_bos_, add_eos_, prompts_.empty() ? nullptr : &prompts_[i], texts_[i]);
+  }
+
+  // One row's sample (also what a streamed row becomes): `prompt` null = no prompt.
+  static Sample make(const Tokenizer& tok, bool add_bos, bool add_eos, const std::string* prompt, const std::string& text) {
     Sample s;
-    if (add_bos_ && tok_.bos_id() >= 0) s.input_ids.push_back(tok_.bos_id());
-    if (!prompts_.empty()) {
-      auto p = tok_.encode(prompts_[i]);
+    if (add_bos && tok.bos_id() >= 0) s.input_ids.push_back(tok.bos_id());
+    if (prompt) {
+      auto p = tok.encode(*prompt);
       s.input_ids.insert(s.input_ids.end(), p.begin(), p.end());
     }
     const std::size_t prompt_len = s.input_ids.size();
-    auto t = tok_.encode(texts_[i]);
+    auto t = tok.encode(text);
     s.input_ids.insert(s.input_ids.end(), t.begin(), t.end());
-    if (add_eos_ && tok_.eos_id() >= 0) s.input_ids.push_back(tok_.eos_id());
+    if (add_eos && tok.eos_id() >= 0) s.input_ids.push_back(tok.eos_id());
     s.labels = s.input_ids;
     for (std::size_t k = 0; k < prompt_len && k < s.labels.size(); ++k) s.labels[k] = -100;
     return s;

@@ -199,8 +199,16 @@ std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
   const int64_t lora = p.model_check.lora_modules;
   out.push_back(ax::str("model    ", p.model_check.summary, lora ? ax::str("; LoRA on ", lora, " modules") : std::string(),
                         p.model.adapter_dir.empty() ? std::string() : ax::str(" (continuing ", p.model.adapter_dir, ")")));
+  if (p.data.stream)
+    out.push_back(ax::str("data     streamed from ", p.data.stream->stream().shards().size(), " shard(s) (", p.data.stream->name(),
+                          "), packed into rows of ", p.data_config.sequence_len, " tokens as read; ", p.data.eval.size(), " eval samples"));
+  else
   out.push_back(ax::str("data     ", p.data.train.size(), " train / ", p.data.eval.size(), " eval samples -> ",
                         p.steps.train_rows.rows.size(), " rows of ", p.data_config.sequence_len, " tokens"));
+  if (p.data.stream)
+    out.push_back(ax::str("steps    ", p.steps.total_steps, " (train.max_steps; ", p.train.micro_batch_size, " x ", p.train.grad_accum,
+                          p.dist_env.world > 1 ? ax::str(" x ", p.dist_env.world, " ranks") : std::string(), " rows each)"));
+  else
   out.push_back(ax::str("steps    ", p.steps.steps_per_epoch, " per epoch (", p.train.micro_batch_size, " x ", p.train.grad_accum,
                         p.dist_env.world > 1 ? ax::str(" x ", p.dist_env.world, " ranks") : std::string(), " rows each), ",
                         p.steps.total_steps, " in all"));

@@ -9,6 +9,14 @@ namespace ax::train {
 StepPlan plan_steps(const data::PreparedData& data, int64_t sequence_len, const TrainConfig& train, uint64_t seed, int64_t world) {
   const int64_t S = sequence_len;
   StepPlan p;
+  if (data.stream) {  // streamed: rows are packed as they are read; the run is max_steps long (stream_feed.hpp)
+    std::vector<uint32_t> order(data.eval.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+    p.eval_rows = data::pack_samples(data.eval, order, S);
+    p.steps_per_epoch = 1;  // no epochs: trainer_state's data cursor is the stream's (data_stream)
+    p.total_steps = train.max_steps;
+    return p;
+  }
   // Rows are packed once, from a seeded sample order; every epoch then visits them in its own seeded order.
   p.train_rows = data::pack_samples(data.train, data::permutation(data.train.size(), data::mix_seed(seed, 1)), S);
   std::vector<uint32_t> eval_order(data.eval.size());

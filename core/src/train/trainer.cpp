@@ -38,6 +38,7 @@
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/step_plan.hpp"
+#include "train/stream_step.hpp"
 #include "train/tensorboard.hpp"
 
 namespace fs = std::filesystem;
@@ -88,6 +89,7 @@ int64_t intra_op_threads(int64_t requested) {
 // loop reads a step while the next one runs (CUDA), so nothing in a step waits for the GPU.
 struct PendingStep {
   int64_t step = 0, tokens = 0, trainable = 0;
+  int64_t pass = -1;  // a streamed step: the pass over the shards (its metrics' "epoch")
   double lr = 0;
   Clock::time_point started;
   at::Tensor host;                  // double [grad_accum + 2]: losses..., grad norm, found_inf
@@ -126,6 +128,8 @@ class Loop {
   void plan();
   void maybe_resume();
   PendingStep train_step(int64_t step);
+  PendingStep stream_step(PendingStep p);
+  PendingStep enqueue(PendingStep p, const std::vector<Batch>& batches);
   friend class LoopStep;
   at::Tensor device_step(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device);
   void choose_executor();
@@ -198,6 +202,9 @@ void Loop::choose_executor() {
   ctx.rows = s_.train.micro_batch_size;
   ctx.sequence_len = s_.data_config.sequence_len;
   span_capacity_ = data::span_capacity(train_rows_.rows, s_.train.micro_batch_size);
+  // Streamed rows are not known in advance: a row holds at most sequence_len samples (no padding span then).
+  if (s_.data.stream) span_capacity_ = s_.train.micro_batch_size * s_.data_config.sequence_len;
+  ctx.packed |= static_cast<bool>(s_.data.stream);
   ctx.span_capacity = span_capacity_;
   for (const auto& row : train_rows_.rows) ctx.packed |= row.size() > 1;
   executor_ = select_executor(*s_.registry, ctx);
@@ -247,6 +254,12 @@ void Loop::plan() {
   eval_rows_ = std::move(plan.eval_rows);
   steps_per_epoch_ = plan.steps_per_epoch;
   total_steps_ = plan.total_steps;
+  if (s_.data.stream) {
+    schedule_ = Schedule{s_.train.schedule, s_.train.lr, s_.train.warmup_steps, total_steps_, s_.train.min_lr_ratio};
+    log::info(ax::str("training: streamed from ", s_.data.stream->stream().shards().size(), " shard(s), packed into rows of ", S,
+                      " tokens as read; ", total_steps_, " steps; ", params_.size(), " trainable tensors"));
+    return;
+  }
   if (train_rows_.truncated) log::warn(ax::str(train_rows_.truncated, " training samples are longer than data.sequence_len = ", S, " and were cut"));
   for (const auto& row : train_rows_.rows) {
     int64_t n = 0, trainable = 0;
@@ -283,6 +296,11 @@ void Loop::maybe_resume() {
   const std::string& dir = ck.dir;
   const TrainerState& st = ck.state;
   check_resume_fits(ck, steps_per_epoch_, total_steps_, s_.config->run.seed);
+  if (s_.data.stream)  // continue at the checkpoint's row: nothing before it is read again
+    resume_stream(*s_.data.stream, st.data_stream, s_.data_config.sequence_len,
+                  s_.train.micro_batch_size * s_.train.grad_accum * world(), dir);
+  else if (st.data_stream)
+    throw UsageError(ax::str(dir, ": the checkpoint is a streamed run's (data_stream); this run's data is map-style"));
   if (st.total_steps != total_steps_)
     log::warn(ax::str("resume: the checkpoint's run had ", st.total_steps, " steps, this one ", total_steps_,
                       ": the learning-rate schedule changes"));
@@ -316,7 +334,9 @@ void Loop::maybe_resume() {
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
   tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
-  log::info(ax::str("resumed from ", dir, " at step ", start_step_, " (epoch ", start_step_ / steps_per_epoch_, ")"));
+  log::info(ax::str("resumed from ", dir, " at step ", start_step_,
+                    s_.data.stream ? ax::str(" (pass ", s_.data.stream->cursor().pass, " over the shards)")
+                                   : ax::str(" (epoch ", start_step_ / steps_per_epoch_, ")")));
 }
 
 // Enqueues one optimizer step without waiting for the device: validation happened when the batches were
@@ -326,6 +346,7 @@ PendingStep Loop::train_step(int64_t step) {
   PendingStep p;
   p.step = step;
   p.started = Clock::now();
+  if (s_.data.stream) return stream_step(std::move(p));
   const uint64_t seed = static_cast<uint64_t>(s_.config->run.seed);
   const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
   // The row order of an epoch is a pure function of (seed, epoch): the data cursor is just the step.
@@ -352,6 +373,28 @@ PendingStep Loop::train_step(int64_t step) {
     batches.push_back(data::make_batch(s_.data.train, train_rows_, rows, s_.data_config.sequence_len, s_.pad_id, s_.data.collator.get()));
     if (executor_->static_shapes()) data::pad_static(batches.back(), span_capacity_);
   }
+  return enqueue(std::move(p), batches);
+}
+
+// A streamed step: its rows come from the stream (stream_step.hpp), in stream order.
+PendingStep Loop::stream_step(PendingStep p) {
+  const int64_t mb = s_.train.micro_batch_size, S = s_.data_config.sequence_len;
+  StreamedStep st = read_streamed_step(*s_.data.stream, mb, s_.train.grad_accum, world(), rank(), S);
+  p.tokens = st.tokens;
+  p.trainable = st.trainable;
+  p.pass = static_cast<int64_t>(st.pass);
+  std::vector<uint32_t> ids;
+  for (int64_t r = 0; r < mb; ++r) ids.push_back(static_cast<uint32_t>(r));
+  std::vector<Batch> batches;
+  for (std::size_t j = 0; j < st.samples.size(); ++j) {
+    batches.push_back(data::make_batch(st.samples[j], st.rows[j], ids, S, s_.pad_id, s_.data.collator.get()));
+    if (executor_->static_shapes()) data::pad_static(batches.back(), span_capacity_);
+  }
+  return enqueue(std::move(p), batches);
+}
+
+PendingStep Loop::enqueue(PendingStep p, const std::vector<Batch>& batches) {
+  const int64_t step = p.step;
   p.lr = schedule_.at(step);
   at::Tensor stats = executor_->step(program_, batches, p.lr);
   if (stats.is_cpu()) {
@@ -496,7 +539,7 @@ void Loop::record(const PendingStep& p) {
   const int64_t step = p.step;
   double tps = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
   double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
-  double epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
+  double epoch = p.pass >= 0 ? static_cast<double>(p.pass) : static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
   log_record({{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
               {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
               {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
@@ -663,6 +706,9 @@ std::string Loop::save(int64_t step) {
   pl.state.config = s_.config->file;
   pl.state.tokens_seen = tokens_seen_;
   pl.state.trainable_tokens_seen = trainable_seen_;
+  if (s_.data.stream)
+    pl.state.data_stream = stream_state(*s_.data.stream, s_.data_config.sequence_len,
+                                        s_.train.micro_batch_size * s_.train.grad_accum * world());
   pl.write_adapter = s_.write_adapter;
   // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
   // after a barrier (every rank finished the step), and the others wait until the checkpoint is complete, so

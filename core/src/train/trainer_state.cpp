@@ -21,6 +21,7 @@ nlohmann::json TrainerState::to_json() const {
           {"config", config}};
   if (tokens_seen) j["tokens_seen"] = *tokens_seen;
   if (trainable_tokens_seen) j["trainable_tokens_seen"] = *trainable_tokens_seen;
+  if (data_stream) j["data_stream"] = *data_stream;
   return j;
 }
 
@@ -31,12 +32,12 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   if (!j.is_object()) throw UsageError(str(file, ": not a JSON object"));
   static const char* kFields[] = {"step",  "epoch",   "step_in_epoch",  "steps_per_epoch", "total_steps",
                                   "seed",  "lr_next", "best_eval_loss", "config", "tokens_seen",
-                                  "trainable_tokens_seen"};
+                                  "trainable_tokens_seen", "data_stream"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : kFields) known |= it.key() == f;
     if (!known) throw bad(it.key(), "is unknown (a trainer state holds: step, epoch, step_in_epoch, steps_per_epoch, "
-                                    "total_steps, seed, lr_next, best_eval_loss, config, tokens_seen, trainable_tokens_seen)");
+                                    "total_steps, seed, lr_next, best_eval_loss, config, tokens_seen, trainable_tokens_seen, data_stream)");
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw bad(key, "is missing");
@@ -80,6 +81,10 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   const auto& cfg = field("config");
   if (!cfg.is_string()) throw bad("config", str("= ", cfg.dump(), " is not a string"));
   s.config = cfg.get<std::string>();
+  if (auto it = j.find("data_stream"); it != j.end()) {  // its fields are checked when a streamed run resumes from it
+    if (!it->is_object()) throw bad("data_stream", "must be an object (a streamed run's data cursor)");
+    s.data_stream = *it;
+  }
   if (j.contains("tokens_seen")) s.tokens_seen = integer("tokens_seen", 0, kMax);
   if (j.contains("trainable_tokens_seen")) s.trainable_tokens_seen = integer("trainable_tokens_seen", 0, kMax);
   if (s.tokens_seen.has_value() != s.trainable_tokens_seen.has_value())

@@ -24,6 +24,9 @@ struct TrainerState {
   // and those with a loss target (labels != -100, not a sample's first token). Absent in checkpoints written
   // before the fields existed: none, and the resumed run says its counts start there.
   std::optional<int64_t> tokens_seen, trainable_tokens_seen;
+  // A streamed run's data position ({"cursor": StreamCursor, "sequence_len", "rows_per_step"}): where the next
+  // step's rows start. Absent for map-style runs, whose cursor is the step.
+  std::optional<nlohmann::json> data_stream;
 
   nlohmann::json to_json() const;
 };

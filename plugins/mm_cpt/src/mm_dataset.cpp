@@ -32,7 +32,7 @@ struct Options {
   std::string image_placeholder = "<image>";
   std::string vision_start_token = "<|vision_start|>", vision_end_token = "<|vision_end|>",
               image_token = "<|image_pad|>";
-  bool add_bos = true, add_eos = true;
+  bool add_bos = true, add_eos = true, streaming = false;
   int64_t min_pixels = 0, max_pixels = 0, max_decode_pixels = 0;
 };
 
@@ -43,6 +43,7 @@ void bind(TableBinder& t, Options& o) {
   t.field("eval_path", o.eval_path, "data file(s) of evaluation rows");
   t.field("eval_fraction", o.eval_fraction, "fraction held out for evaluation");
   t.choice("on_bad_row", o.on_bad_row, {"error", "skip"}, "a bad row or image stops naming file, row and image (error), or is dropped and counted (skip)");
+  t.field("streaming", o.streaming, "read the rows lazily from JSON Lines shards (a glob), decoding each row's images when it is read; needs train.max_steps");
   t.choice("rows", o.rows, {"raw", "tokenized"}, "mm_cpt: raw = text with image placeholders, tokenised here; tokenized = rows of input_ids (and labels, attention_mask) whose image tokens are already expanded");
   t.field("text_column", o.text_column, "mm_cpt (raw rows): field holding the text, with one image_placeholder per image");
   t.field("image_column", o.image_column, "mm_cpt: field holding the row's image path or list of paths (absent or null: no image)");
@@ -231,13 +232,26 @@ std::uint64_t image_decodes() { return g_decodes.load(); }
 std::vector<std::string> MmCptType::known_keys() const {
   return {"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row", "rows", "text_column", "image_column",
           "image_base_dir", "image_placeholder", "vision_start_token", "vision_end_token", "image_token", "add_bos",
-          "add_eos", "min_pixels", "max_pixels", "max_decode_pixels"};
+          "add_eos", "min_pixels", "max_pixels", "max_decode_pixels", "streaming"};
 }
 
-std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const DatasetContext& ctx) const {
-  if (!ctx.tokenizer) throw RuntimeError("mm_cpt dataset opened without a tokenizer");
-  TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
+namespace {
+
+// What open() and open_stream() read from the entry and the model: the options, the processor's settings, the
+// decode limits, the vision token ids, the resolved data path and image dir.
+struct Setup {
   Options o;
+  ProcessorConfig pc;
+  DecodeLimits limits;
+  Ids ids{-1, -1, -1};
+  std::string path, base_override;
+};
+
+Setup read_setup(const toml::table& entry, const DatasetContext& ctx) {
+  if (!ctx.tokenizer) throw RuntimeError("mm_cpt dataset opened without a tokenizer");
+  Setup st;
+  Options& o = st.o;
+  TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
   bind(t, o);
   t.finish();
   auto resolve = [&](const std::string& p) {
@@ -254,7 +268,8 @@ std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const Dataset
     t.fail(entry.get(o.min_pixels < 0 ? "min_pixels" : o.max_pixels < 0 ? "max_pixels" : "max_decode_pixels"),
            "pixel counts must be >= 0");
 
-  ProcessorConfig pc = model_processor(ctx.model_dir);
+  ProcessorConfig& pc = st.pc;
+  pc = model_processor(ctx.model_dir);
   if (o.min_pixels) pc.min_pixels = o.min_pixels;
   if (o.max_pixels) pc.max_pixels = o.max_pixels;
   try {
@@ -262,18 +277,42 @@ std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const Dataset
   } catch (const UsageError& e) {
     t.fail(entry.get(entry.contains("max_pixels") ? "max_pixels" : "min_pixels"), e.what());
   }
-  DecodeLimits limits;
+  DecodeLimits& limits = st.limits;
   limits.max_pixels = o.max_decode_pixels ? o.max_decode_pixels : std::max<int64_t>(64 * pc.max_pixels, 1 << 24);
   if (limits.max_pixels < pc.min_pixels) t.fail(entry.get("max_decode_pixels"), "'max_decode_pixels' is below min_pixels");
 
   const Tokenizer& tok = *ctx.tokenizer;
-  Ids ids{single_token(tok, o.vision_start_token, "vision_start_token"), single_token(tok, o.vision_end_token, "vision_end_token"),
-          single_token(tok, o.image_token, "image_token")};
-  image_token_id_.store(ids.image);
+  st.ids = Ids{single_token(tok, o.vision_start_token, "vision_start_token"), single_token(tok, o.vision_end_token, "vision_end_token"),
+               single_token(tok, o.image_token, "image_token")};
+  st.path = resolve(o.path);
+  st.base_override = resolve(o.image_base_dir);
+  return st;
+}
 
-  const std::string path = resolve(o.path);
-  Rows rows = read_rows(path);
-  const std::string base_override = resolve(o.image_base_dir);
+}  // namespace
+
+std::unique_ptr<SampleStream> MmCptType::open_stream(const toml::table& entry, const DatasetContext& ctx) const {
+  auto st = std::make_shared<const Setup>(read_setup(entry, ctx));
+  image_token_id_.store(st->ids.image);
+  const Tokenizer* tok = ctx.tokenizer;
+  // Core's JSON Lines shard stream (axengine/stream.hpp); a row's images are decoded here, when it is read.
+  return make_jsonl_stream(stream_shards(st->path), st->o.on_bad_row == "skip",
+                           [st, tok](const nlohmann::json& row, const std::string& shard) {
+                             const std::string base = !st->base_override.empty() ? st->base_override : fs::path(shard).parent_path().string();
+                             return make_sample(row, st->o, base, st->pc, st->limits, *tok, st->ids);
+                           });
+}
+
+std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const DatasetContext& ctx) const {
+  const Setup st = read_setup(entry, ctx);
+  const Options& o = st.o;
+  const ProcessorConfig& pc = st.pc;
+  const DecodeLimits& limits = st.limits;
+  const Ids& ids = st.ids;
+  const Tokenizer& tok = *ctx.tokenizer;
+  image_token_id_.store(ids.image);
+  Rows rows = read_rows(st.path);
+  const std::string& base_override = st.base_override;
   auto ds = std::make_shared<MmDataset>();
   std::vector<Sample> samples(rows.rows.size());
   std::vector<std::string> errors(rows.rows.size());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "axengine/dataset.hpp"
+#include "axengine/stream.hpp"
 
 namespace ax::mm {
 
@@ -21,10 +22,13 @@ namespace ax::mm {
 // prepare decodes nothing.
 std::uint64_t image_decodes();
 
-class MmCptType final : public DatasetType {
+// Streams too (streaming = true): rows read from JSON Lines shards as training goes, each row's images decoded
+// only when the row is read.
+class MmCptType final : public DatasetType, public StreamingDatasetType {
  public:
   std::vector<std::string> known_keys() const override;
   std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override;
+  std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override;
   std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const override;
 
  private:
