@@ -72,9 +72,9 @@ int64_t images_between(const std::vector<fs::path>& shards, const json& from, co
     int64_t line = 0;
     for (std::string l; std::getline(f, l);) {
       ++line;
-      if (shard.string() == from["file"] && line == from["line"]) in = true;
+      if (shard.string() == from["file"].get<std::string>() && line == from["line"].get<int64_t>()) in = true;
       if (in && !l.empty()) n += static_cast<int64_t>(json::parse(l)["images"].size());
-      if (shard.string() == to["file"] && line == to["line"]) return n;
+      if (shard.string() == to["file"].get<std::string>() && line == to["line"].get<int64_t>()) return n;
     }
   }
   return n;
