@@ -214,6 +214,19 @@ TEST_CASE("moe.mlp: the default list skips a backend that is missing or cannot r
     ::unsetenv("AXENGINE_ARCH");
     CAPTURE(arch);
     r = ax::resolve_backend(reg, none, "moe.mlp", {dev, "bf16", "dense", "ENK"});
+    CHECK(r.chosen == "scattermoe");  // first in the default list (faster, measured)
+    CHECK(verdict(r, "sonicmoe") == "not tried (scattermoe chosen first)");
+    CHECK(r.fallbacks == (dev.arch == 90 ? std::vector<std::string>{"sonicmoe", "reference"} : std::vector<std::string>{"reference"}));
+  }
+  // A config that puts sonicmoe first gets it on sm_90 only; elsewhere scattermoe, with the reason.
+  ax::KernelPreferences sonic_first;
+  sonic_first.prefer["moe.mlp"] = {"sonicmoe", "scattermoe", "reference"};
+  for (const char* arch : {"sm_120", "sm_80", "sm_90"}) {
+    ::setenv("AXENGINE_ARCH", arch, 1);
+    ax::DeviceInfo dev = ax::detect_device("auto", "");
+    ::unsetenv("AXENGINE_ARCH");
+    CAPTURE(arch);
+    r = ax::resolve_backend(reg, sonic_first, "moe.mlp", {dev, "bf16", "dense", "ENK"});
     if (dev.arch == 90) {
       CHECK(r.chosen == "sonicmoe");
       CHECK(r.fallbacks == std::vector<std::string>{"scattermoe", "reference"});
@@ -293,5 +306,8 @@ TEST_CASE("cli: plugins explain lists moe.mlp's default list with the reasons an
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("from default for moe.mlp") != std::string::npos);
-  CHECK(r.output.find("sonicmoe: not registered (no loaded plugin provides it)") != std::string::npos);
+  // Built or not (the plugin needs nvcc), sonicmoe is named with the reason it is passed over on the CPU.
+  CHECK((r.output.find("sonicmoe: not registered (no loaded plugin provides it)") != std::string::npos ||
+         r.output.find("sonicmoe: needs cuda, device is cpu") != std::string::npos));
+  CHECK(r.output.find("scattermoe: ") < r.output.find("sonicmoe: "));  // the default order: scattermoe first
 }

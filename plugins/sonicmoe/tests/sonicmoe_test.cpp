@@ -22,7 +22,6 @@
 #include <axengine/selection.hpp>
 #include <axengine/strings.hpp>
 
-#include "clamp_edge.hpp"
 
 namespace {
 
@@ -102,27 +101,33 @@ TEST_CASE("sonicmoe: selection passes it over off Hopper, for fp16 and quantised
   REQUIRE(p != nullptr);
   CHECK(p->info.needs.arch_min == 90);
   CHECK(p->info.needs.arch_max == 90);
-  const ax::KernelPreferences none;  // the default list: sonicmoe, scattermoe, reference
+  // A config that prefers sonicmoe (the default list puts scattermoe first: faster on the H200, measured).
+  ax::KernelPreferences sonic_first;
+  sonic_first.prefer["moe.mlp"] = {"sonicmoe", "scattermoe", "reference"};
   for (const char* arch : {"sm_80", "sm_89", "sm_100", "sm_120"}) {
     CAPTURE(arch);
     const ax::DeviceInfo dev = device_as(arch);
-    const ax::Resolution r = ax::resolve_backend(*l->registry, none, "moe.mlp", {dev, "bf16", "dense", "ENK"});
+    const ax::Resolution r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {dev, "bf16", "dense", "ENK"});
     CHECK(r.chosen == "scattermoe");
     CHECK(verdict(r, "sonicmoe") == ax::str("needs sm_90..sm_90, device is ", arch));
   }
   const ax::DeviceInfo h200 = device_as("sm_90");
-  ax::Resolution r = ax::resolve_backend(*l->registry, none, "moe.mlp", {h200, "bf16", "dense", "ENK"});
+  const ax::KernelPreferences defaults;  // no config list: scattermoe first everywhere, sonicmoe its fallback on sm_90
+  ax::Resolution r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {h200, "bf16", "dense", "ENK"});
+  CHECK(r.chosen == "scattermoe");
+  CHECK(r.fallbacks == std::vector<std::string>{"sonicmoe", "reference"});
+  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", "dense", "ENK"});
   CHECK(r.chosen == "sonicmoe");
   CHECK(r.fallbacks == std::vector<std::string>{"scattermoe", "reference"});
-  r = ax::resolve_backend(*l->registry, none, "moe.mlp", {h200, "bf16", "dense", "EKN"});
+  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", "dense", "EKN"});
   CHECK(r.chosen == "sonicmoe");
   for (const char* fmt : {"nf4", "mxfp4", "nvfp4"}) {
     CAPTURE(fmt);
-    r = ax::resolve_backend(*l->registry, none, "moe.mlp", {h200, "bf16", fmt, "ENK"});
+    r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", fmt, "ENK"});
     CHECK(r.chosen == "scattermoe");
     CHECK(verdict(r, "sonicmoe") == ax::str("needs weight format dense, asked for ", fmt));
   }
-  r = ax::resolve_backend(*l->registry, none, "moe.mlp", {h200, "fp16", "dense", "ENK"});
+  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "fp16", "dense", "ENK"});
   CHECK(r.chosen == "scattermoe");
   CHECK(verdict(r, "sonicmoe") == "needs dtype bf16, asked for fp16");
 }
@@ -167,17 +172,16 @@ TEST_CASE("sonicmoe passes the moe.mlp conformance problems (CUDA sm_90)") {
   o.quick = !(full && std::string(full) == "1");
   o.on_case = [](const ax::conformance::CaseResult& c) {
     if (c.status != ax::conformance::Status::skip || c.name.find("H=64") != std::string::npos ||
-        c.name.find("H=128") != std::string::npos)
-      MESSAGE(ax::conformance::to_string(c.status) << " " << c.name << (c.message.empty() ? "" : ": ") << c.message);
+        c.name.find("H=128") != std::string::npos) {
+      const std::string line = std::string(ax::conformance::to_string(c.status)) + " " + c.name +
+                               (c.message.empty() ? std::string() : ": " + c.message);
+      MESSAGE(line);
+    }
   };
   ax::conformance::Report rep = ax::conformance::run(*l->registry, o);
   std::string fails;
   int aligned_skips = 0;
   for (const auto& c : rep.cases) {
-    if (sonicmoe_test::clamp_edge(c)) {  // clamp_edge.hpp: reported and bounded, not failed
-      MESSAGE("clamped-GLU edge flips: " << c.name << ": " << c.message);
-      continue;
-    }
     if (c.status == ax::conformance::Status::fail) fails += "\n  " + c.name + ": " + c.message;
     // Tile-aligned problems are sonicmoe's to serve: none may be skipped as declined.
     const bool aligned = c.name.find("H=64,") != std::string::npos || c.name.find("H=128,") != std::string::npos;
