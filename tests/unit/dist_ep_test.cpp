@@ -24,7 +24,8 @@ namespace {
 
 const std::vector<std::string> kEpCommon{"model.path=moe",      "train.schedule=constant", "train.log_every=1",
                                          "eval.every_steps=0",  "eval.exact_match=false",  "distributed.timeout_s=60",
-                                         "train.cpu_threads=1", "train.max_steps=4"};
+                                         "train.cpu_threads=1", "train.max_steps=4",
+                                         "device.type=cpu"};  // Gloo on the CPU, also on a GPU machine
 
 int run_cli(const fs::path& dir, const std::vector<std::string>& head, const std::vector<std::string>& sets, const std::string& log) {
   std::vector<std::string> args = head;

@@ -189,8 +189,10 @@ namespace {
 
 // setup_run trains micro_batch_size 2 on 80 one-digit sums; constant lr after warmup, so that a run cut short
 // and resumed follows the same schedule as one run through. One intra-op thread: the same sums in every process.
+// The CPU and Gloo on every machine: on a GPU machine "auto" would pick CUDA and NCCL, one GPU per rank.
 const std::vector<std::string> kCommon{"train.schedule=constant", "train.log_every=1", "eval.every_steps=0",
-                                       "eval.exact_match=false", "distributed.timeout_s=60", "train.cpu_threads=1"};
+                                       "eval.exact_match=false", "distributed.timeout_s=60", "train.cpu_threads=1",
+                                       "device.type=cpu"};
 
 // `axengine run` alone (no group) with kCommon and `more`; its log in dir/<out>.log.
 int run_single(const fs::path& dir, const std::string& out, const std::vector<std::string>& more) {
