@@ -17,6 +17,7 @@
 #include "axengine/models.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/training.hpp"
+#include "e2e_util.hpp"
 #include "mm_dataset.hpp"
 // Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
 #include <doctest/doctest.h>
@@ -26,27 +27,9 @@ using nlohmann::json;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  fs::path d = fs::temp_directory_path() / ("mm_e2e_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(rng()));
-  fs::create_directories(d);
-  return d;
-}
-
-std::vector<json> lines(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(json::parse(l));
-  return out;
-}
-
-std::vector<json> steps_of(const fs::path& metrics) {
-  std::vector<json> out;
-  for (auto& j : lines(metrics))
-    if (j.contains("loss")) out.push_back(j);
-  return out;
-}
+fs::path scratch(const std::string& name) { return mm_e2e::scratch("mm_e2e", name); }
+using mm_e2e::lines;
+using mm_e2e::steps_of;
 
 // The layout the shipped config assumes, relative to configs/: ../data/mm/train.jsonl; the model beside it.
 // Returns the number of images the corpus holds.
