@@ -13,22 +13,12 @@
 #include <ATen/core/grad_mode.h>
 
 #include "train/dist_group.hpp"
+#include "unit/free_port.hpp"
 #include "train/dist_reducer.hpp"
 
 namespace {
 
-// A port nothing listens on now (the kernel's pick for port 0), for this test's TCPStore.
-int64_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t n = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int64_t free_port() { return ax::test::free_tcp_port(); }
 
 std::unique_ptr<ax::train::DistGroup> one_rank_group() {
   ax::train::DistEnv env;

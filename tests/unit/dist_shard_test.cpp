@@ -14,21 +14,12 @@
 #include <ATen/ATen.h>
 
 #include "train/dist_group.hpp"
+#include "unit/free_port.hpp"
 #include "train/dist_shard.hpp"
 
 namespace {
 
-int64_t free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t n = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+int64_t free_tcp_port() { return ax::test::free_tcp_port(); }
 
 // The tensors a layer of a QLoRA model holds: a bf16 and an fp32 weight, packed 4-bit codes (uint8), a scalar
 // scale, and sizes that do not divide by the world (padding) or are smaller than it.

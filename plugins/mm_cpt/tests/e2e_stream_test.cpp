@@ -31,17 +31,7 @@ using mm_e2e::lines;
 using mm_e2e::steps_of;
 
 void run(const fs::path& dir, std::vector<std::string> sets) {
-  ax::StartOptions o;
-  o.config_file = (dir / "configs/mm.toml").string();
-  sets.push_back("model.path=" + (dir / "model").string());
-  o.overrides = sets;
-  o.discover = false;
-  auto engine = ax::Engine::start(o);
-  ax::Provider p;
-  p.info.kind = ax::ProviderKind::dataset;
-  p.info.name = "mm_cpt";
-  p.object = std::make_shared<ax::mm::MmCptType>();
-  engine->registry.add(std::move(p));
+  auto engine = mm_e2e::start_engine(dir, std::move(sets));
   ax::train_from_config(*engine, ax::TrainOptions{});
 }
 

@@ -48,17 +48,7 @@ int64_t make_layout(const fs::path& dir, int rows) {
 
 // One `axengine run` in this process: the engine without plugin discovery, the type registered by hand.
 void run(const fs::path& dir, std::vector<std::string> sets, bool resume) {
-  ax::StartOptions o;
-  o.config_file = (dir / "configs/mm.toml").string();
-  sets.push_back("model.path=" + (dir / "model").string());
-  o.overrides = sets;
-  o.discover = false;
-  auto engine = ax::Engine::start(o);
-  ax::Provider p;
-  p.info.kind = ax::ProviderKind::dataset;
-  p.info.name = "mm_cpt";
-  p.object = std::make_shared<ax::mm::MmCptType>();
-  engine->registry.add(std::move(p));
+  auto engine = mm_e2e::start_engine(dir, std::move(sets));
   ax::TrainOptions t;
   t.resume = resume;
   ax::train_from_config(*engine, t);

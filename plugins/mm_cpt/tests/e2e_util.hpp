@@ -1,5 +1,5 @@
-// What the end-to-end tests (e2e_test.cpp, e2e_stream_test.cpp) share: a fresh scratch directory and the
-// metrics.jsonl readers.
+// What the end-to-end tests (e2e_test.cpp, e2e_stream_test.cpp) share: a fresh scratch directory, the
+// metrics.jsonl readers and the in-process engine.
 #pragma once
 #include <filesystem>
 #include <fstream>
@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+
+#include "axengine/engine.hpp"
+#include "axengine/registry.hpp"
+#include "mm_dataset.hpp"
 
 namespace mm_e2e {
 
@@ -37,6 +41,23 @@ inline std::vector<nlohmann::json> steps_of(const std::filesystem::path& metrics
   for (auto& j : lines(metrics))
     if (j.contains("loss")) out.push_back(j);
   return out;
+}
+
+// One `axengine run`'s engine in this process for dir/configs/mm.toml with the model dir/model: no plugin
+// discovery, the mm_cpt type registered by hand (so the test reads this process's decode counter).
+inline std::unique_ptr<ax::Engine> start_engine(const std::filesystem::path& dir, std::vector<std::string> sets) {
+  ax::StartOptions o;
+  o.config_file = (dir / "configs/mm.toml").string();
+  sets.push_back("model.path=" + (dir / "model").string());
+  o.overrides = sets;
+  o.discover = false;
+  auto engine = ax::Engine::start(o);
+  ax::Provider p;
+  p.info.kind = ax::ProviderKind::dataset;
+  p.info.name = "mm_cpt";
+  p.object = std::make_shared<ax::mm::MmCptType>();
+  engine->registry.add(std::move(p));
+  return engine;
 }
 
 }  // namespace mm_e2e
