@@ -52,7 +52,10 @@ void check_world(int64_t world) {
         cfg.backend = "gloo";
         cfg.timeout_s = 30;
         auto group = ax::train::DistGroup::join(env, cfg, ax::DeviceInfo{});
-        ax::train::ShardedTensors shards(*group, base_tensors());
+        // Copies of one set made before the threads: the global generator is not for concurrent use.
+        std::vector<at::Tensor> mine;
+        for (const auto& t : want) mine.push_back(t.clone());
+        ax::train::ShardedTensors shards(*group, std::move(mine));
         resident[static_cast<std::size_t>(r)] = shards.resident_bytes();
         bool all = shards.size() == want.size();
         for (std::size_t i = 0; i < want.size(); ++i) {  // in the same order on every rank
