@@ -5,7 +5,8 @@
 //   saved_MB    the tensors the forward keeps for backward (distinct storages)
 //   dense_ms    one cuBLAS GEMM of the forward's FLOPs ([M, H] x [H, 3I]): the "70% of cuBLAS" yardstick
 //   rel_err     the largest norm-relative difference of y, dx, the LoRA grads and dgates vs scattermoe
-// Usage: sonicmoe_bench [--shape NAME]... [--iters N] [--tokens T] [--json FILE]
+// --profile prints, per shape and backend, the Kineto summary of 5 fwd+bwd calls (where the time goes).
+// Usage: sonicmoe_bench [--shape NAME]... [--iters N] [--tokens T] [--json FILE] [--profile]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
@@ -24,6 +25,7 @@
 #include <axengine/builtins.hpp>
 #include <axengine/ops/moe_mlp.hpp>
 #include <axengine/plugin_loader.hpp>
+#include <axengine/profiler.hpp>
 #include <axengine/registry.hpp>
 
 namespace {
@@ -96,7 +98,7 @@ struct Run {
   MoeMlpGrads g;
 };
 
-Run measure(MoeMlp& be, const MoeMlpArgs& a, const at::Tensor& dy, int iters) {
+Run measure(MoeMlp& be, const MoeMlpArgs& a, const at::Tensor& dy, int iters, bool profile) {
   Run run;
   auto step = [&] {
     MoeMlpResult r = be.forward(a);
@@ -113,6 +115,12 @@ Run measure(MoeMlp& be, const MoeMlpArgs& a, const at::Tensor& dy, int iters) {
   run.saved_mb = double(bytes) / (1024.0 * 1024.0);
   run.fwd_ms = median_ms([&] { be.forward(a); }, iters);
   run.step_ms = median_ms([&] { step(); }, iters);
+  if (profile) {
+    ax::Profiler prof;
+    prof.start(/*cuda=*/true);
+    for (int i = 0; i < 5; ++i) step();
+    std::printf("%s\n", prof.stop("", 30).c_str());
+  }
   return run;
 }
 
@@ -123,6 +131,7 @@ int main(int argc, char** argv) {
   int iters = 20;
   int64_t T = 4096, r = 16;
   std::string json_path;
+  bool profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -133,8 +142,9 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--tokens") T = std::stoll(next());
     else if (a == "--json") json_path = next();
+    else if (a == "--profile") profile = true;
     else {
-      std::fprintf(stderr, "usage: sonicmoe_bench [--shape NAME]... [--iters N] [--tokens T] [--json FILE]\n");
+      std::fprintf(stderr, "usage: sonicmoe_bench [--shape NAME]... [--iters N] [--tokens T] [--json FILE] [--profile]\n");
       return 2;
     }
   }
@@ -171,7 +181,7 @@ int main(int argc, char** argv) {
         const bool is_sonic = be == sonic.get();
         Run run;
         try {
-          run = measure(*be, a, dy, iters);
+          run = measure(*be, a, dy, iters, profile);
         } catch (const std::exception& e) {
           std::printf("%-14s %-10s failed: %s\n", s.name, is_sonic ? "sonicmoe" : "scattermoe", e.what());
           continue;

@@ -54,7 +54,10 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
   const int64_t u_cols = a.epi == Epi::glu ? a.N : a.N;  // B's columns: u's 2I (glu), else N
   const int64_t w_rows = a.w_kmajor ? int64_t(a.E) * u_cols : int64_t(a.E) * a.K;
   if (w_rows >= (int64_t{1} << 31)) return "the weight has more than 2^31 rows";
+  if (a.epi == Epi::store && a.a_idx != nullptr) return "the store epilogue reads A in row order (no gather)";
   bool ok = a.w_kmajor ? encode(&maps.b, a.w, w_rows, a.K, a.ldw, kBK, 128) : encode(&maps.b, a.w, w_rows, u_cols, a.ldw, 64, kBK);
+  if (a.epi == Epi::store) ok = ok && encode(&maps.a, a.a, a.M, a.K, a.lda, kBK, kBM);
+  else maps.a = maps.b;  // unused: the gathered A is copied with cp.async
   if (a.r > 0) {
     ok = ok && encode(&maps.a2, a.a2, a.M, a.r, a.r, kBK, kBM);
     ok = ok && (a.w2_kmajor ? encode(&maps.b2, a.w2, u_cols, int64_t(a.r) * a.E, a.ldw2, kBK, 128)

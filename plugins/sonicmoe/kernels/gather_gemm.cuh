@@ -4,17 +4,22 @@
 //
 // Shape (scattermoe's kernels/wgmma_gemm.cu, CUTLASS's sm90 "cooperative" GEMM), with the gather fused:
 // - 384 threads: warpgroup 0 produces, warpgroups 1 and 2 consume (64 rows each of a 128 x 256 tile).
-// - A is GATHERED: a TMA box cannot gather rows, so the 128 producer threads copy the tile's rows with
+// - The store epilogue's A (h in forward, du in backward) is in sorted-row order: TMA boxes, as B, issued by
+//   one producer thread (this is scattermoe's mainloop; the cp.async path below ran that GEMM ~1.6x slower).
+// - Otherwise A is GATHERED: a TMA box cannot gather rows, so the 128 producer threads copy the tile's rows with
 //   cp.async (16 bytes each, 8 threads per 128-byte row: each warp instruction reads 4 whole rows) into
 //   the 128-byte-swizzled layout TMA would have written and wgmma reads. A row's source (its token, or
 //   -1: inactive / past the expert's end -> zero fill) is looked up once per tile into shared memory.
 // - B (W_e), and in the LoRA step A2 (the rows' thin product) and B2, come by TMA from the one thread
 //   that also arrives with the transaction count.
-// - A stage is "full" when TMA's bytes have landed and all 128 producer threads have arrived. A thread
-//   arrives for step g only after its cp.async group of step g has completed (cp.async.wait_group) and
-//   a proxy fence (the copies are generic-proxy writes; wgmma reads through the async proxy), kLag steps
-//   after issuing it, so kLag copies stay in flight per thread. kLag < kStages: the stage a producer waits
-//   to refill was consumed, which needs its arrival, which came kStages - kLag steps earlier.
+// - A stage is "full" when TMA's bytes have landed and all 128 producer threads have arrived. A thread's
+//   arrival is made by the hardware when its copies of the step have landed (cp.async.mbarrier.arrive
+//   .noinc right after issuing them), so a producer never waits on its own copies: it runs up to kStages
+//   steps ahead, bounded only by the empty barriers. (The first version waited for its copies with
+//   cp.async.wait_group two steps later and arrived itself: the consumers then saw at most two stages in
+//   flight, and every GEMM ran at 125-300 TFLOP/s against scattermoe's TMA-fed 500-650 on the H200.)
+//   The copies are generic-proxy writes and wgmma reads through the async proxy: each consumer thread
+//   issues a proxy fence after its wait on the full barrier (which acquired the copies), before the MMAs.
 // - Halves GLU: the 256 B columns are gate columns n0..n0+127 and up columns I+n0..I+n0+127, so in the
 //   m64n256 accumulator layout (column 8i + 2·(lane%4) + b in d[4i + 2h + b]) a thread holds gate column
 //   c in d[4i + ..] and its up partner in d[4(i + 16) + ..]: the activation needs no data exchange and the
@@ -38,13 +43,12 @@ namespace ax::sonicmoe {
 namespace hp = ax::hopper;
 namespace detail {
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384, kLag = 2;
-static_assert(kLag < kStages, "a producer would wait for a stage its own late arrival blocks");
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
 constexpr size_t kSmemFixed = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 2 * kBM * sizeof(int64_t);
 
 struct Maps {
-  CUtensorMap b, a2, b2;
+  CUtensorMap a, b, a2, b2;  // a: store only (A in row order, by TMA); gathered A is loaded with cp.async
 };
 
 struct Params {
@@ -100,10 +104,11 @@ __device__ __forceinline__ int b_col(const Params& p, int n, int c) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// An arrival on `bar` that the hardware makes once every cp.async this thread issued so far has landed;
+// .noinc: it is one of the arrivals the barrier was initialised to expect.
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(hp::saddr(bar)) : "memory");
 }
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + __expf(-x)); }
@@ -138,6 +143,26 @@ __device__ __forceinline__ void mma_k16(float (&acc)[128], uint32_t sa, uint32_t
   hp::wgmma_m64n256k16<kBKMajor ? 0 : 1>(acc, da, db, scale_d);
 }
 
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The TMA loads of step kt's B tile (W_e, or B2 in the LoRA step) into sb, completing on `bar`.
+template <bool kBKMajor, bool kB2KMajor, int kEpi>
+__device__ __forceinline__ void load_b(const Maps& maps, const Params& p, const Tile& tl, int kt, bool lora, uint8_t* sb,
+                                       uint64_t* bar) {
+  const CUtensorMap* mb = lora ? &maps.b2 : &maps.b;
+  if (lora ? kB2KMajor : kBKMajor) {  // two boxes of 128 B columns x 64 k
+    for (int hb = 0; hb < 2; ++hb) {
+      const int col = b_col<kEpi>(p, tl.n, 128 * hb);
+      const int c0 = lora ? tl.e * p.r : kt * kBK;
+      const int c1 = lora ? col : static_cast<int>(tl.e * p.w_erows + col);
+      hp::tma_load_2d(sb + hb * (kBBytes / 2), mb, bar, c0, c1);
+    }
+  } else {  // MN-major: four boxes of 64 columns x 64 k, 8 KB apart (the descriptor's lbo)
+    const int row = lora ? tl.e * p.r : static_cast<int>(tl.e * p.w_erows + kt * kBK);
+    for (int q = 0; q < 4; ++q) hp::tma_load_2d(sb + q * (kBBytes / 4), mb, bar, b_col<kEpi>(p, tl.n, 64 * q), row);
+  }
+}
+#endif
+
 // kBKMajor: W's orientation; kB2KMajor: B2's; kLoraK16: MMAs of the LoRA step (0: none); kEpi: Epi.
 template <bool kBKMajor, bool kB2KMajor, int kLoraK16, int kEpi>
 __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_constant__ Maps maps, const Params p) {
@@ -152,7 +177,8 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      hp::mbar_init(&full[s], 128 + 1);  // 128 producer threads + the expect_tx arrival
+      // gathered A: 128 producer threads + the expect_tx arrival; store (A in row order, by TMA): the latter
+      hp::mbar_init(&full[s], kEpi == int(Epi::store) ? 1 : 128 + 1);
       hp::mbar_init(&empty[s], 2);       // one per consumer warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -171,17 +197,28 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
 
   if (wg == 0) {  // producers
     hp::setmaxnreg_dec<72>();
+    if constexpr (kEpi == int(Epi::store)) {  // A's rows in sorted order: TMA boxes, as B (one thread)
+      if (threadIdx.x != 0) return;
+      int step = 0;
+      for (int ti = blockIdx.x; ti < total; ti += gridDim.x) {
+        const Tile tl = tile_at(ti, tile_start, p.seg, p.E);
+        for (int kt = 0; kt < k_steps; ++kt, ++step) {
+          const int s = step % kStages;
+          hp::mbar_wait(&empty[s], ((step / kStages) & 1) ^ 1);
+          uint8_t* sa = smem + s * kStageBytes;
+          const bool lora = kLoraK16 > 0 && kt == p.k_tiles;
+          hp::mbar_expect_tx(&full[s], kStageBytes);
+          hp::tma_load_2d(sa, lora ? &maps.a2 : &maps.a, &full[s], lora ? 0 : kt * kBK, static_cast<int>(tl.row0));
+          load_b<kBKMajor, kB2KMajor, kEpi>(maps, p, tl, kt, lora, sa + kABytes, &full[s]);
+        }
+      }
+      return;
+    }
     const int t = threadIdx.x;
     const bool lead = t == 0;
     const int chunk = t % 8;  // this thread's 16-byte chunk of each of its rows
     int step = 0;             // global step counter: stage step % kStages, phase (step / kStages) & 1
     int parity_buf = 0;
-    // Arrival for step q: its copies are complete (wait_group), made visible to the async proxy, then
-    // announced.
-    auto arrive = [&](int q) {
-      hp::fence_proxy_async();
-      hp::mbar_arrive(&full[q % kStages]);
-    };
     for (int ti = blockIdx.x; ti < total; ti += gridDim.x) {
       const Tile tl = tile_at(ti, tile_start, p.seg, p.E);
       // This tile's row sources: the buffer was last read two tiles ago, before every producer passed
@@ -205,18 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
         if (lead) {
           hp::mbar_expect_tx(&full[s], lora ? kStageBytes : kBBytes);
           if (lora) hp::tma_load_2d(sa, &maps.a2, &full[s], 0, static_cast<int>(tl.row0));
-          const CUtensorMap* mb = lora ? &maps.b2 : &maps.b;
-          if (lora ? kB2KMajor : kBKMajor) {  // two boxes of 128 B columns x 64 k
-            for (int hb = 0; hb < 2; ++hb) {
-              const int col = b_col<kEpi>(p, tl.n, 128 * hb);
-              const int c0 = lora ? tl.e * p.r : kt * kBK;
-              const int c1 = lora ? col : static_cast<int>(tl.e * p.w_erows + col);
-              hp::tma_load_2d(sb + hb * (kBBytes / 2), mb, &full[s], c0, c1);
-            }
-          } else {  // MN-major: four boxes of 64 columns x 64 k, 8 KB apart (the descriptor's lbo)
-            const int row = lora ? tl.e * p.r : static_cast<int>(tl.e * p.w_erows + kt * kBK);
-            for (int q = 0; q < 4; ++q) hp::tma_load_2d(sb + q * (kBBytes / 4), mb, &full[s], b_col<kEpi>(p, tl.n, 64 * q), row);
-          }
+          load_b<kBKMajor, kB2KMajor, kEpi>(maps, p, tl, kt, lora, sb, &full[s]);
         }
         if (!lora) {  // the gathered A tile: rows t/8 + 16i, chunk t%8, 128-byte swizzle
           const uint32_t sbase = hp::saddr(sa);
@@ -229,15 +255,10 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
             cp_async16(dst, g, src >= 0 ? 16 : 0);  // src-size 0: sixteen zero bytes
           }
         }
-        cp_async_commit();  // (an empty group in the LoRA step keeps the group count = the step count)
-        if (step >= kLag) {
-          cp_async_wait<kLag>();
-          arrive(step - kLag);
-        }
+        cp_async_arrive(&full[s]);  // (in the LoRA step: at once, the earlier steps' copies having landed)
       }
     }
-    cp_async_wait<0>();
-    for (int q = step > kLag ? step - kLag : 0; q < step; ++q) arrive(q);
+    cp_async_wait_all();  // no thread leaves with copies in flight
     return;
   }
 
@@ -268,6 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
     // under a data-dependent branch makes ptxas serialise every wgmma of the kernel.
     auto step = [&](auto n16, auto kmajor, bool first) {
       hp::mbar_wait(&full[s], phase);
+      if constexpr (kEpi != int(Epi::store)) hp::fence_proxy_async();  // cp.async writes (generic proxy) -> wgmma
       const uint32_t sa = hp::saddr(smem + s * kStageBytes) + cw * 64 * 128;
       const uint32_t sb = hp::saddr(smem + s * kStageBytes + kABytes);
       hp::wgmma_fence();

@@ -26,7 +26,8 @@ struct GatherGemmArgs {
   const int64_t* seg = nullptr;
   const int64_t* row_expert = nullptr;
   // A [*, K] bf16 row-major (lda elements, 16-byte aligned rows): sorted row m reads row a_idx[m] / a_div
-  // (the gather: token of the entry) or row m (a_idx null). K: a multiple of 64.
+  // (the gather: token of the entry) or row m (a_idx null). K: a multiple of 64. The store epilogue takes
+  // no gather (a_idx null: its A, h or du, is in sorted-row order and comes by TMA; M rows).
   const void* a = nullptr;
   int64_t lda = 0;
   const int64_t* a_idx = nullptr;
