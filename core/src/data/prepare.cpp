@@ -443,6 +443,11 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     for (auto& s : eval) out.eval.push_back(std::move(s));
     out.sources.push_back(report);
   }
+  // It paces the reading of a stream; map-style rows are all prepared before step 1: set, it would do nothing.
+  if (!out.stream)
+    if (const toml::node* n = config.document.at_path("data.prefetch_steps").node())
+      config_fail(config.file, n, "data.prefetch_steps applies to a streamed dataset (streaming = true); this run's data is "
+                                  "map-style, prepared before the first step");
   return out;
 }
 

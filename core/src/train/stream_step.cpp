@@ -35,11 +35,12 @@ StreamedStep read_streamed_step(data::StreamFeed& feed, int64_t mb, int64_t ga, 
         }
         packed.rows.push_back(std::move(ids));
       }
+  out.next = feed.cursor();
   return out;
 }
 
-nlohmann::json stream_state(const data::StreamFeed& feed, int64_t sequence_len, int64_t rows_per_step) {
-  return {{"cursor", feed.cursor().to_json()}, {"sequence_len", sequence_len}, {"rows_per_step", rows_per_step}};
+nlohmann::json stream_state(const StreamCursor& cursor, int64_t sequence_len, int64_t rows_per_step) {
+  return {{"cursor", cursor.to_json()}, {"sequence_len", sequence_len}, {"rows_per_step", rows_per_step}};
 }
 
 void resume_stream(data::StreamFeed& feed, const std::optional<nlohmann::json>& state, int64_t sequence_len,
