@@ -51,13 +51,14 @@ void StreamPrefetcher::work() {
 
 StreamedStep StreamPrefetcher::next() {
   if (given_ >= steps_) throw RuntimeError(ax::str("stream prefetch: step ", given_ + 1, " asked of ", steps_));
-  last_wait_s_ = 0;
-  if (depth_ == 0) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (depth_ == 0) {  // the training thread makes the step: all of that time is waiting for data
+    last_wait_s_ = 0;
     StreamedStep step = produce_();
+    last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++given_;
     return step;
   }
-  const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return !ready_.empty() || finished_; });
   last_wait_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -39,8 +39,8 @@ class StreamPrefetcher {
   StreamedStep next();
 
   int64_t depth() const { return depth_; }
-  // Seconds the last next() blocked waiting for its step (0 when the worker had it ready): the host's wait on
-  // the data, reported per step in metrics.jsonl as data_wait_s.
+  // Seconds the last next() took to give its step: blocked waiting for the worker (0 when it had the step
+  // ready), or at depth 0 making it. The training thread's wait on the data, metrics.jsonl's data_wait_s.
   double last_wait_s() const { return last_wait_s_; }
 
  private:
