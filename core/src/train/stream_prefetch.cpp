@@ -1,3 +1,5 @@
+// The streamed steps' background producer (stream_prefetch.hpp says why: the device must not wait for the
+// host's reading and decoding of the next step's rows).
 #include "train/stream_prefetch.hpp"
 
 #include <chrono>
