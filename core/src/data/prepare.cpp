@@ -259,6 +259,9 @@ FileSamples tokenise(const DatasetType& type, const toml::table& entry, const Da
     if (s.input_ids.empty()) throw UsageError(ax::str(out.where(i), ": the sample has no tokens"));
     if (s.labels.size() != s.input_ids.size())
       throw UsageError(ax::str(out.where(i), ": the sample has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
+    // Deferred extras are a stream's (Sample::materialise): a prepared sample is complete, cached as it is.
+    if (s.materialise)
+      throw RuntimeError(ax::str(out.where(i), ": the dataset type's get() returned a sample with materialise set; only a stream's samples may defer their extras"));
   }
   check_extras(out.samples, out.file);
   return out;

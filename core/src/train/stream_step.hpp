@@ -26,10 +26,14 @@ struct StreamedStep {
 
 // Reads the step's micro_batch_size x grad_accum x world rows, in stream order; rank k's micro-batch j takes
 // rows (j * world + k) * micro_batch_size ... + micro_batch_size - 1, as a map-style step takes its rows from the
-// epoch's order. Every rank reads (and tokenises, decodes) every row of the step, so all ranks agree on the rows
-// and the cursor without a collective; each trains on its own.
+// epoch's order. Every rank reads (and tokenises) every row of the step, so all ranks agree on the rows and the
+// cursor without a collective; each trains on its own. A sample left deferred (StreamFeed's
+// set_materialise_eagerly(false): mm_cpt's pixels) is materialised only here and only in the rank's own rows,
+// so each rank decodes only the images it trains on.
 StreamedStep read_streamed_step(data::StreamFeed& feed, int64_t micro_batch_size, int64_t grad_accum, int64_t world,
                                 int64_t rank, int64_t sequence_len);
+// Runs the materialise of every sample that has one, in parallel; rethrows the first failure in order.
+void materialise(std::vector<std::vector<Sample>>& samples);
 
 // trainer_state.json's data_stream: the cursor (StreamedStep::next of the last trained step) and what must
 // match for a resume to continue it.

@@ -394,6 +394,11 @@ void Loop::start_stream() {
   data::StreamFeed* feed = s_.data.stream.get();
   const DatasetType* collator = s_.data.collator.get();
   stream_cursor_ = feed->cursor();
+  // Several ranks: each decodes only the rows it trains (Sample::materialise); one rank keeps on_bad_row's
+  // skip for rows whose pixels fail.
+  feed->set_materialise_eagerly(w == 1);
+  if (w > 1 && writer_)
+    log::info(ax::str("streaming: each of the ", w, " ranks packs every row and materialises (decodes) only its own"));
   // By value: the worker touches no member of the loop.
   auto produce = [=] {
     StreamedStep st = read_streamed_step(*feed, mb, ga, w, r, S);
