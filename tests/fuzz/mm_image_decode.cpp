@@ -1,10 +1,13 @@
 // Image files of the mm_cpt plugin (plugins/mm_cpt/src/image.cpp: JPEG, PNG, WebP through their libraries,
 // our EXIF reader and the header size limit), decoded and processed as a dataset row's image is. The first
-// input byte picks the target: even = the whole file through decode + process, odd = the EXIF TIFF block.
+// input byte picks the target: even = the whole file through decode + process (and its header alone, which must
+// agree with the decode), odd = the EXIF TIFF block.
 #include <cstdlib>
+#include <optional>
 
 #include <tbb/global_control.h>
 
+#include "axengine/error.hpp"
 #include "harness.hpp"
 #include "image.hpp"
 #include "processor.hpp"
@@ -21,10 +24,18 @@ AX_FUZZ_HARNESS(mm_image_decode) {
   }
   ax::mm::DecodeLimits limits;
   limits.max_pixels = 1 << 20;  // a fuzzer's header may declare anything: keep the allocations small
+  // The header alone (what a streamed sample's image tokens are counted from, on every rank) must agree with
+  // decoding: an image that decodes has a header that reads, giving the decoded size.
+  std::optional<ax::mm::ImageHeader> header;
+  try {
+    header = ax::mm::read_image_header(body, n, "fuzz.img", limits);
+  } catch (const ax::UsageError&) {
+  }
   ax::mm::Image img = ax::mm::decode_image(body, n, "fuzz.img", limits);
   if (img.width <= 0 || img.height <= 0 || img.width * img.height > limits.max_pixels ||
       img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3))
     std::abort();
+  if (!header || header->width != img.width || header->height != img.height) std::abort();
   ax::mm::ProcessorConfig cfg;
   cfg.min_pixels = 28 * 28;
   cfg.max_pixels = 28 * 28 * 4;

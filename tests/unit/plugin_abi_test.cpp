@@ -248,8 +248,8 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "40/8: format@0 blocksize@8 double_quant@16 axis@24 per_expert_scale@32");
   CHECK(AX_LAYOUT(ParamGroup, AX_FIELD(params) AX_FIELD(weight_decay)) ==
         "32/8: params@0 weight_decay@24");
-  CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras)) ==
-        "96/8: input_ids@0 labels@24 extras@48");
+  CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras) AX_FIELD(materialise)) ==
+        "128/8: input_ids@0 labels@24 extras@48 materialise@96");
   CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir) AX_FIELD(model_dir)) ==
         "104/8: tokenizer@0 config_file@8 base_dir@40 model_dir@72");
 }

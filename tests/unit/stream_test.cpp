@@ -128,42 +128,58 @@ TEST_CASE("streaming: the stream gives the map-style samples in file order, pack
 }
 
 TEST_CASE("streaming: a resumed run reads no row before its cursor and ends as the uninterrupted run") {
-  auto full_dir = make_stream_dir("stream_full", "streaming = true\n", "");
-  edit(full_dir, "type = \"completion\"", "type = \"recording\"");
-  g_read.clear();
-  Harness full(full_dir, {}, add_recording);
-  auto full_sum = full.run();
-  const std::vector<std::string> full_read = g_read;
-  REQUIRE(full_sum.losses.size() == 8);
+  // Without and with steps read ahead on a background thread (data.prefetch_steps, stream_prefetch.hpp): the
+  // checkpoint's cursor is that of the rows trained on, never of those read ahead.
+  std::vector<double> losses_at_depth0;
+  for (int depth : {0, 2}) {
+    CAPTURE(depth);
+    const std::string prefetch = "data.prefetch_steps=" + std::to_string(depth);
+    auto full_dir = make_stream_dir("stream_full", "streaming = true\n", "");
+    edit(full_dir, "type = \"completion\"", "type = \"recording\"");
+    g_read.clear();
+    Harness full(full_dir, {prefetch}, add_recording);
+    auto full_sum = full.run();
+    const std::vector<std::string> full_read = g_read;
+    REQUIRE(full_sum.losses.size() == 8);
+    if (depth == 0) losses_at_depth0 = full_sum.losses;
+    CHECK(full_sum.losses == losses_at_depth0);  // bitwise
 
-  auto dir = ax::test::scratch_dir("stream_resumed");
-  fs::copy(full_dir / "run.toml", dir / "run.toml");
-  for (int s = 0; s < 3; ++s) fs::copy(full_dir / ("sums-" + std::to_string(s) + ".jsonl"), dir / ("sums-" + std::to_string(s) + ".jsonl"));
-  g_read.clear();
-  {
-    Harness first(dir, {"train.max_steps=4"}, add_recording);
-    first.run();
+    auto dir = ax::test::scratch_dir("stream_resumed");
+    fs::copy(full_dir / "run.toml", dir / "run.toml");
+    for (int s = 0; s < 3; ++s) fs::copy(full_dir / ("sums-" + std::to_string(s) + ".jsonl"), dir / ("sums-" + std::to_string(s) + ".jsonl"));
+    g_read.clear();
+    {
+      Harness first(dir, {"train.max_steps=4", prefetch}, add_recording);
+      first.run();
+    }
+    const std::vector<std::string> first_read = g_read;
+    g_read.clear();
+    Harness second(dir, {"checkpoint.resume_from=\"latest\"", prefetch}, add_recording);
+    auto sum = second.run();
+    const std::vector<std::string> second_read = g_read;
+    // The first run read its rows and one more (the packer's lookahead, not trained on); the resumed run starts
+    // at that row: no row of the first four steps is read again.
+    REQUIRE(!first_read.empty());
+    std::vector<std::string> joined(first_read.begin(), first_read.end() - 1);
+    joined.insert(joined.end(), second_read.begin(), second_read.end());
+    CHECK(joined == full_read);
+    CHECK(second_read.size() + first_read.size() - 1 == full_read.size());
+    REQUIRE(sum.losses.size() == 4);
+    for (int i = 0; i < 4; ++i) CHECK(sum.losses[i] == full_sum.losses[4 + i]);
+    // The cursor is in trainer_state.json; the uninterrupted run saved the same one at step 4, though with
+    // prefetch its feed was further on then.
+    auto state = [](const fs::path& d) {
+      return nlohmann::json::parse(std::ifstream(d / "out/checkpoints/step-00000004/trainer_state.json"));
+    };
+    auto j = state(dir);
+    REQUIRE(j.contains("data_stream"));
+    CHECK(j["data_stream"]["cursor"]["file"].get<std::string>().find("sums-") != std::string::npos);
+    CHECK(j["data_stream"]["sequence_len"] == 24);
+    auto full_state = state(full_dir)["data_stream"], resumed_state = j["data_stream"];
+    for (auto* st : {&full_state, &resumed_state})  // the same shard, in the two runs' own dirs
+      (*st)["cursor"]["file"] = fs::path((*st)["cursor"]["file"].get<std::string>()).filename().string();
+    CHECK(full_state == resumed_state);
   }
-  const std::vector<std::string> first_read = g_read;
-  g_read.clear();
-  Harness second(dir, {"checkpoint.resume_from=\"latest\""}, add_recording);
-  auto sum = second.run();
-  const std::vector<std::string> second_read = g_read;
-  // The first run read its rows and one more (the packer's lookahead, not trained on); the resumed run starts
-  // at that row: no row of the first four steps is read again.
-  REQUIRE(!first_read.empty());
-  std::vector<std::string> joined(first_read.begin(), first_read.end() - 1);
-  joined.insert(joined.end(), second_read.begin(), second_read.end());
-  CHECK(joined == full_read);
-  CHECK(second_read.size() + first_read.size() - 1 == full_read.size());
-  REQUIRE(sum.losses.size() == 4);
-  for (int i = 0; i < 4; ++i) CHECK(sum.losses[i] == full_sum.losses[4 + i]);
-  // The cursor is in trainer_state.json.
-  std::ifstream st(dir / "out/checkpoints/step-00000004/trainer_state.json");
-  auto j = nlohmann::json::parse(st);
-  REQUIRE(j.contains("data_stream"));
-  CHECK(j["data_stream"]["cursor"]["file"].get<std::string>().find("sums-") != std::string::npos);
-  CHECK(j["data_stream"]["sequence_len"] == 24);
 }
 
 TEST_CASE("streaming: config errors name file:line:col") {

@@ -3,6 +3,7 @@
 // (e.g. multimodal ones) without touching core.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,13 @@ struct Sample {
   // be the same in every sample of a dataset (checked when the data is prepared; the prepared-data cache
   // stores them). The type's collate() turns them into the batch's extras.
   std::map<std::string, at::Tensor> extras;
+  // Set by a type's stream (SampleStream::next, axengine/stream.hpp) for a sample whose ids, labels and cheap
+  // extras are final but whose costly extras are not made yet (mm_cpt: the image tokens are counted from the
+  // headers, the pixels not decoded). Core calls it once, on the data-parallel rank that trains the sample
+  // (every other rank packs the sample by its length and drops it), and clears it; it adds the rest of
+  // `extras` and may throw (a UsageError: core prefixes the row). Empty for every other sample; a map-style
+  // Dataset::get must return complete samples (prepare refuses one with materialise set).
+  std::function<void(Sample&)> materialise;
 };
 
 // Where the samples of a batch landed: sample `sample` fills tokens [offset, offset + length) of row `row`

@@ -20,7 +20,8 @@
 //      the provider kind "executor" (axengine/executor.hpp, PluginRegistrar::executor).
 // 5.0: Batch::input_ids_host and Batch::extras_host (host copies a device forward builds its tables from);
 //      to_device_async; ModelLoadOptions::expert_parallel and the ExpertComm interface (expert_parallel.hpp).
-#define AXENGINE_PLUGIN_ABI_MAJOR 5
+// 6.0: Sample::materialise (a streamed sample's costly extras, made by the rank that trains it).
+#define AXENGINE_PLUGIN_ABI_MAJOR 6
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

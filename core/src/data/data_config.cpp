@@ -14,6 +14,7 @@ void bind_data(TableBinder& t, DataConfig& d) {
   t.field("eval_fraction", d.eval_fraction, "fraction of each dataset held out for evaluation, unless the entry sets eval_path or its own eval_fraction");
   t.field("cache_dir", d.cache_dir, "where tokenised datasets are cached, keyed by dataset config + tokenizer (default ~/.cache/axengine/prepared; env AXENGINE_CACHE_DIR)");
   t.field("cache", d.cache, "reuse / write the prepared-data cache");
+  t.bounded("prefetch_steps", d.prefetch_steps, 0, 16, "a streamed dataset (streaming = true): steps whose rows are read, tokenised and their images decoded on a background thread while the current step trains; 0 reads each step on the training thread just before it; same rows, order and losses either way; refused for map-style data (docs/datasets.md, \"Streaming\")");
   if (d.eval_fraction < 0 || d.eval_fraction >= 1)
     t.fail(t.table() ? t.table()->get("eval_fraction") : nullptr, "'data.eval_fraction' must be in [0, 1)");
 }

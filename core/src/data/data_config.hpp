@@ -15,6 +15,7 @@ struct DataConfig {
   double eval_fraction = 0.0;
   std::string cache_dir;  // "" = $AXENGINE_CACHE_DIR/prepared, else ~/.cache/axengine/prepared
   bool cache = true;
+  int64_t prefetch_steps = 2;  // a streamed run: steps read ahead on a background thread (train/stream_prefetch.hpp)
 };
 
 DataConfig read_data_config(const RunConfig& config);

@@ -259,6 +259,9 @@ FileSamples tokenise(const DatasetType& type, const toml::table& entry, const Da
     if (s.input_ids.empty()) throw UsageError(ax::str(out.where(i), ": the sample has no tokens"));
     if (s.labels.size() != s.input_ids.size())
       throw UsageError(ax::str(out.where(i), ": the sample has ", s.labels.size(), " labels for ", s.input_ids.size(), " tokens"));
+    // Deferred extras are a stream's (Sample::materialise): a prepared sample is complete, cached as it is.
+    if (s.materialise)
+      throw RuntimeError(ax::str(out.where(i), ": the dataset type's get() returned a sample with materialise set; only a stream's samples may defer their extras"));
   }
   check_extras(out.samples, out.file);
   return out;
@@ -443,6 +446,11 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     for (auto& s : eval) out.eval.push_back(std::move(s));
     out.sources.push_back(report);
   }
+  // It paces the reading of a stream; map-style rows are all prepared before step 1: set, it would do nothing.
+  if (!out.stream)
+    if (const toml::node* n = config.document.at_path("data.prefetch_steps").node())
+      config_fail(config.file, n, "data.prefetch_steps applies to a streamed dataset (streaming = true); this run's data is "
+                                  "map-style, prepared before the first step");
   return out;
 }
 

@@ -32,6 +32,11 @@ void StreamFeed::check(const Sample& s) {
                                "; the tokenizer has ", tokenizer_vocab_, "): the tokenizer and the model do not match"));
     throw UsageError(ax::str(where, ": ", what, " is outside the tokenizer's vocabulary (", tokenizer_vocab_, ")"));
   }
+  check_extras(s, where);
+}
+
+void StreamFeed::check_extras(const Sample& s, const std::string& where) {
+  std::lock_guard<std::mutex> lock(extras_mutex_);
   for (const auto& [key, t] : s.extras) {
     const std::string w = ax::str(where, ": extra '", key, "' ");
     if (!t.defined() || t.dim() < 1) throw UsageError(w + "must be a tensor of at least one dimension");
@@ -49,11 +54,38 @@ bool StreamFeed::fetch(Sample& out) {
     if (!stream_->next(out)) {
       if (pass_samples_ == 0)
         throw UsageError(ax::str("dataset ", name_, ": a whole pass over ", stream_->shards().size(),
-                                 " shard(s) gave no usable row (", stream_->skipped_rows(), " bad rows skipped, ", no_loss_,
+                                 " shard(s) gave no usable row (", stream_->skipped_rows() + skipped_late_, " bad rows skipped, ", no_loss_,
                                  " without a token to train on within data.sequence_len = ", sequence_len_, ")"));
       pass_samples_ = 0;
       stream_->seek(stream_->cursor());  // at the end, the cursor is the start of the next pass
       continue;
+    }
+    if (out.materialise) {
+      const std::string where = stream_->last_origin();
+      auto make = std::move(out.materialise);
+      out.materialise = nullptr;
+      if (eager_) {
+        try {
+          make(out);
+        } catch (const std::exception& e) {  // as the stream treats a row it cannot convert
+          if (policy_ == BadRowPolicy::error) throw UsageError(ax::str(where, ": ", e.what()));
+          ++skipped_late_;
+          continue;
+        }
+      } else {
+        const bool skip = policy_ == BadRowPolicy::skip;
+        out.materialise = [this, make = std::move(make), where, skip](Sample& s) {
+          try {
+            make(s);
+          } catch (const std::exception& e) {
+            throw UsageError(ax::str(where, ": ", e.what(),
+                                     skip ? " (on_bad_row = \"skip\" cannot drop it here: with several data-parallel ranks "
+                                            "the row was packed on every rank before the rank training it decoded it)"
+                                          : ""));
+          }
+          check_extras(s, where);
+        };
+      }
     }
     check(out);
     // As drop_samples_without_loss: a label other than -100 among positions 1 .. min(len, S) - 1.

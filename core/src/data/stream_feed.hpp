@@ -2,10 +2,14 @@
 // sample by sample as prepare_datasets checks map-style samples, packed into rows of sequence_len tokens with
 // a one-sample lookahead (the packer's whole buffer), repeated pass after pass until the run's max_steps.
 // Its cursor (that of the first sample not yet in a returned row) goes into the checkpoint.
+// A sample a type returns with Sample::materialise set (mm_cpt: pixels not decoded yet) is materialised at once
+// (one rank: today's semantics, on_bad_row included) or, with several data-parallel ranks, left to the rank
+// that trains it (read_streamed_step), wrapped so that its errors name the row and its extras are checked.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,10 +39,19 @@ class StreamFeed {
   const std::string& name() const { return name_; }
   const SampleStream& stream() const { return *stream_; }
   std::size_t no_loss() const { return no_loss_; }
+  // Rows dropped under on_bad_row = "skip" because materialising them failed (their pixels would not decode).
+  std::size_t skipped_late() const { return skipped_late_; }
+
+  // true (the default): a sample's materialise runs as it is read, and a failure follows on_bad_row like any bad
+  // row. false (several data-parallel ranks): it is left in the sample for the rank that trains it; a failure
+  // then stops the run whatever on_bad_row says (the row is packed on every rank: skipping it on one would give
+  // the ranks different rows).
+  void set_materialise_eagerly(bool eager) { eager_ = eager; }
 
  private:
   bool fetch(Sample& out);  // the next usable sample, across passes
   void check(const Sample& s);
+  void check_extras(const Sample& s, const std::string& where);
 
   std::unique_ptr<SampleStream> stream_;
   std::string name_;
@@ -47,7 +60,9 @@ class StreamFeed {
   std::optional<Sample> held_;  // read, did not fit the last row
   StreamCursor held_at_;        // the cursor before it
   uint64_t held_pass_ = 0;      // the pass it was read in
-  std::size_t no_loss_ = 0;
+  std::size_t no_loss_ = 0, skipped_late_ = 0;
+  bool eager_ = true;
+  std::mutex extras_mutex_;     // deferred samples are materialised (and checked) in parallel
   uint64_t pass_samples_ = 0;   // usable samples in the current pass
   std::map<std::string, std::pair<at::ScalarType, std::vector<int64_t>>> extras_;  // dtype and dims 1.. per name
 };

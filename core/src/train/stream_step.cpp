@@ -1,6 +1,9 @@
 #include "train/stream_step.hpp"
 
+#include <exception>
 #include <optional>
+
+#include <tbb/parallel_for.h>
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
@@ -23,7 +26,7 @@ StreamedStep read_streamed_step(data::StreamFeed& feed, int64_t mb, int64_t ga, 
           // The targets the loss sees: labelled positions after the sample's first token (never predicted).
           for (int64_t i = 1; i < len; ++i) out.trainable += s.labels[static_cast<std::size_t>(i)] != -100;
         }
-        if (k != rank) continue;
+        if (k != rank) continue;  // another rank's: never materialised here
         auto& samples = out.samples[static_cast<std::size_t>(j)];
         auto& packed = out.rows[static_cast<std::size_t>(j)];
         for (Sample& s : row) {
@@ -35,11 +38,36 @@ StreamedStep read_streamed_step(data::StreamFeed& feed, int64_t mb, int64_t ga, 
         }
         packed.rows.push_back(std::move(ids));
       }
+  out.next = feed.cursor();
+  materialise(out.samples);
   return out;
 }
 
-nlohmann::json stream_state(const data::StreamFeed& feed, int64_t sequence_len, int64_t rows_per_step) {
-  return {{"cursor", feed.cursor().to_json()}, {"sequence_len", sequence_len}, {"rows_per_step", rows_per_step}};
+void materialise(std::vector<std::vector<Sample>>& samples) {
+  std::vector<Sample*> todo;
+  for (auto& mb : samples)
+    for (Sample& s : mb)
+      if (s.materialise) todo.push_back(&s);
+  if (todo.empty()) return;
+  // In parallel (mm_cpt: an image's decode is single-threaded); the first failure in step order is raised, as
+  // reading the rows one by one would.
+  std::vector<std::exception_ptr> failed(todo.size());
+  tbb::parallel_for(std::size_t(0), todo.size(), [&](std::size_t i) {
+    try {
+      Sample& s = *todo[i];
+      auto make = std::move(s.materialise);
+      s.materialise = nullptr;
+      make(s);
+    } catch (...) {
+      failed[i] = std::current_exception();
+    }
+  });
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+}
+
+nlohmann::json stream_state(const StreamCursor& cursor, int64_t sequence_len, int64_t rows_per_step) {
+  return {{"cursor", cursor.to_json()}, {"sequence_len", sequence_len}, {"rows_per_step", rows_per_step}};
 }
 
 void resume_stream(data::StreamFeed& feed, const std::optional<nlohmann::json>& state, int64_t sequence_len,

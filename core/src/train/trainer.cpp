@@ -38,6 +38,7 @@
 #include "train/report.hpp"
 #include "train/schedule.hpp"
 #include "train/step_plan.hpp"
+#include "train/stream_prefetch.hpp"
 #include "train/stream_step.hpp"
 #include "train/tensorboard.hpp"
 
@@ -90,6 +91,7 @@ int64_t intra_op_threads(int64_t requested) {
 struct PendingStep {
   int64_t step = 0, tokens = 0, trainable = 0;
   int64_t pass = -1;  // a streamed step: the pass over the shards (its metrics' "epoch")
+  double data_wait_s = -1;  // a streamed step: how long the host waited for its rows (stream_prefetch.hpp)
   double lr = 0;
   Clock::time_point started;
   at::Tensor host;                  // double [grad_accum + 2]: losses..., grad norm, found_inf
@@ -129,6 +131,7 @@ class Loop {
   void maybe_resume();
   PendingStep train_step(int64_t step);
   PendingStep stream_step(PendingStep p);
+  void start_stream();
   PendingStep enqueue(PendingStep p, const std::vector<Batch>& batches);
   friend class LoopStep;
   at::Tensor device_step(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device);
@@ -181,6 +184,9 @@ class Loop {
   std::unique_ptr<StepExecutor> executor_;  // how a step runs (select_executor); chosen after plan()
   LoopStep program_{*this};
   int64_t span_capacity_ = 0;               // cu_seqlens spans a static-shape micro-batch is padded to
+  StreamCursor stream_cursor_;              // a streamed run: the cursor after the last step taken (its checkpoint's)
+  // Last, so that it is destroyed (its worker joined) first, on every exit path.
+  std::unique_ptr<StreamPrefetcher> prefetch_;
 };
 
 at::Tensor LoopStep::run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) {
@@ -376,21 +382,45 @@ PendingStep Loop::train_step(int64_t step) {
   return enqueue(std::move(p), batches);
 }
 
-// A streamed step: its rows come from the stream (stream_step.hpp), in stream order.
+// A streamed run's steps from here to the end: read from the stream (stream_step.hpp), in stream order, and
+// made into micro-batches, data.prefetch_steps ahead on a background thread (stream_prefetch.hpp). After the
+// resume's seek: the feed is the worker's alone from now on.
+void Loop::start_stream() {
+  const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum, S = s_.data_config.sequence_len;
+  const int64_t w = world(), r = rank();
+  const int32_t pad_id = s_.pad_id;
+  const bool pad = executor_->static_shapes();
+  const int64_t capacity = span_capacity_;
+  data::StreamFeed* feed = s_.data.stream.get();
+  const DatasetType* collator = s_.data.collator.get();
+  stream_cursor_ = feed->cursor();
+  // Several ranks: each decodes only the rows it trains (Sample::materialise); one rank keeps on_bad_row's
+  // skip for rows whose pixels fail.
+  feed->set_materialise_eagerly(w == 1);
+  if (w > 1 && writer_)
+    log::info(ax::str("streaming: each of the ", w, " ranks packs every row and materialises (decodes) only its own"));
+  // By value: the worker touches no member of the loop.
+  auto produce = [=] {
+    StreamedStep st = read_streamed_step(*feed, mb, ga, w, r, S);
+    std::vector<uint32_t> ids;
+    for (int64_t k = 0; k < mb; ++k) ids.push_back(static_cast<uint32_t>(k));
+    for (std::size_t j = 0; j < st.samples.size(); ++j) {
+      st.batches.push_back(data::make_batch(st.samples[j], st.rows[j], ids, S, pad_id, collator));
+      if (pad) data::pad_static(st.batches.back(), capacity);
+    }
+    return st;
+  };
+  prefetch_ = std::make_unique<StreamPrefetcher>(produce, total_steps_ - start_step_, s_.data_config.prefetch_steps);
+}
+
 PendingStep Loop::stream_step(PendingStep p) {
-  const int64_t mb = s_.train.micro_batch_size, S = s_.data_config.sequence_len;
-  StreamedStep st = read_streamed_step(*s_.data.stream, mb, s_.train.grad_accum, world(), rank(), S);
+  StreamedStep st = prefetch_->next();
   p.tokens = st.tokens;
   p.trainable = st.trainable;
   p.pass = static_cast<int64_t>(st.pass);
-  std::vector<uint32_t> ids;
-  for (int64_t r = 0; r < mb; ++r) ids.push_back(static_cast<uint32_t>(r));
-  std::vector<Batch> batches;
-  for (std::size_t j = 0; j < st.samples.size(); ++j) {
-    batches.push_back(data::make_batch(st.samples[j], st.rows[j], ids, S, s_.pad_id, s_.data.collator.get()));
-    if (executor_->static_shapes()) data::pad_static(batches.back(), span_capacity_);
-  }
-  return enqueue(std::move(p), batches);
+  p.data_wait_s = prefetch_->last_wait_s();
+  stream_cursor_ = st.next;
+  return enqueue(std::move(p), st.batches);
 }
 
 PendingStep Loop::enqueue(PendingStep p, const std::vector<Batch>& batches) {
@@ -540,10 +570,12 @@ void Loop::record(const PendingStep& p) {
   double tps = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
   double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
   double epoch = p.pass >= 0 ? static_cast<double>(p.pass) : static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
-  log_record({{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
-              {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
-              {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
-              {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}});
+  nlohmann::json rec{{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
+                     {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
+                     {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
+                     {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}};
+  if (p.data_wait_s >= 0) rec["data_wait_s"] = p.data_wait_s;  // streamed: the host's wait for the step's rows
+  log_record(std::move(rec));
   if (progress_) progress_->update(step + 1, epoch, loss, lr_, tps, eta);
 }
 
@@ -707,7 +739,7 @@ std::string Loop::save(int64_t step) {
   pl.state.tokens_seen = tokens_seen_;
   pl.state.trainable_tokens_seen = trainable_seen_;
   if (s_.data.stream)
-    pl.state.data_stream = stream_state(*s_.data.stream, s_.data_config.sequence_len,
+    pl.state.data_stream = stream_state(stream_cursor_, s_.data_config.sequence_len,
                                         s_.train.micro_batch_size * s_.train.grad_accum * world());
   pl.write_adapter = s_.write_adapter;
   // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
@@ -737,6 +769,7 @@ TrainSummary Loop::run() {
   plan();
   choose_executor();
   maybe_resume();
+  if (s_.data.stream) start_stream();
   if (s_.group) {
     // One starting point whatever each rank's initialisation or resume read: rank 0's parameters and
     // optimizer state.

@@ -65,6 +65,47 @@ void jpeg_error_exit(j_common_ptr cinfo) {
 }
 void jpeg_quiet(j_common_ptr, int) {}  // warnings (corrupt-data recoveries) are not printed
 
+// The EXIF orientation of the APP1 markers jpeg_save_markers kept; 1 when none.
+int jpeg_orientation(const jpeg_decompress_struct& cinfo) {
+  for (jpeg_saved_marker_ptr m = cinfo.marker_list; m; m = m->next)
+    if (m->marker == JPEG_APP0 + 1 && m->data_length > 6 && std::memcmp(m->data, "Exif\0\0", 6) == 0)
+      return exif_orientation(m->data + 6, m->data_length - 6);
+  return 1;
+}
+
+// Orientations 5..8 transpose the image: decoding gives height x width.
+ImageHeader oriented(int64_t w, int64_t h, int orientation) {
+  return orientation >= 5 && orientation <= 8 ? ImageHeader{h, w} : ImageHeader{w, h};
+}
+
+// decode_jpeg up to its first scanline: the same setup and checks, no pixel buffer.
+ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
+  auto st = std::make_unique<JpegState>();
+  st->cinfo.err = jpeg_std_error(&st->jerr);
+  st->jerr.error_exit = jpeg_error_exit;
+  st->jerr.emit_message = jpeg_quiet;
+  st->cinfo.client_data = st.get();
+  if (setjmp(st->jump)) {
+    jpeg_destroy_decompress(&st->cinfo);
+    if (!st->error.empty()) throw UsageError(st->error);
+    throw UsageError(ax::str(name, ": not a decodable JPEG (libjpeg: ", st->message, ")"));
+  }
+  jpeg_create_decompress(&st->cinfo);
+  jpeg_mem_src(&st->cinfo, data, static_cast<unsigned long>(size));
+  jpeg_save_markers(&st->cinfo, JPEG_APP0 + 1, 0xffff);
+  jpeg_read_header(&st->cinfo, TRUE);
+  st->error = size_problem(st->cinfo.image_width, st->cinfo.image_height, name, limits);
+  if (!st->error.empty()) std::longjmp(st->jump, 1);
+  if (st->cinfo.jpeg_color_space == JCS_CMYK || st->cinfo.jpeg_color_space == JCS_YCCK) {
+    st->error = ax::str(name, ": CMYK JPEGs are not supported (convert the image to RGB)");
+    std::longjmp(st->jump, 1);
+  }
+  // Unscaled output: jpeg_start_decompress would give output_width x output_height = image_width x image_height.
+  const ImageHeader h = oriented(st->cinfo.image_width, st->cinfo.image_height, jpeg_orientation(st->cinfo));
+  jpeg_destroy_decompress(&st->cinfo);
+  return h;
+}
+
 Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
   auto st = std::make_unique<JpegState>();
   auto img = std::make_unique<Image>();
@@ -88,11 +129,7 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
     st->error = ax::str(name, ": CMYK JPEGs are not supported (convert the image to RGB)");
     std::longjmp(st->jump, 1);
   }
-  for (jpeg_saved_marker_ptr m = st->cinfo.marker_list; m; m = m->next)
-    if (m->marker == JPEG_APP0 + 1 && m->data_length > 6 && std::memcmp(m->data, "Exif\0\0", 6) == 0) {
-      orientation = exif_orientation(m->data + 6, m->data_length - 6);
-      break;
-    }
+  orientation = jpeg_orientation(st->cinfo);
   st->cinfo.out_color_space = JCS_RGB;  // grey and YCbCr alike, as PIL's convert("RGB")
   jpeg_start_decompress(&st->cinfo);
   img->width = st->cinfo.output_width;
@@ -239,7 +276,8 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
   throw UsageError(ax::str(name, ": not a JPEG, PNG or WebP image (unrecognised first bytes)"));
 }
 
-Image decode_image_file(const std::string& path, const DecodeLimits& limits) {
+namespace {
+std::vector<std::uint8_t> read_image_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw UsageError(ax::str(path, ": cannot open the image file (missing or unreadable)"));
   const std::streamoff n = in.tellg();
@@ -248,7 +286,44 @@ Image decode_image_file(const std::string& path, const DecodeLimits& limits) {
   in.seekg(0);
   if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), n))
     throw UsageError(ax::str(path, ": cannot read the image file"));
+  return bytes;
+}
+}  // namespace
+
+Image decode_image_file(const std::string& path, const DecodeLimits& limits) {
+  const std::vector<std::uint8_t> bytes = read_image_bytes(path);
   return decode_image(bytes.data(), bytes.size(), path, limits);
+}
+
+ImageHeader read_image_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
+  if (size == 0) throw UsageError(ax::str(name, ": the image file is empty"));
+  switch (sniff_format(data, size)) {
+    case ImageFormat::jpeg: return jpeg_header(data, size, name, limits);
+    case ImageFormat::png: {  // as decode_png up to png_image_finish_read
+      png_image png{};
+      png.version = PNG_IMAGE_VERSION;
+      if (!png_image_begin_read_from_memory(&png, data, size))
+        throw UsageError(ax::str(name, ": not a decodable PNG (libpng: ", png.message, ")"));
+      const ImageHeader h{png.width, png.height};
+      png_image_free(&png);
+      check_size(h.width, h.height, name, limits);
+      return h;
+    }
+    case ImageFormat::webp: {  // as decode_webp up to WebPDecode*
+      WebPBitstreamFeatures f;
+      if (WebPGetFeatures(data, size, &f) != VP8_STATUS_OK) throw UsageError(ax::str(name, ": not a decodable WebP"));
+      if (f.has_animation) throw UsageError(ax::str(name, ": animated WebP is not supported"));
+      check_size(f.width, f.height, name, limits);
+      return {f.width, f.height};
+    }
+    default: break;
+  }
+  throw UsageError(ax::str(name, ": not a JPEG, PNG or WebP image (unrecognised first bytes)"));
+}
+
+ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits) {
+  const std::vector<std::uint8_t> bytes = read_image_bytes(path);
+  return read_image_header(bytes.data(), bytes.size(), path, limits);
 }
 
 }  // namespace ax::mm

@@ -34,6 +34,17 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
 // Reads and decodes a file: missing, unreadable or zero-size files are errors naming it.
 Image decode_image_file(const std::string& path, const DecodeLimits& limits);
 
+// What an image's header says, without decoding its pixels: the size decoding gives (after the EXIF orientation,
+// which swaps width and height for 5..8), with the checks decoding makes before it allocates (format, size
+// limits, CMYK, animation), failing with the same messages. A streamed sample's image tokens are counted from it
+// on every data-parallel rank, while only the rank that trains the sample decodes the pixels (mm_dataset.cpp).
+struct ImageHeader {
+  int64_t width = 0, height = 0;
+};
+ImageHeader read_image_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits);
+// Reads the file (missing, unreadable or zero-size: errors naming it, as decode_image_file) and its header.
+ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits);
+
 // EXIF orientation (1..8) from the TIFF block of an APP1 "Exif\0\0" segment (`tiff` points past that
 // header); 1 when absent or malformed. A small bounds-checked reader: every offset is checked against `size`.
 int exif_orientation(const std::uint8_t* tiff, std::size_t size);

@@ -145,7 +145,11 @@ class MmDataset final : public Dataset {
   std::size_t skipped_ = 0;
 };
 
-// One row -> one sample: decode and process its images, then tokenise (raw) or check (tokenized) the ids.
+// One row -> one sample whose pixels are not decoded yet: the images' headers give their grids (so the token
+// counts the text is expanded to, or the ids are checked against, and image_grid_thw); Sample::materialise
+// decodes and processes the pixels into pixel_values. Map-style preparation (complete_sample) and a stream on
+// one rank call it at once; with several data-parallel ranks only the rank that trains the sample does (core's
+// StreamFeed and read_streamed_step), so each decodes only its own rows' images.
 Sample make_sample(const nlohmann::json& row, const Options& o, const std::string& base, const ProcessorConfig& pc,
                    const DecodeLimits& limits, const Tokenizer& tok, const Ids& ids) {
   std::vector<std::string> paths = image_paths(row, o.image_column);
@@ -163,16 +167,17 @@ Sample make_sample(const nlohmann::json& row, const Options& o, const std::strin
       throw UsageError(ax::str("the text has ", n, " '", o.image_placeholder, "' placeholder(s) for ", paths.size(),
                                " image(s) in '", o.image_column, "'"));
   }
-  std::vector<ProcessedImage> images;
+  std::vector<ProcessedImage> images;  // grids only
+  std::vector<std::string> files;
   for (const auto& p : paths) {
     const std::string file = fs::path(p).is_absolute() ? p : (fs::path(base) / p).lexically_normal().string();
-    g_decodes.fetch_add(1, std::memory_order_relaxed);
-    Image img = decode_image_file(file, limits);
+    const ImageHeader h = read_image_header_file(file, limits);
     try {
-      images.push_back(process_image(img, pc));
+      images.push_back(image_grid(h.height, h.width, pc));
     } catch (const UsageError& e) {
       throw UsageError(ax::str(file, ": ", e.what()));
     }
+    files.push_back(file);
   }
   int64_t expected_image_tokens = 0;
   for (const auto& im : images) expected_image_tokens += im.tokens(pc.merge_size);
@@ -219,9 +224,47 @@ Sample make_sample(const nlohmann::json& row, const Options& o, const std::strin
     throw UsageError(ax::str("the sample has ", found, " image tokens ('", o.image_token, "') where its ", images.size(),
                              " image(s) need ", expected_image_tokens,
                              o.rows == "raw" ? " (does the text contain the image token itself?)" : ""));
-  ProcessedBatch b = concat(images, 3 * pc.temporal_patch_size * pc.patch_size * pc.patch_size);
-  s.extras["pixel_values"] = b.pixel_values;
-  s.extras["image_grid_thw"] = b.image_grid_thw;
+  const int64_t patch_dim = 3 * pc.temporal_patch_size * pc.patch_size * pc.patch_size;
+  at::Tensor grid = at::empty({static_cast<int64_t>(images.size()), 3}, at::kLong);  // as concat() makes it
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    grid[static_cast<int64_t>(i)][0] = images[i].grid_t;
+    grid[static_cast<int64_t>(i)][1] = images[i].grid_h;
+    grid[static_cast<int64_t>(i)][2] = images[i].grid_w;
+  }
+  s.extras["image_grid_thw"] = grid;
+  if (files.empty()) {
+    s.extras["pixel_values"] = at::empty({0, patch_dim}, at::kFloat);
+    return s;
+  }
+  s.materialise = [files = std::move(files), grids = std::move(images), pc, limits, patch_dim](Sample& out) {
+    std::vector<ProcessedImage> done;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      g_decodes.fetch_add(1, std::memory_order_relaxed);
+      Image img = decode_image_file(files[i], limits);
+      try {
+        done.push_back(process_image(img, pc));
+      } catch (const UsageError& e) {
+        throw UsageError(ax::str(files[i], ": ", e.what()));
+      }
+      // The header promised this grid, and the ids were made for it.
+      if (done.back().grid_h != grids[i].grid_h || done.back().grid_w != grids[i].grid_w)
+        throw UsageError(ax::str(files[i], ": decoded to ", img.width, "x", img.height, " pixels, unlike its header (grid ",
+                                 grids[i].grid_h, "x", grids[i].grid_w, ")"));
+    }
+    out.extras["pixel_values"] = concat(done, patch_dim).pixel_values;
+  };
+  return s;
+}
+
+// make_sample with its pixels: what map-style preparation stores.
+Sample complete_sample(const nlohmann::json& row, const Options& o, const std::string& base, const ProcessorConfig& pc,
+                       const DecodeLimits& limits, const Tokenizer& tok, const Ids& ids) {
+  Sample s = make_sample(row, o, base, pc, limits, tok, ids);
+  if (s.materialise) {
+    auto make = std::move(s.materialise);
+    s.materialise = nullptr;
+    make(s);
+  }
   return s;
 }
 
@@ -320,7 +363,7 @@ std::shared_ptr<Dataset> MmCptType::open(const toml::table& entry, const Dataset
     const Row& r = rows.rows[i];
     const std::string base = !base_override.empty() ? base_override : fs::path(rows.files[r.file].path).parent_path().string();
     try {
-      samples[i] = make_sample(r.value, o, base, pc, limits, tok, ids);
+      samples[i] = complete_sample(r.value, o, base, pc, limits, tok, ids);
     } catch (const std::exception& e) {
       errors[i] = ax::str(rows.where(r), ": ", e.what());
     }

@@ -87,6 +87,14 @@ std::pair<int64_t, int64_t> smart_resize(int64_t height, int64_t width, int64_t 
   return {hb, wb};
 }
 
+ProcessedImage image_grid(int64_t height, int64_t width, const ProcessorConfig& cfg) {
+  auto [rh, rw] = smart_resize(height, width, cfg.patch_size * cfg.merge_size, cfg.min_pixels, cfg.max_pixels);
+  ProcessedImage out;
+  out.grid_h = rh / cfg.patch_size;
+  out.grid_w = rw / cfg.patch_size;
+  return out;
+}
+
 ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
   if (img.width <= 0 || img.height <= 0 || img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3))
     throw UsageError("image processor: an empty or inconsistent image");

@@ -45,6 +45,10 @@ struct ProcessedImage {
   int64_t tokens(int64_t merge_size) const { return grid_t * grid_h * grid_w / (merge_size * merge_size); }
 };
 
+// The grid process_image gives an image of height x width (no pixels: pixel_values undefined): its token
+// count is known from the image's header alone (read_image_header).
+ProcessedImage image_grid(int64_t height, int64_t width, const ProcessorConfig& cfg);
+
 // One image. Safe to call from several threads; ATen's own intra-op threading is kept out of the way
 // (each call runs its kernels on the calling thread, see SerialAten) so that callers parallelise over images.
 ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg);

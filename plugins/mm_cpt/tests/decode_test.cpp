@@ -104,3 +104,39 @@ TEST_CASE("mm_cpt decode: EXIF orientation is read bounds-checked and applied as
   CHECK(rotated.width == 52);  // stored 83 x 52
   CHECK(rotated.height == 83);
 }
+
+TEST_CASE("mm_cpt decode: the header alone gives the decoded size (EXIF orientation applied) and the same refusals") {
+  for (const auto& e : fs::directory_iterator(kData + "/images")) {
+    const std::string path = e.path().string();
+    CAPTURE(path);
+    const ImageHeader h = read_image_header_file(path, {});
+    const Image img = decode_image_file(path, {});
+    CHECK(h.width == img.width);
+    CHECK(h.height == img.height);
+  }
+  // i_exif6.jpg is stored landscape and turned by its EXIF orientation 6: the header says the turned size.
+  const ImageHeader turned = read_image_header_file(kData + "/images/i_exif6.jpg", {});
+  CHECK(turned.height > turned.width);
+  // The refusals decoding makes before it allocates, with its messages.
+  CHECK_THROWS_WITH_AS(read_image_header_file("/nonexistent/x.jpg", {}), doctest::Contains("/nonexistent/x.jpg: cannot open"), ax::UsageError);
+  const std::string empty = scratch("hdr_empty.png", "");
+  CHECK_THROWS_WITH_AS(read_image_header_file(empty, {}), doctest::Contains("hdr_empty.png: the image file is empty"), ax::UsageError);
+  const std::string text = scratch("hdr_text.jpg", "hello, not an image");
+  CHECK_THROWS_WITH_AS(read_image_header_file(text, {}), doctest::Contains("hdr_text.jpg: not a JPEG, PNG or WebP"), ax::UsageError);
+  DecodeLimits tight;
+  tight.max_pixels = 1000;
+  for (const char* name : {"a.jpg", "c.webp", "b.png"}) {
+    CAPTURE(name);
+    const std::string path = kData + "/images/" + name;
+    CHECK_THROWS_WITH_AS(read_image_header_file(path, tight), doctest::Contains("over the limit of 1000 pixels"), ax::UsageError);
+    // A file cut after its header: the header reads, the pixels may not (found only by the decode).
+    const std::string bytes = read(path);
+    const std::string cut = scratch(std::string("hdr_cut_") + name, bytes.substr(0, std::min<std::size_t>(bytes.size(), 2048)));
+    try {
+      const ImageHeader h = read_image_header_file(cut, {});
+      CHECK(h.width == read_image_header_file(path, {}).width);
+    } catch (const ax::UsageError& e) {
+      CHECK(std::string(e.what()).find(cut) != std::string::npos);
+    }
+  }
+}

@@ -70,7 +70,8 @@ TEST_CASE("mm_cpt e2e streaming: resumed mid-stream, the run decodes no earlier 
 
   const std::vector<std::string> small = {"data.sequence_len=256", "train.micro_batch_size=2", "train.grad_accum=1",
                                           "train.lr=3e-3", "train.warmup_steps=2", "train.cpu_threads=1", "lora.dropout=0.0",
-                                          "checkpoint.every_steps=4", "checkpoint.keep_last=10", "train.max_steps=8"};
+                                          "checkpoint.every_steps=4", "checkpoint.keep_last=10", "train.max_steps=8",
+                                          "data.prefetch_steps=2"};  // read ahead: the cursors are still the trained rows'
   // 8 steps in one go, a checkpoint at step 4.
   auto full = small;
   full.push_back("run.output_dir=" + (dir / "full").string());
