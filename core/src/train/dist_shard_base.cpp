@@ -1,0 +1,111 @@
+#include "train/dist_shard_base.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/strings.hpp"
+#include "models/decoder.hpp"
+
+namespace ax::train {
+namespace {
+
+// Every tensor of a layer starts at a multiple of this in the flat buffer: a byte view of the gathered
+// buffer then reinterprets as any dtype (view(dtype) needs the offset to be a multiple of the element size),
+// and a kernel gets the alignment a fresh allocation would have had for vector loads.
+constexpr int64_t kAlign = 64;
+
+int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+ShardedBase::ShardedBase(std::unique_ptr<DistGroup> group, models::DecoderModel& model, int64_t num_layers)
+    : group_(std::move(group)) {
+  at::NoGradGuard no_grad;
+  shards_ = std::make_unique<ShardedTensors>(*group_, std::vector<at::Tensor>{});
+  for (int64_t i = 0; i < num_layers; ++i) {
+    std::vector<Slot> slots;
+    int64_t total = 0;
+    at::Device device = at::kCPU;
+    for (at::Tensor* t : model.layer_base_tensors(i)) {
+      const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
+      slots.push_back({t, total, bytes, t->sizes().vec(), t->scalar_type()});
+      total = aligned(total + bytes);
+      device = t->device();
+    }
+    // One layer's bytes at a time: the transient copy is one layer, not the base.
+    at::Tensor flat = at::zeros({total}, at::TensorOptions().dtype(at::kByte).device(device));
+    for (const Slot& s : slots) {
+      if (s.bytes) flat.narrow(0, s.offset, s.bytes).copy_(s.slot->contiguous().reshape({-1}).view(at::kByte));
+      *s.slot = at::Tensor();  // the full tensor goes (the chunk is a copy of its own)
+    }
+    shards_->add(flat);
+    layers_.push_back(std::move(slots));
+    devices_.push_back(device);
+  }
+}
+
+ShardedBase::~ShardedBase() {
+  // What the prefetch achieved: every layer but the first of each pass should have been gathered ahead.
+  log::info(str("shard_base: ", prefetched_, " layer gathers prefetched, ", on_demand_, " on demand"));
+}
+
+void ShardedBase::acquire(int64_t layer) {
+  at::NoGradGuard no_grad;
+  const auto i = static_cast<std::size_t>(layer);
+  if (layer < 0 || i >= layers_.size()) throw RuntimeError(str("shard_base: no layer ", layer));
+  at::Tensor flat;
+  if (next_ && next_->index() == i) {
+    flat = next_->wait();
+    ++prefetched_;
+  } else {
+    // A prefetch of another layer cannot happen (one is started only inside a pass, for the layer that pass
+    // runs next); were one in flight, it is finished first: every rank started it, so every rank waits.
+    if (next_) next_->wait();
+    flat = shards_->gather(i);
+    ++on_demand_;
+  }
+  next_.reset();
+  if (flat.device() != devices_[i]) flat = flat.to(devices_[i]);  // gloo with the model on a GPU
+  for (const Slot& s : layers_[i]) *s.slot = flat.narrow(0, s.offset, s.bytes).view(s.dtype).view(s.shape);
+  // The next layer of this pass (forward: i + 1 after i - 1; backward: i - 1 after i + 1). The first layer of
+  // a pass has no predecessor in it (last_ is the previous pass's end), so it is gathered on the spot; the
+  // last starts nothing. Every rank runs the same passes, so every rank starts the same gathers.
+  const int64_t dir = last_ == layer - 1 ? 1 : last_ == layer + 1 ? -1 : 0;
+  last_ = layer;
+  const int64_t n = layer + dir;
+  if (dir != 0 && n >= 0 && n < static_cast<int64_t>(layers_.size())) next_ = shards_->gather_async(static_cast<std::size_t>(n));
+}
+
+void ShardedBase::release(int64_t layer) noexcept {
+  const auto i = static_cast<std::size_t>(layer);
+  if (layer < 0 || i >= layers_.size()) return;
+  // The slots let go; what autograd saved of the layer (its recomputation in backward) holds the gathered
+  // buffer until that backward is done, then the allocator takes it back.
+  for (const Slot& s : layers_[i]) *s.slot = at::Tensor();
+}
+
+std::shared_ptr<ShardedBase> shard_model_base(DistGroup& world, models::DecoderModel& model) {
+  std::vector<int64_t> all;
+  for (int64_t r = 0; r < world.world(); ++r) all.push_back(r);
+  auto sb = std::make_shared<ShardedBase>(world.subgroup(all, "shard_base"), model, model.config().num_layers);
+  const int64_t before = model.weight_stats().bytes;
+  model.set_layer_residency(sb);
+  log::info(str("shard_base: the ", model.config().num_layers, " layers' frozen tensors sharded over ", world.world(),
+                " ranks: ", model.weight_stats().bytes, " base bytes resident on this rank (", before,
+                " whole), of which ", sb->resident_bytes(), " are its share of the layers"));
+  return sb;
+}
+
+void check_shard_base(const RunConfig& config, const DistributedConfig& d, const DistEnv& env, bool exact_match) {
+  if (!d.shard_base || !env.launched) return;
+  auto fail = [&](const std::string& why) { config_fail(config.file, d.shard_base_at, str("'distributed.shard_base' = true: ", why)); };
+  if (d.expert_parallel > 1)
+    fail(str("not together with expert_parallel = ", d.expert_parallel,
+             " (the expert layers would need gathers inside an expert-parallel group; choose one)"));
+  if (exact_match)
+    fail("eval.exact_match generates on rank 0 alone, which cannot gather the other ranks' shards; set it to false");
+}
+
+}  // namespace ax::train
