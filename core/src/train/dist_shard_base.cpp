@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <map>
+#include <utility>
+
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
@@ -26,20 +29,34 @@ ShardedBase::ShardedBase(std::unique_ptr<DistGroup> group, models::DecoderModel&
   shards_ = std::make_unique<ShardedTensors>(*group_, std::vector<at::Tensor>{});
   for (int64_t i = 0; i < num_layers; ++i) {
     std::vector<Slot> slots;
+    std::vector<bool> copy;  // false: the bytes are already in the buffer (a tensor several weights share)
+    std::map<std::pair<const void*, int64_t>, int64_t> placed;  // a contiguous tensor's (data, bytes) -> offset
     int64_t total = 0;
     at::Device device = at::kCPU;
     for (at::Tensor* t : model.layer_base_tensors(i)) {
       const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
+      // nf4's double-quant code is one tensor shared by every packed weight: stored (and gathered) once.
+      if (t->is_contiguous()) {
+        auto found = placed.find({t->data_ptr(), bytes});
+        if (found != placed.end()) {
+          slots.push_back({t, found->second, bytes, t->sizes().vec(), t->scalar_type()});
+          copy.push_back(false);
+          continue;
+        }
+        placed[{t->data_ptr(), bytes}] = total;
+      }
       slots.push_back({t, total, bytes, t->sizes().vec(), t->scalar_type()});
+      copy.push_back(true);
       total = aligned(total + bytes);
       device = t->device();
     }
     // One layer's bytes at a time: the transient copy is one layer, not the base.
     at::Tensor flat = at::zeros({total}, at::TensorOptions().dtype(at::kByte).device(device));
-    for (const Slot& s : slots) {
-      if (s.bytes) flat.narrow(0, s.offset, s.bytes).copy_(s.slot->contiguous().reshape({-1}).view(at::kByte));
-      *s.slot = at::Tensor();  // the full tensor goes (the chunk is a copy of its own)
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      const Slot& s = slots[k];
+      if (copy[k] && s.bytes) flat.narrow(0, s.offset, s.bytes).copy_(s.slot->contiguous().reshape({-1}).view(at::kByte));
     }
+    for (const Slot& s : slots) *s.slot = at::Tensor();  // the full tensors go (the chunks are copies of their own)
     shards_->add(flat);
     layers_.push_back(std::move(slots));
     devices_.push_back(device);
