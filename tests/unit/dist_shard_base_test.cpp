@@ -170,9 +170,14 @@ TEST_CASE("shard_base: the key is checked against expert_parallel and exact_matc
   CHECK(error_of("shard_base = true\n", false).empty());
   CHECK(error_of("shard_base = false\nexpert_parallel = 2\n", true).empty());
   CHECK(error_of("shard_base = true\nexpert_parallel = 2\n", false, false).empty());  // no launcher: no group, no effect
-  CHECK(error_of("shard_base = true\nexpert_parallel = 2\n", false)
-            .rfind("run.toml:2:1: 'distributed.shard_base' = true: not together with expert_parallel = 2", 0) == 0);
-  CHECK(error_of("shard_base = true\n", true).rfind("run.toml:2:1: 'distributed.shard_base' = true: eval.exact_match", 0) == 0);
-  CHECK(error_of("shard_base = 1\n", false).rfind("run.toml:2:14: 'distributed.shard_base'", 0) == 0);
+  const std::string with_ep = error_of("shard_base = true\nexpert_parallel = 2\n", false);
+  CAPTURE(with_ep);
+  CHECK(with_ep.rfind("run.toml:2:14: 'distributed.shard_base' = true: not together with expert_parallel = 2", 0) == 0);
+  const std::string with_em = error_of("shard_base = true\n", true);
+  CAPTURE(with_em);
+  CHECK(with_em.rfind("run.toml:2:14: 'distributed.shard_base' = true: eval.exact_match", 0) == 0);
+  const std::string not_bool = error_of("shard_base = 1\n", false);
+  CAPTURE(not_bool);
+  CHECK(not_bool.rfind("run.toml:2:14: 'distributed.shard_base'", 0) == 0);
   ax::test::remove_tree(dir);
 }

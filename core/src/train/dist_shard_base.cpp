@@ -69,6 +69,7 @@ ShardedBase::~ShardedBase() {
 }
 
 void ShardedBase::acquire(int64_t layer) {
+  const bool recomputing = at::GradMode::is_enabled();  // before the guard below: see the prefetch
   at::NoGradGuard no_grad;
   const auto i = static_cast<std::size_t>(layer);
   if (layer < 0 || i >= layers_.size()) throw RuntimeError(str("shard_base: no layer ", layer));
@@ -77,8 +78,8 @@ void ShardedBase::acquire(int64_t layer) {
     flat = next_->wait();
     ++prefetched_;
   } else {
-    // A prefetch of another layer cannot happen (one is started only inside a pass, for the layer that pass
-    // runs next); were one in flight, it is finished first: every rank started it, so every rank waits.
+    // A prefetch for another layer (a guess that missed: a forward with autograd on, outside training) is
+    // finished and dropped: every rank started it, so every rank waits for it.
     if (next_) next_->wait();
     flat = shards_->gather(i);
     ++on_demand_;
@@ -86,13 +87,15 @@ void ShardedBase::acquire(int64_t layer) {
   next_.reset();
   if (flat.device() != devices_[i]) flat = flat.to(devices_[i]);  // gloo with the model on a GPU
   for (const Slot& s : layers_[i]) *s.slot = flat.narrow(0, s.offset, s.bytes).view(s.dtype).view(s.shape);
-  // The next layer of this pass (forward: i + 1 after i - 1; backward: i - 1 after i + 1). The first layer of
-  // a pass has no predecessor in it (last_ is the previous pass's end), so it is gathered on the spot; the
-  // last starts nothing. Every rank runs the same passes, so every rank starts the same gathers.
-  const int64_t dir = last_ == layer - 1 ? 1 : last_ == layer + 1 ? -1 : 0;
-  last_ = layer;
+  // The next layer of this pass: i + 1 in a forward, i - 1 in backward, where the layer is recomputed with
+  // autograd on (recompute.cpp; a forward under shard_base runs with autograd off: inside the recompute node,
+  // or under an evaluation's no_grad). The last layer of a pass starts nothing, so no gather is in flight
+  // between passes, and the first layer of a pass is gathered on the spot. Every rank runs the same passes,
+  // so every rank starts the same gathers; a wrong guess would only cost a gather (waited for and dropped).
+  const int64_t L = static_cast<int64_t>(layers_.size());
+  const int64_t dir = recomputing ? -1 : 1;
   const int64_t n = layer + dir;
-  if (dir != 0 && n >= 0 && n < static_cast<int64_t>(layers_.size())) next_ = shards_->gather_async(static_cast<std::size_t>(n));
+  if (n >= 0 && n < L) next_ = shards_->gather_async(static_cast<std::size_t>(n));
 }
 
 void ShardedBase::release(int64_t layer) noexcept {

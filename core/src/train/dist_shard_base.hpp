@@ -34,8 +34,8 @@ class ShardedBase final : public models::LayerResidency {
   ~ShardedBase() override;
 
   // Layer i's tensors back into their slots: the prefetched gather when it is layer i's, else a gather
-  // now. Then the next layer's gather is started (prefetch) when the order says which: i + 1 after i - 1
-  // (forward), i - 1 after i + 1 (backward); none at the ends of a pass, so nothing is in flight between
+  // now. Then the next layer's gather is started (prefetch): i + 1 in a forward, i - 1 in backward's
+  // recomputation (autograd on); the last layer of a pass starts nothing, so no gather is in flight between
   // passes.
   void acquire(int64_t layer) override;
   void release(int64_t layer) noexcept override;
@@ -57,7 +57,6 @@ class ShardedBase final : public models::LayerResidency {
   std::vector<std::vector<Slot>> layers_;
   std::vector<at::Device> devices_;  // where each layer's tensors lived (the model's device)
   std::optional<ShardedTensors::Pending> next_;
-  int64_t last_ = -1;
   int64_t prefetched_ = 0, on_demand_ = 0;
 };
 
