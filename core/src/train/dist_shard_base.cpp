@@ -114,7 +114,8 @@ std::shared_ptr<ShardedBase> shard_model_base(DistGroup& world, models::DecoderM
   model.set_layer_residency(sb);
   log::info(str("shard_base: the ", model.config().num_layers, " layers' frozen tensors sharded over ", world.world(),
                 " ranks: ", model.weight_stats().bytes, " base bytes resident on this rank (", before,
-                " whole), of which ", sb->resident_bytes(), " are its share of the layers"));
+                " whole), of which ", sb->resident_bytes(), " are its share of the layers; each layer is gathered "
+                "in forward and again in backward, where it is recomputed"));
   return sb;
 }
 
