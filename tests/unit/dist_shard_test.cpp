@@ -1,5 +1,6 @@
 // shard_base's storage (train/dist_shard.hpp): 2 and 3 Gloo ranks as threads of this process (each joins the
-// group through the TCPStore like a process would), sharding tensors of several dtypes and odd sizes.
+// group through the TCPStore like a process would), sharding tensors of several dtypes and odd sizes, gathered
+// at once and started ahead (gather_async).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -62,6 +63,10 @@ void check_world(int64_t world) {
           at::Tensor got = shards.gather(i);
           all &= got.scalar_type() == want[i].scalar_type() && got.sizes() == want[i].sizes() && at::equal(got, want[i]);
         }
+        // Started ahead and waited for later (shard_base's prefetch), two in flight at once: the same bits.
+        auto first = shards.gather_async(0), second = shards.gather_async(2);
+        at::Tensor b = second.wait(), a = first.wait();
+        all &= second.index() == 2 && at::equal(a, want[0]) && at::equal(b, want[2]) && a.sizes() == want[0].sizes();
         equal[static_cast<std::size_t>(r)] = all;
         group->barrier();
       } catch (...) {

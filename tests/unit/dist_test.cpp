@@ -181,7 +181,7 @@ TEST_CASE("distributed: the [distributed] table is validated like the others") {
   CHECK(error_of("backend = \"mpi\"\n").rfind("run.toml:2:11: 'distributed.backend' is \"mpi\", expected one of auto, nccl, gloo", 0) == 0);
   CHECK(error_of("bucket_mb = 0\n").rfind("run.toml:2:13: 'distributed.bucket_mb'", 0) == 0);
   CHECK(error_of("timeout_s = 0\n").rfind("run.toml:2:13: 'distributed.timeout_s'", 0) == 0);
-  CHECK(error_of("shard_base = true\n").rfind("run.toml:2:1: unknown key 'distributed.shard_base'", 0) == 0);
+  CHECK(error_of("shard_base = true\n").empty());  // dist_shard_base_test.cpp checks it further
   ax::test::remove_tree(dir);
 }
 

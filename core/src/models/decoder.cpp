@@ -667,6 +667,7 @@ at::Tensor DecoderModel::embed(const at::Tensor& ids) const {
 at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                                const at::Tensor& inv_freq,
                                std::vector<at::Tensor>& router_logits) {
+  ResidentLayer resident(residency_.get(), i);  // shard_base: the layer's tensors are here only while it runs
   const std::string p = layer_prefix(i);
   const at::Tensor& freq = cfg_.has_local_rope && cfg_.window(i) > 0 ? inv_freq_local_ : inv_freq;  // gemma3_text
   at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, freq);

@@ -20,6 +20,7 @@
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/hf_config.hpp"
+#include "models/layer_residency.hpp"
 #include "models/lora.hpp"
 
 namespace ax {
@@ -64,6 +65,13 @@ class DecoderModel : public Model, public CausalLmDecode {
   LoraSet shard_expert_lora(LoraSet full) const;
   void gather_expert_lora();
   bool expert_parallel() const { return ep_ != nullptr; }
+  // shard_base (models/layer_residency.hpp, models/decoder_residency.cpp): the slots of layer i's frozen
+  // tensors (everything under model.layers.i.: norms, attention, MLP or experts, router, biases; the fields of
+  // packed weights one by one), in one fixed order; and the owner that fills them while the layer runs. Setting
+  // one turns recompute on (the layer runs again in backward instead of autograd keeping its tensors) and
+  // counts the layers' tensors in weight_stats().bytes as the owner's resident_bytes().
+  std::vector<at::Tensor*> layer_base_tensors(int64_t i);
+  void set_layer_residency(std::shared_ptr<LayerResidency> residency);
   WeightStats weight_stats() const override { return stats_; }
   // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
   std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
@@ -142,6 +150,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   std::shared_ptr<ExpertComm> ep_;
   int64_t ep_first_ = 0, ep_local_ = 0;
   std::optional<LoraSet> ep_gathered_;
+  std::shared_ptr<LayerResidency> residency_;  // shard_base: who holds the layers' tensors between uses
 };
 
 // The attention op of a model in `dtype` for `layout` ("sinks" or ""): the resolved backend and its run-time

@@ -20,6 +20,10 @@ void bind_distributed(TableBinder& t, DistributedConfig& c) {
   t.bounded("expert_parallel", c.expert_parallel, 1, 1 << 20,
             "MoE models: ranks per expert-parallel group; each holds (and trains the LoRA of) 1/N of every MoE layer's "
             "experts, tokens travel to them by all-to-all. Must divide the world size and the number of experts");
+  t.field("shard_base", c.shard_base,
+          "each rank keeps 1/world of every decoder layer's frozen weights (dense or packed) and all-gathers a layer "
+          "just before it runs, in forward and again in backward (the layer is recomputed: implies activation "
+          "checkpointing); embeddings, final norm and lm_head stay whole. Not with expert_parallel > 1 or eval.exact_match");
 }
 
 void bind_distributed_section(TableBinder& t, RunConfig&) { DistributedConfig c; bind_distributed(t, c); }
@@ -50,7 +54,10 @@ DistributedConfig read_distributed_config(const RunConfig& config) {
   const toml::node* n = config.document.get("distributed");
   TableBinder t(n ? n->as_table() : nullptr, "distributed", BindContext{config.file, nullptr});
   bind_distributed(t, c);
-  if (n && n->as_table()) c.expert_parallel_at = n->as_table()->get("expert_parallel");
+  if (n && n->as_table()) {
+    c.expert_parallel_at = n->as_table()->get("expert_parallel");
+    c.shard_base_at = n->as_table()->get("shard_base");
+  }
   return c;
 }
 

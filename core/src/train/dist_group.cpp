@@ -133,16 +133,18 @@ at::Device DistGroup::device() const { return impl_->device; }
 namespace {
 class C10dWork final : public DistWork {
  public:
-  C10dWork(const DistGroup& g, int64_t timeout_s, c10::intrusive_ptr<c10d::Work> w) : g_(g), timeout_s_(timeout_s), w_(std::move(w)) {}
+  C10dWork(const DistGroup& g, int64_t timeout_s, c10::intrusive_ptr<c10d::Work> w, const char* what = "all-reduce")
+      : g_(g), timeout_s_(timeout_s), what_(what), w_(std::move(w)) {}
   void wait() override {
     if (!w_) return;
-    collective(g_, timeout_s_, "all-reduce", [&] { w_->wait(); });
+    collective(g_, timeout_s_, what_, [&] { w_->wait(); });
     w_.reset();
   }
 
  private:
   const DistGroup& g_;
   int64_t timeout_s_;
+  const char* what_;
   c10::intrusive_ptr<c10d::Work> w_;
 };
 }  // namespace
@@ -158,6 +160,12 @@ std::unique_ptr<DistWork> DistGroup::all_reduce_sum_async(const at::Tensor& t) {
 
 void DistGroup::all_gather(at::Tensor& out, at::Tensor& shard) {
   collective(*this, impl_->timeout_s, "all-gather", [&] { impl_->backend->_allgather_base(out, shard)->wait(); });
+}
+
+std::unique_ptr<DistWork> DistGroup::all_gather_async(at::Tensor& out, at::Tensor& shard) {
+  c10::intrusive_ptr<c10d::Work> w;
+  collective(*this, impl_->timeout_s, "all-gather", [&] { w = impl_->backend->_allgather_base(out, shard); });
+  return std::make_unique<C10dWork>(*this, impl_->timeout_s, std::move(w), "all-gather");
 }
 
 void DistGroup::broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes) {

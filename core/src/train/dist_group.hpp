@@ -51,6 +51,8 @@ class DistGroup {
   // Every rank's `shard` (1-D, the same numel on every rank) into `out` (1-D, world x that numel), rank r's
   // at [r * numel, (r + 1) * numel). Blocking like all_reduce_sum.
   void all_gather(at::Tensor& out, at::Tensor& shard);
+  // The same, started and not waited for (as all_reduce_sum_async): `out` holds the result after wait().
+  std::unique_ptr<DistWork> all_gather_async(at::Tensor& out, at::Tensor& shard);
   // Rank 0's values into every rank's tensors (in buckets cut by bucket_spans, as the gradient reducer's).
   void broadcast_from_0(const std::vector<at::Tensor>& tensors, int64_t bucket_bytes);
   void barrier();

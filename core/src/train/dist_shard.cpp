@@ -3,25 +3,29 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <utility>
+
 namespace ax::train {
 
 ShardedTensors::ShardedTensors(DistGroup& group, const std::vector<at::Tensor>& tensors) : group_(group) {
+  for (const at::Tensor& t : tensors) add(t);
+}
+
+void ShardedTensors::add(const at::Tensor& t) {
   at::NoGradGuard no_grad;
   const int64_t world = group_.world(), rank = group_.rank();
-  for (const at::Tensor& t : tensors) {
-    Entry e;
-    e.shape = t.sizes().vec();
-    e.dtype = t.scalar_type();
-    // As bytes: one rule for every dtype, packed formats included (a 4-bit code pair is one uint8 already).
-    at::Tensor bytes = t.contiguous().reshape({-1}).view(at::kByte);
-    e.bytes = bytes.numel();
-    const int64_t chunk = (e.bytes + world - 1) / world;
-    const int64_t from = std::min(e.bytes, rank * chunk), n = std::min(e.bytes, from + chunk) - from;
-    // On the backend's device (the collective runs there), zero-padded to the common chunk size.
-    e.chunk = at::zeros({chunk}, at::TensorOptions().dtype(at::kByte).device(group_.device()));
-    if (n > 0) e.chunk.narrow(0, 0, n).copy_(bytes.narrow(0, from, n));
-    entries_.push_back(std::move(e));
-  }
+  Entry e;
+  e.shape = t.sizes().vec();
+  e.dtype = t.scalar_type();
+  // As bytes: one rule for every dtype, packed formats included (a 4-bit code pair is one uint8 already).
+  at::Tensor bytes = t.contiguous().reshape({-1}).view(at::kByte);
+  e.bytes = bytes.numel();
+  const int64_t chunk = (e.bytes + world - 1) / world;
+  const int64_t from = std::min(e.bytes, rank * chunk), n = std::min(e.bytes, from + chunk) - from;
+  // On the backend's device (the collective runs there), zero-padded to the common chunk size.
+  e.chunk = at::zeros({chunk}, at::TensorOptions().dtype(at::kByte).device(group_.device()));
+  if (n > 0) e.chunk.narrow(0, 0, n).copy_(bytes.narrow(0, from, n));
+  entries_.push_back(std::move(e));
 }
 
 at::Tensor ShardedTensors::gather(std::size_t i) const {
@@ -31,6 +35,25 @@ at::Tensor ShardedTensors::gather(std::size_t i) const {
   at::Tensor chunk = e.chunk;
   group_.all_gather(out, chunk);
   return out.narrow(0, 0, e.bytes).view(e.dtype).view(e.shape);
+}
+
+ShardedTensors::Pending ShardedTensors::gather_async(std::size_t i) const {
+  at::NoGradGuard no_grad;
+  const Entry& e = entries_.at(i);
+  Pending p;
+  p.i_ = i;
+  p.out_ = at::empty({e.chunk.numel() * group_.world()}, e.chunk.options());
+  p.view_ = p.out_.narrow(0, 0, e.bytes).view(e.dtype).view(e.shape);
+  at::Tensor chunk = e.chunk;
+  p.work_ = group_.all_gather_async(p.out_, chunk);
+  return p;
+}
+
+at::Tensor ShardedTensors::Pending::wait() {
+  if (work_) work_->wait();
+  work_.reset();
+  out_ = at::Tensor();
+  return std::exchange(view_, at::Tensor());
 }
 
 int64_t ShardedTensors::resident_bytes() const {

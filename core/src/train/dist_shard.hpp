@@ -8,10 +8,10 @@
 // caller holds it for as long as it is used (a layer's forward, then again its recomputation in backward)
 // and drops it after.
 //
-// Not wired into the models yet: DecoderModel does not gather per layer, and `[distributed] shard_base` is
-// still refused (see docs/distributed.md).
+// shard_base (train/dist_shard_base.cpp) keeps one flat tensor per decoder layer here: one gather a layer.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -24,10 +24,26 @@ class ShardedTensors {
  public:
   // Takes `tensors` (contiguous-able, any dtype and device): keeps this rank's chunk of each.
   ShardedTensors(DistGroup& group, const std::vector<at::Tensor>& tensors);
+  // Keeps this rank's chunk of one more tensor (index size() before the call); the caller may then drop it.
+  void add(const at::Tensor& t);
 
   std::size_t size() const { return entries_.size(); }
   // Tensor i whole again (a collective: every rank calls it for the same i, in the same order).
   at::Tensor gather(std::size_t i) const;
+  // The same gather, started and not waited for (NCCL: on the process group's stream, after what the
+  // current stream enqueued so far; Gloo: on its worker threads). wait() returns the tensor.
+  class Pending {
+   public:
+    at::Tensor wait();
+    std::size_t index() const { return i_; }
+
+   private:
+    friend class ShardedTensors;
+    std::unique_ptr<DistWork> work_;
+    at::Tensor out_, view_;
+    std::size_t i_ = 0;
+  };
+  Pending gather_async(std::size_t i) const;
   // The bytes this rank holds for the set (its chunks, padding included).
   int64_t resident_bytes() const;
 

@@ -20,6 +20,7 @@
 #include "train/dist_config.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_group.hpp"
+#include "train/dist_shard_base.hpp"
 #include "train/progress.hpp"
 #include "train/run_check.hpp"
 #include "train/trainer.hpp"
@@ -115,6 +116,15 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     plan.model.expert_parallel = ep.comm;
   }
   auto model = load_model(engine.registry, plan.model);
+  // shard_base: every layer's frozen tensors cut over the ranks once loaded (and quantised), gathered per layer.
+  std::shared_ptr<train::ShardedBase> sharded;
+  if (group && plan.distributed.shard_base) {
+    auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
+    if (!decoder)  // a family with layers of its own (qwen2_5_vl, plugins)
+      throw UsageError(ax::str(cfg.file, ": [distributed] shard_base: the ", plan.model_check.family,
+                               " model family does not gather its layers per use"));
+    sharded = train::shard_model_base(*group, *decoder);
+  }
   auto& tok = plan.tokenizer;
   s.model = model.get();
   s.kernels = plan.model.kernels;
@@ -125,6 +135,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.title = ax::str("axengine: ", cfg.file);
   s.group = group.get();
   s.bucket_mb = plan.distributed.bucket_mb;
+  s.every_rank_evaluates = sharded != nullptr;
   if (ep.comm) {
     auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
     if (!decoder || !decoder->expert_parallel())  // a plugin family that does not take expert_parallel

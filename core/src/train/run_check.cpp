@@ -18,6 +18,7 @@
 #include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
 #include "train/dist_expert.hpp"
+#include "train/dist_shard_base.hpp"
 #include "device_probe.hpp"
 
 namespace fs = std::filesystem;
@@ -189,6 +190,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
   if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
   check_expert_parallel(cfg, p.distributed, p.dist_env, p.resume.has_value(), p.eval.exact_match);
+  check_shard_base(cfg, p.distributed, p.dist_env, p.eval.exact_match);
 
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
   return p;

@@ -664,7 +664,7 @@ void Loop::eval_and_log(int64_t step) {
   // Rank 0 alone: the others go on to the next step's all-reduce and wait there (within timeout_s). Under
   // expert parallelism every rank runs the forward passes (the experts are spread over them) and drops the result.
   if (!writer_) {
-    if (s_.expert_group) evaluate();
+    if (s_.expert_group || s_.every_rank_evaluates) evaluate();
     return;
   }
   auto t = Clock::now();

@@ -50,6 +50,9 @@ struct TrainerSetup {
   DistGroup* expert_group = nullptr;
   DistGroup* expert_replicas = nullptr;
   std::function<void()> gather_adapter;
+  // shard_base (train/dist_shard_base.hpp): a forward needs every rank (each gathers the layers' shards), so
+  // every rank runs the forward passes of an evaluation, as under expert parallelism.
+  bool every_rank_evaluates = false;
 };
 
 struct TrainSummary {
