@@ -83,7 +83,10 @@ void check_same_losses(const std::vector<double>& got, const std::vector<double>
 }
 
 // The final adapters, tensor by tensor, within fp32 round-off (AdamW's normalisation magnifies the last bits of
-// tiny gradients a little: relative to the tensor's scale, not element by element).
+// tiny gradients a little: relative to the tensor's scale, not element by element). The bound is 2e-3: a lora_B
+// (zero at the start, so its scale after 4 steps is a few learning rates) differed by 5.6e-4 of its scale
+// between a 3-rank and a grad_accum-3 run on the 16-core Xeon of the GPU host (1e-4 held on this CI's CPU); a
+// wrong sample order or gradient average differs by O(1) of the scale.
 void check_same_adapter(const fs::path& got_out, const fs::path& want_out, int step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%08d", step);
@@ -95,7 +98,7 @@ void check_same_adapter(const fs::path& got_out, const fs::path& want_out, int s
     at::Tensor a = got->get(info.name).to(at::kFloat), b = want->get(info.name).to(at::kFloat);
     REQUIRE(a.sizes() == b.sizes());
     const double scale = std::max(1e-6, b.abs().max().item<double>());
-    CHECK((a - b).abs().max().item<double>() / scale < 1e-4);
+    CHECK((a - b).abs().max().item<double>() / scale < 2e-3);
   }
 }
 

@@ -802,7 +802,18 @@ TrainSummary Loop::run() {
   lag_ = device_.is_cuda() ? 1 : 0;
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     profile_before(step);
-    pending_.push_back(train_step(step));
+    try {
+      pending_.push_back(train_step(step));
+    } catch (...) {
+      // The steps before this one are done: on CUDA the last of them is still pending (read one step late,
+      // lag_), and its metrics line must not be lost with the error (a bad streamed row stops the run at its
+      // step, with the steps before it on record). A second failure while reading it leaves the first to report.
+      try {
+        finish_steps(0);
+      } catch (...) {
+      }
+      throw;
+    }
     profile_after(step);
     finish_steps(lag_);
     bool last = step + 1 == total_steps_;
