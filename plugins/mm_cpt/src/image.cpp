@@ -78,8 +78,11 @@ ImageHeader oriented(int64_t w, int64_t h, int orientation) {
   return orientation >= 5 && orientation <= 8 ? ImageHeader{h, w} : ImageHeader{w, h};
 }
 
-// decode_jpeg up to its first scanline: the same setup and checks, no pixel buffer.
-ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
+// Reads a JPEG's header and checks it; with `img`, decodes its pixels into it (oriented), else stops at the
+// header (read_image_header: the size after orientation, no pixel buffer). One reader for both, so the header's
+// refusals are exactly the decoder's.
+ImageHeader read_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits,
+                      Image* img) {
   auto st = std::make_unique<JpegState>();
   st->cinfo.err = jpeg_std_error(&st->jerr);
   st->jerr.error_exit = jpeg_error_exit;
@@ -100,36 +103,13 @@ ImageHeader jpeg_header(const std::uint8_t* data, std::size_t size, const std::s
     st->error = ax::str(name, ": CMYK JPEGs are not supported (convert the image to RGB)");
     std::longjmp(st->jump, 1);
   }
-  // Unscaled output: jpeg_start_decompress would give output_width x output_height = image_width x image_height.
-  const ImageHeader h = oriented(st->cinfo.image_width, st->cinfo.image_height, jpeg_orientation(st->cinfo));
-  jpeg_destroy_decompress(&st->cinfo);
-  return h;
-}
-
-Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
-  auto st = std::make_unique<JpegState>();
-  auto img = std::make_unique<Image>();
-  int orientation = 1;
-  st->cinfo.err = jpeg_std_error(&st->jerr);
-  st->jerr.error_exit = jpeg_error_exit;
-  st->jerr.emit_message = jpeg_quiet;
-  st->cinfo.client_data = st.get();
-  if (setjmp(st->jump)) {
+  const int orientation = jpeg_orientation(st->cinfo);
+  // Unscaled output: jpeg_start_decompress gives output_width x output_height = image_width x image_height.
+  const ImageHeader header = oriented(st->cinfo.image_width, st->cinfo.image_height, orientation);
+  if (img == nullptr) {
     jpeg_destroy_decompress(&st->cinfo);
-    if (!st->error.empty()) throw UsageError(st->error);
-    throw UsageError(ax::str(name, ": not a decodable JPEG (libjpeg: ", st->message, ")"));
+    return header;
   }
-  jpeg_create_decompress(&st->cinfo);
-  jpeg_mem_src(&st->cinfo, data, static_cast<unsigned long>(size));
-  jpeg_save_markers(&st->cinfo, JPEG_APP0 + 1, 0xffff);
-  jpeg_read_header(&st->cinfo, TRUE);
-  st->error = size_problem(st->cinfo.image_width, st->cinfo.image_height, name, limits);
-  if (!st->error.empty()) std::longjmp(st->jump, 1);
-  if (st->cinfo.jpeg_color_space == JCS_CMYK || st->cinfo.jpeg_color_space == JCS_YCCK) {
-    st->error = ax::str(name, ": CMYK JPEGs are not supported (convert the image to RGB)");
-    std::longjmp(st->jump, 1);
-  }
-  orientation = jpeg_orientation(st->cinfo);
   st->cinfo.out_color_space = JCS_RGB;  // grey and YCbCr alike, as PIL's convert("RGB")
   jpeg_start_decompress(&st->cinfo);
   img->width = st->cinfo.output_width;
@@ -142,6 +122,12 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
   jpeg_finish_decompress(&st->cinfo);
   jpeg_destroy_decompress(&st->cinfo);
   apply_orientation(*img, orientation);
+  return header;
+}
+
+Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
+  auto img = std::make_unique<Image>();  // on the heap: nothing of the frame setjmp saved changes under longjmp
+  read_jpeg(data, size, name, limits, img.get());
   return std::move(*img);
 }
 
@@ -298,7 +284,7 @@ Image decode_image_file(const std::string& path, const DecodeLimits& limits) {
 ImageHeader read_image_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits) {
   if (size == 0) throw UsageError(ax::str(name, ": the image file is empty"));
   switch (sniff_format(data, size)) {
-    case ImageFormat::jpeg: return jpeg_header(data, size, name, limits);
+    case ImageFormat::jpeg: return read_jpeg(data, size, name, limits, nullptr);
     case ImageFormat::png: {  // as decode_png up to png_image_finish_read
       png_image png{};
       png.version = PNG_IMAGE_VERSION;
