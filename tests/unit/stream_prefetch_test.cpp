@@ -15,6 +15,7 @@
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "train/stream_prefetch.hpp"
+#include "unit/stream_fixture.hpp"
 #include "unit/train_harness.hpp"
 
 namespace fs = std::filesystem;
@@ -25,24 +26,9 @@ using ax::train::StreamPrefetcher;
 
 namespace {
 
-// Sums "a+b=" -> "c" over three shards of 10 rows, streamed in rows of 24 tokens; `extra` goes into [[datasets]].
+// stream_fixture.hpp's streamed run; `extra` goes into [[datasets]].
 fs::path make_dir(const std::string& name, const std::string& extra = "") {
-  auto dir = ax::test::scratch_dir(name);
-  for (int shard = 0; shard < 3; ++shard) {
-    std::string rows;
-    for (int i = 0; i < 10; ++i) {
-      const int n = shard * 10 + i, a = (n * 7) % 10, b = (n * 3 + 1) % 10;
-      rows += "{\"prompt\": \"" + std::to_string(a) + "+" + std::to_string(b) + "=\", \"text\": \"" + std::to_string(a + b) + "\"}\n";
-    }
-    write_text(dir / ("sums-" + std::to_string(shard) + ".jsonl"), rows);
-  }
-  write_text(dir / "run.toml", "[run]\noutput_dir = \"out\"\nseed = 3\n"
-                               "[data]\nsequence_len = 24\ncache = false\n"
-                               "[[datasets]]\ntype = \"completion\"\npath = \"sums-*.jsonl\"\nprompt_field = \"prompt\"\n"
-                               "streaming = true\n" + extra +
-                               "[train]\nlr = 0.01\nschedule = \"constant\"\nmax_steps = 8\n"
-                               "[checkpoint]\nevery_steps = 4\nkeep_last = 10\n");
-  return dir;
+  return ax::test::make_stream_dir(name, "streaming = true\n" + extra, "");
 }
 
 // A step that only says which it is (its pass), for the mechanism's own checks.

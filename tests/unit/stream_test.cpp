@@ -15,33 +15,15 @@
 #include "data/packing.hpp"
 #include "data/types.hpp"
 #include "train/stream_step.hpp"
+#include "unit/stream_fixture.hpp"
 #include "unit/train_harness.hpp"
 
 namespace fs = std::filesystem;
 using ax::test::Harness;
+using ax::test::make_stream_dir;
 using ax::test::write_text;
 
 namespace {
-
-// Sums "a+b=" -> "c" over three shards of 10 rows (rows of 24 tokens: a few samples per packed row).
-fs::path make_stream_dir(const std::string& name, const std::string& dataset_extra, const std::string& extra) {
-  auto dir = ax::test::scratch_dir(name);
-  for (int shard = 0; shard < 3; ++shard) {
-    std::string rows;
-    for (int i = 0; i < 10; ++i) {
-      const int n = shard * 10 + i, a = (n * 7) % 10, b = (n * 3 + 1) % 10;
-      rows += "{\"prompt\": \"" + std::to_string(a) + "+" + std::to_string(b) + "=\", \"text\": \"" + std::to_string(a + b) + "\"}\n";
-    }
-    write_text(dir / ("sums-" + std::to_string(shard) + ".jsonl"), rows);
-  }
-  write_text(dir / "run.toml", "[run]\noutput_dir = \"out\"\nseed = 3\n"
-                               "[data]\nsequence_len = 24\ncache = false\n"
-                               "[[datasets]]\ntype = \"completion\"\npath = \"sums-*.jsonl\"\nprompt_field = \"prompt\"\n" +
-                                   dataset_extra +
-                                   "[train]\nlr = 0.01\nschedule = \"constant\"\nmax_steps = 8\n"
-                                   "[checkpoint]\nevery_steps = 4\nkeep_last = 10\n" + extra);
-  return dir;
-}
 
 // Replaces `from` by `to` in the dir's run.toml (--set cannot reach into [[datasets]]).
 void edit(const fs::path& dir, const std::string& from, const std::string& to) {
