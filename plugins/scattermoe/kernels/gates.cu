@@ -12,29 +12,17 @@
 
 #include <initializer_list>
 
+#include <axengine/cuda/row_combine.cuh>
+
 #include "moe_gemm.hpp"
 
 namespace ax::scattermoe {
 namespace detail {
 namespace {
 
-constexpr int kMaxTopK = 16;
-
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float* out) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const T* h = reinterpret_cast<const T*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<float>(h[i]);
-}
-template <class T>
-__device__ __forceinline__ void store8(T* p, const float* v) {
-  uint4 u;
-  T* h = reinterpret_cast<T*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) h[i] = static_cast<T>(v[i]);
-  *reinterpret_cast<uint4*>(p) = u;
-}
+using ax::cuda::kMaxTopK;
+using ax::cuda::load8;
+using ax::cuda::store8;
 
 // Row of `rows` holding scattered entry s, or -1 (inactive: contributes nothing). 32 bits: the launchers
 // require T·k < 2^31, and the k rows of a token stay in registers (int64 doubled their cost and capped
@@ -47,34 +35,6 @@ __device__ __forceinline__ int row_of(const GatesArgs& a, int64_t s) {
 // row indices are read once per row and no thread divides.
 __device__ __forceinline__ int64_t warp_id() { return blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; }
 __device__ __forceinline__ int64_t warp_count() { return static_cast<int64_t>(gridDim.x) * (blockDim.x / 32); }
-
-template <class T>
-__global__ void __launch_bounds__(256, 4) combine_kernel(GatesArgs a) {
-  const int lane = threadIdx.x % 32;
-  const T* rows = static_cast<const T*>(a.rows);
-  const T* g = static_cast<const T*>(a.gates);
-  T* y = static_cast<T*>(a.y);
-  for (int64_t t = warp_id(); t < a.T; t += warp_count()) {
-    int r[kMaxTopK];
-    float gj[kMaxTopK];
-#pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j) {
-      r[j] = j < a.k ? row_of(a, t * a.k + j) : -1;
-      gj[j] = (r[j] >= 0 && g) ? static_cast<float>(g[t * a.k + j]) : 1.f;
-    }
-    for (int64_t c = lane * 8; c < a.N; c += 32 * 8) {
-      float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, v[8];
-#pragma unroll
-      for (int j = 0; j < kMaxTopK; ++j) {
-        if (r[j] < 0) continue;
-        load8(rows + static_cast<int64_t>(r[j]) * a.ld_rows + c, v);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) acc[q] += gj[j] * v[q];
-      }
-      store8(y + t * a.ld_y + c, acc);
-    }
-  }
-}
 
 // One warp per token: each lane walks its 8-column chunks, k partial dot products, then warp sums.
 template <class T>
@@ -165,8 +125,9 @@ bool launch_gates_combine(const GatesArgs& a, cudaStream_t stream) {
   if (a.T * a.k > 0x7fffffff) return false;
   if (a.T == 0 || a.N == 0) return true;
   const unsigned blocks = detail::blocks_for(a.T, 8);  // 8 warps of 32 per block, a token per warp
-  if (a.dtype == DType::bf16) detail::combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(a);
-  else detail::combine_kernel<__half><<<blocks, 256, 0, stream>>>(a);
+  const ax::cuda::RowCombine c{a.T, a.k, a.N, a.rows, a.ld_rows, a.row_of, a.gates, a.y, a.ld_y};
+  if (a.dtype == DType::bf16) ax::cuda::combine_rows_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(c);
+  else ax::cuda::combine_rows_kernel<__half><<<blocks, 256, 0, stream>>>(c);
   return true;
 }
 

@@ -45,7 +45,13 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
   if (a.K <= 0 || a.K % kBK != 0) return "K must be a positive multiple of 64";
   if (a.N <= 0 || a.N % 8 != 0) return "N must be a positive multiple of 8";
   if ((a.epi == Epi::glu || a.epi == Epi::dglu) && a.N % 2 != 0) return "odd GLU width";
-  if (!ok16(a.a, a.lda) || !ok16(a.w, a.ldw) || !ok16(a.out, a.ldo)) return "operands must be 16-byte aligned";
+  if (!ok16(a.a, a.lda) || !ok16(a.w, a.ldw)) return "operands must be 16-byte aligned";
+  if (a.epi == Epi::glu ? (a.out == nullptr && a.u_out == nullptr) : a.out == nullptr) return "no output";
+  if ((a.out != nullptr && !ok16(a.out, a.ldo)) || (a.u_out != nullptr && !ok16(a.u_out, a.ldu_out)) ||
+      (a.h_out != nullptr && !ok16(a.h_out, a.ldh_out)))
+    return "outputs must be 16-byte aligned";
+  if ((a.u_out != nullptr && a.epi != Epi::glu) || (a.h_out != nullptr && a.epi != Epi::dglu))
+    return "u_out is glu's, h_out dglu's";
   if (a.r < 0 || a.r > 64 || a.r % 8 != 0) return "the LoRA rank must be padded to a multiple of 8, at most 64";
   if (a.r > 0 && (!ok16(a.a2, a.r) || !ok16(a.w2, a.ldw2))) return "LoRA operands must be 16-byte aligned";
   if (a.bias != nullptr && a.bias_estride % 2 != 0) return "bias rows must be 4-byte aligned";
@@ -83,13 +89,16 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
   p.r = a.r;
   p.interleaved = a.interleaved;
   p.clamped = a.clamped;
-  p.write_u = a.write_u;
   p.alpha = a.alpha;
   p.limit = a.limit;
   p.bias = static_cast<const __nv_bfloat16*>(a.bias);
   p.bias_estride = a.bias_estride;
   p.out = static_cast<__nv_bfloat16*>(a.out);
   p.ldo = a.ldo;
+  p.uo = static_cast<__nv_bfloat16*>(a.u_out);
+  p.lduo = a.ldu_out;
+  p.ho = static_cast<__nv_bfloat16*>(a.h_out);
+  p.ldho = a.ldh_out;
   p.u = static_cast<const __nv_bfloat16*>(a.u);
   p.ldu = a.ldu;
   p.row_scale = a.row_scale;

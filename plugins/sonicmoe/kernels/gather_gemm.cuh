@@ -62,12 +62,16 @@ struct Params {
   int64_t M;
   int64_t w_erows;  // rows of one expert in B's map: K-major N, MN-major K
   int r;
-  bool interleaved, clamped, write_u;
+  bool interleaved, clamped;
   float alpha, limit;
   const __nv_bfloat16* bias;
   int64_t bias_estride;
   __nv_bfloat16* out;
   int64_t ldo;
+  __nv_bfloat16* uo;  // glu: u as well (optional)
+  int64_t lduo;
+  __nv_bfloat16* ho;  // dglu: h as well (optional)
+  int64_t ldho;
   const __nv_bfloat16* u;
   int64_t ldu;
   const float* row_scale;
@@ -281,8 +285,23 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
     float scale[2] = {0.f, 0.f};
     if constexpr (kEpi == int(Epi::dglu)) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
         if (active[h]) scale[h] = p.row_scale[rbase + 8 * h];
+        // The epilogue reads this tile's u: ask L2 for it now, a whole mainloop ahead, so the epilogue's
+        // loads hit L2 instead of waiting on DRAM with the MMAs idle. A row's tile of u is two 512-byte
+        // runs (halves: gate, up) or one 1 KB run (interleaved): 8 lines, two per lane of the quad.
+        if (keep[h]) {
+          const __nv_bfloat16* urow = p.u + (rbase + 8 * h) * p.ldu;
+          const int I = p.N, q = lane % 4;
+#pragma unroll
+          for (int l = 0; l < 2; ++l) {
+            const int line = q + 4 * l;  // 64 columns a line
+            const int col = p.interleaved ? 2 * tl.n * kBN + 64 * line : (l == 0 ? 0 : I) + tl.n * kBN + 64 * q;
+            if ((p.interleaved ? col < 2 * I : tl.n * kBN + 64 * q < I))
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(urow + col));
+          }
+        }
+      }
     }
     int prev = -1;
     // One pipeline step (scattermoe's): the LoRA step is separate code, not a branch in the loop: a wgmma
@@ -334,7 +353,9 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if (!keep[h]) continue;
-        __nv_bfloat16* orow = p.out + (rbase + 8 * h) * p.ldo;
+        const int64_t m = rbase + 8 * h;
+        __nv_bfloat16* orow = p.out != nullptr ? p.out + m * p.ldo : nullptr;
+        __nv_bfloat16* urow = p.uo != nullptr ? p.uo + m * p.lduo : nullptr;
         if (!p.interleaved) {  // gate column j in d[4i + ..], its up partner I + j in d[4(i + 16) + ..]
 #pragma unroll
           for (int i = 0; i < 16; ++i) {
@@ -347,12 +368,12 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
               v0 += bf(brow, I + j), v1 += bf(brow, I + j + 1);
             }
             if (!active[h]) g0 = g1 = v0 = v1 = 0.f;
-            if (p.write_u) {
-              *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(g0, g1);
-              *reinterpret_cast<__nv_bfloat162*>(orow + I + j) = __floats2bfloat162_rn(v0, v1);
-            } else {
-              *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(act(p, g0, v0), act(p, g1, v1));
+            if (urow != nullptr) {
+              *reinterpret_cast<__nv_bfloat162*>(urow + j) = __floats2bfloat162_rn(g0, g1);
+              *reinterpret_cast<__nv_bfloat162*>(urow + I + j) = __floats2bfloat162_rn(v0, v1);
             }
+            if (orow != nullptr)
+              *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(act(p, g0, v0), act(p, g1, v1));
           }
         } else {  // u columns c, c + 1 = (gate, up) of h column c / 2
 #pragma unroll
@@ -362,8 +383,8 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
             float g = acc[4 * i + 2 * h], v = acc[4 * i + 2 * h + 1];
             if (brow != nullptr) g += bf(brow, c), v += bf(brow, c + 1);
             if (!active[h]) g = v = 0.f;
-            if (p.write_u) *reinterpret_cast<__nv_bfloat162*>(orow + c) = __floats2bfloat162_rn(g, v);
-            else orow[c / 2] = __float2bfloat16_rn(act(p, g, v));
+            if (urow != nullptr) *reinterpret_cast<__nv_bfloat162*>(urow + c) = __floats2bfloat162_rn(g, v);
+            if (orow != nullptr) orow[c / 2] = __float2bfloat16_rn(act(p, g, v));
           }
         }
       }
@@ -376,34 +397,46 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
           const int64_t m = rbase + 8 * h;
           const __nv_bfloat16* urow = p.u + m * p.ldu;
           __nv_bfloat16* orow = p.out + m * p.ldo;
+          __nv_bfloat16* hrow = p.ho != nullptr ? p.ho + m * p.ldho : nullptr;
+          // u in chunks of 8 column groups, each chunk's loads issued together before its stores (the
+          // compiler cannot move a load of u above a store to du: it does not know they never alias).
 #pragma unroll
-          for (int i = 0; i < 32; ++i) {
-            const int j = tl.n * kBN + 8 * i + q4;
-            if (j >= I) continue;
-            float g[2], v[2], dg[2], dv[2];
-            if (!p.interleaved) {
-              const float2 gg = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + j));
-              const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + I + j));
-              g[0] = gg.x, g[1] = gg.y, v[0] = vv.x, v[1] = vv.y;
-            } else {
-              const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + 2 * j));
-              const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + 2 * j + 2));
-              g[0] = a0.x, v[0] = a0.y, g[1] = a1.x, v[1] = a1.y;
+          for (int i0 = 0; i0 < 32; i0 += 8) {
+            uint32_t ua[8], ub[8];  // halves: (gate j, j+1), (up j, j+1); interleaved: (g, v) of j, of j+1
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+              const int j = tl.n * kBN + 8 * (i0 + i) + q4;
+              ua[i] = ub[i] = 0u;
+              if (j >= I) continue;
+              ua[i] = *reinterpret_cast<const uint32_t*>(urow + (p.interleaved ? 2 * j : j));
+              ub[i] = *reinterpret_cast<const uint32_t*>(urow + (p.interleaved ? 2 * j + 2 : I + j));
             }
 #pragma unroll
-            for (int b = 0; b < 2; ++b) {
-              const float c = acc[4 * i + 2 * h + b];
-              float hv;
-              act_bwd(p, g[b], v[b], scale[h] * c, hv, dg[b], dv[b]);
-              rs += c * __bfloat162float(__float2bfloat16_rn(hv));  // h as the forward rounded it
-              if (!active[h]) dg[b] = dv[b] = 0.f;
-            }
-            if (!p.interleaved) {
-              *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(dg[0], dg[1]);
-              *reinterpret_cast<__nv_bfloat162*>(orow + I + j) = __floats2bfloat162_rn(dv[0], dv[1]);
-            } else {
-              *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j) = __floats2bfloat162_rn(dg[0], dv[0]);
-              *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j + 2) = __floats2bfloat162_rn(dg[1], dv[1]);
+            for (int i = 0; i < 8; ++i) {
+              const int j = tl.n * kBN + 8 * (i0 + i) + q4;
+              if (j >= I) continue;
+              const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ua[i]));
+              const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ub[i]));
+              float g[2], v[2], dg[2], dv[2], hb[2];
+              if (!p.interleaved) g[0] = a0.x, g[1] = a0.y, v[0] = a1.x, v[1] = a1.y;
+              else g[0] = a0.x, v[0] = a0.y, g[1] = a1.x, v[1] = a1.y;
+#pragma unroll
+              for (int b = 0; b < 2; ++b) {
+                const float c = acc[4 * (i0 + i) + 2 * h + b];
+                float hv;
+                act_bwd(p, g[b], v[b], scale[h] * c, hv, dg[b], dv[b]);
+                hb[b] = __bfloat162float(__float2bfloat16_rn(hv));  // h as the forward rounded it
+                rs += c * hb[b];
+                if (!active[h]) dg[b] = dv[b] = hb[b] = 0.f;
+              }
+              if (hrow != nullptr) *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(hb[0], hb[1]);
+              if (!p.interleaved) {
+                *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(dg[0], dg[1]);
+                *reinterpret_cast<__nv_bfloat162*>(orow + I + j) = __floats2bfloat162_rn(dv[0], dv[1]);
+              } else {
+                *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j) = __floats2bfloat162_rn(dg[0], dv[0]);
+                *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j + 2) = __floats2bfloat162_rn(dg[1], dv[1]);
+              }
             }
           }
         }

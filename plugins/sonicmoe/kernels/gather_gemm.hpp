@@ -10,11 +10,12 @@ namespace ax::sonicmoe {
 
 // What the epilogue does with the fp32 accumulators of a tile.
 //   store: out[m, n] = C + bias_e          (the down projection, dX)
-//   glu:   out[m, j] = act(gate_j, up_j)   (gate_up; u = C + bias_e; or u itself with write_u)
+//   glu:   out[m, j] = act(gate_j, up_j) and/or u_out[m, :] = u   (gate_up; u = C + bias_e)
 //          halves: the B tile is 128 gate columns + the 128 matching up columns, so one thread holds
 //          both halves of a pair; interleaved: a pair is two adjacent columns of the same thread.
 //   dglu:  du[m, (gate_j, up_j)] = act'(u_m) · row_scale[m] · C[m, j],  C = dH' (N = I columns);
-//          rowsum[m, tile] = Σ_j C[m, j] · act(u_m)_j over the tile's columns (the router-score gradient)
+//          rowsum[m, tile] = Σ_j C[m, j] · act(u_m)_j over the tile's columns (the router-score gradient);
+//          h_out[m, j] = act(u_m)_j rounded to bf16 as the forward wrote h (optional: the down LoRA's dA2)
 enum class Epi : int { store = 0, glu = 1, dglu = 2 };
 
 struct GatherGemmArgs {
@@ -50,12 +51,15 @@ struct GatherGemmArgs {
   // Epilogue.
   const void* bias = nullptr;  // store: [E, N]; glu: [E, 2I] (bias_estride elements apart); optional
   int64_t bias_estride = 0;
-  void* out = nullptr;  // store: [M, N]; glu: [M, I] (or [M, 2I] with write_u); dglu: du [M, 2I]
+  void* out = nullptr;  // store: [M, N]; glu: h [M, I] (optional if u_out is set); dglu: du [M, 2I]
   int64_t ldo = 0;
+  void* u_out = nullptr;  // glu: u [M, 2I] as well (optional: what the backward's dGLU reads)
+  int64_t ldu_out = 0;
+  void* h_out = nullptr;  // dglu: h [M, I] (optional)
+  int64_t ldh_out = 0;
   bool interleaved = false;  // glu / dglu: gate/up packing
   bool clamped = false;      // glu / dglu: gpt-oss's clamped GLU (else SiLU-GLU)
   float alpha = 1.702f, limit = 7.f;
-  bool write_u = false;           // glu: write the pre-activations u (the backward's recompute)
   const void* u = nullptr;        // dglu: u [M, 2I]
   int64_t ldu = 0;
   const float* row_scale = nullptr;  // dglu: the routing weight of each sorted row (fp32 [M])

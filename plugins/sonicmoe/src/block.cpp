@@ -3,19 +3,21 @@
 // Forward (rows in expert-sorted order m; t(m) its token, e(m) its expert, g_m its routing weight):
 //   XA   = s1 · X · A1_catᵀ  [T, E·r1]  one dense GEMM; row m's LoRA input is the slice (t(m), e(m))
 //   h    = act(gather(X) · W1_e + b1_e + XA_m · B1_eᵀ)   glu kernel: gather in the A loads, LoRA as one
-//                                                       extra K tile, GLU in the epilogue -> h [M, I] only
+//                                                       extra K tile, GLU in the epilogue -> h [M, I]
+//                                                       and u [M, 2I] from one GEMM
 //   HA   = s2 · h · A2_eᵀ    [M, r2]   at::_grouped_mm
 //   Y_m  = h · W2_e + b2_e + HA_m · B2_eᵀ                store kernel (no gather), rows in sorted order
-//   y_t  = Σ_j g · Y_(t,j)                               gather through the inverse permutation + bmm
-//   saved: s1·XA rows [M, r1], HA [M, r2], and h [M, I] only with a down LoRA (its dA2 reads it);
-//          u [M, 2I] is never written in forward
+//   y_t  = Σ_j g · Y_(t,j)                               combine kernel, through the inverse permutation
+//   saved: u [M, 2I], s1·XA rows [M, r1], HA [M, r2]. Keeping u costs M·2I (T·k·2I: constant in the
+//          expert granularity at fixed active FLOPs) and saves the backward a whole gate_up GEMM (the
+//          first version recomputed it: ~15 % of the block's time at qwen3-30b-a3b); h [M, I] is not kept:
+//          the dglu epilogue rewrites it from u where the down LoRA's dA2 reads it.
 // Backward (G = dY [T, H]):
-//   u    = gather(X) · W1_e + b1_e + XA_m · B1_eᵀ       the glu kernel again, writing u (recompute: one
-//                                                       GEMM instead of keeping [M, 2I] per layer)
 //   GB   = G · B2_cat        [T, E·r2]  dense; row m's slice (t(m), e(m))
 //   dH'  = gather(G) · W2_eᵀ + s2 · GB_m · A2_e          dglu kernel: gather in the A loads; epilogue:
 //   du   = act'(u) ⊙ g_m · dH'  [M, 2I]                 dGLU, and the router-score gradient
 //   dg_m = Σ_j dH'_mj · h_mj  (+ G_t · b2_e)            rowsum(dH' ⊙ act(u)), partial per column tile
+//   h    = act(u)  [M, I]                               (written by the same epilogue when dA2 needs it)
 //   DB   = s1 · du · B1_e    [M, r1]   at::_grouped_mm
 //   dX_m = du · W1_eᵀ + DB_m · A1_e                      store kernel; dx_t = Σ_j dX_(t,j)
 //   dB1_e = du_eᵀ · (s1·XA)_e, dA2_e = (s2·g·GB)_eᵀ · h_e   at::_grouped_mm over K groups
@@ -31,6 +33,7 @@
 #include <axengine/error.hpp>
 #include <axengine/strings.hpp>
 
+#include "../kernels/combine.hpp"
 #include "../kernels/gather_gemm.hpp"
 #include "sonicmoe.hpp"
 
@@ -159,10 +162,13 @@ at::Tensor spread_rows(const Prep& p, const at::Tensor& rows, int64_t rp) {
 }
 at::Tensor mask_rows(const Prep& p, const at::Tensor& t) { return at::where(p.active.unsqueeze(1), t, at::zeros({}, t.options())); }
 
-// u or h of the gate_up projection (glu kernel).
-at::Tensor gate_up(const MoeMlpArgs& a, const Prep& p, const at::Tensor& xa_rows, const at::Tensor& b1p, bool write_u) {
+// h = act(u) [M, I] and u [M, 2I] of the gate_up projection (glu kernel; one GEMM writes both).
+struct GateUp {
+  at::Tensor h, u;
+};
+GateUp gate_up(const MoeMlpArgs& a, const Prep& p, const at::Tensor& xa_rows, const at::Tensor& b1p) {
   const auto& d = p.d;
-  at::Tensor out = at::empty({d.M, write_u ? 2 * d.I : d.I}, p.x.options());
+  GateUp r{at::empty({d.M, d.I}, p.x.options()), at::empty({d.M, 2 * d.I}, p.x.options())};
   at::Tensor bias;
   GatherGemmArgs g = base_args(p);
   g.epi = Epi::glu;
@@ -187,15 +193,16 @@ at::Tensor gate_up(const MoeMlpArgs& a, const Prep& p, const at::Tensor& xa_rows
     g.bias = bias.data_ptr();
     g.bias_estride = bias.stride(0);
   }
-  g.out = out.data_ptr();
-  g.ldo = out.stride(0);
+  g.out = r.h.data_ptr();
+  g.ldo = r.h.stride(0);
+  g.u_out = r.u.data_ptr();
+  g.ldu_out = r.u.stride(0);
   g.interleaved = a.packing == ops::GluPacking::interleaved;
   g.clamped = a.activation == ops::MoeActivation::clamped_glu;
   g.alpha = static_cast<float>(a.alpha);
   g.limit = static_cast<float>(a.limit);
-  g.write_u = write_u;
-  check(launch_gather_gemm(g, p.stream), write_u ? "backward u recompute" : "gate_up GEMM");
-  return out;
+  check(launch_gather_gemm(g, p.stream), "gate_up GEMM");
+  return r;
 }
 
 // out[m] = A_m · W_e (+ bias_e) + a2_m · B2_e for sorted rows (store kernel, no gather).
@@ -230,11 +237,19 @@ void store_gemm(const Prep& p, const at::Tensor& a_rows, const at::Tensor& w, bo
 // y_t = Σ_j w_tj · rows[inv[t·k + j]] (inactive entries contribute nothing; w undefined: weight 1).
 at::Tensor combine(const Prep& p, const at::Tensor& rows, const at::Tensor& w) {
   const auto& d = p.d;
-  const int64_t N = rows.size(1);
-  at::Tensor g = rows.index_select(0, p.inv.clamp_min(0));
-  g = at::where(p.inv.ge(0).unsqueeze(1), g, at::zeros({}, rows.options())).view({d.T, d.k, N});
-  if (!w.defined()) return g.sum(1);
-  return at::bmm(w.reshape({d.T, 1, d.k}), g).view({d.T, N});
+  at::Tensor y = at::empty({d.T, rows.size(1)}, rows.options());
+  CombineArgs c;
+  c.T = d.T;
+  c.k = static_cast<int>(d.k);
+  c.N = static_cast<int>(rows.size(1));
+  c.rows = rows.data_ptr();
+  c.ld_rows = rows.stride(0);
+  c.inv = p.inv.data_ptr<int64_t>();
+  c.gates = w.defined() ? w.data_ptr() : nullptr;
+  c.y = y.data_ptr();
+  c.ld_y = y.stride(0);
+  check(launch_combine(c, p.stream), "combine");
+  return y;
 }
 
 at::Tensor assign(const at::Tensor& out, const at::Tensor& value) {
@@ -266,7 +281,7 @@ class SonicMoe final : public ops::MoeMlp {
       const at::Tensor xa_all = at::mm(p.x, a1p.t());
       xa_rows = slice_rows(p, xa_all, p.rp1).mul_(a.gate_up_lora.scaling).contiguous();
     }
-    const at::Tensor h = gate_up(a, p, xa_rows, b1p, /*write_u=*/false);
+    const auto [h, u] = gate_up(a, p, xa_rows, b1p);
     at::Tensor b2p;
     if (p.rp2 > 0) {  // s2 · h · A2_eᵀ, the down projection's LoRA input
       const at::Tensor a2p = pad_a(a.down_lora.a, d.E, p.r2, p.rp2);
@@ -281,8 +296,8 @@ class SonicMoe final : public ops::MoeMlp {
     store_gemm(p, h, p.w2, !p.ekn, p.ekn ? d.H : d.I, d.H, ha_rows, b2p, true, bias2, y_rows, "down GEMM");
     ops::MoeMlpResult r;
     r.y = assign(a.out, combine(p, y_rows, a.gates.to(p.x.scalar_type()).contiguous()));
-    // h only where backward reads it (dA2 of the down LoRA); never u.
-    r.saved = {p.rp2 > 0 ? h : at::Tensor(), xa_rows, ha_rows};
+    // u for the backward's dGLU (h is recomputed from it there, where the down LoRA's dA2 needs it).
+    r.saved = {u, xa_rows, ha_rows};
     return r;
   }
 
@@ -292,7 +307,7 @@ class SonicMoe final : public ops::MoeMlp {
     DeviceScope guard(a.x.device());
     const Prep p = prepare(a);
     const auto& d = p.d;
-    const at::Tensor& h = b.saved[0];
+    const at::Tensor& u = b.saved[0];
     const at::Tensor& xa_rows = b.saved[1];
     const at::Tensor& ha_rows = b.saved[2];
     const at::Tensor gy = rows16(b.grad_y.to(p.x.scalar_type()));
@@ -300,7 +315,8 @@ class SonicMoe final : public ops::MoeMlp {
     ops::MoeMlpGrads g;
     const bool lora1 = p.rp1 > 0, lora2 = p.rp2 > 0;
     const bool need_up = b.need_dx || (b.need_dlora && lora1);
-    const bool need_dh = need_up || b.need_dgates;
+    const bool need_da2 = b.need_dlora && lora2;  // reads h, which the dglu kernel rewrites from u
+    const bool need_dh = need_up || b.need_dgates || need_da2;
     const at::Tensor gates = a.gates.to(xdt).contiguous();
     const at::Tensor g_rows = mask_rows(p, gates.view({-1}).index_select(0, at::where(p.active, p.scat, 0)).unsqueeze(1))
                                   .view({d.M});
@@ -311,11 +327,8 @@ class SonicMoe final : public ops::MoeMlp {
       gb_rows = slice_rows(p, at::mm(gy, b2p), p.rp2);
     }
 
-    at::Tensor du;
+    at::Tensor du, h;
     if (need_dh) {
-      at::Tensor b1p;
-      if (lora1) b1p = pad_b(a.gate_up_lora.b, d.E, p.r1, p.rp1);
-      const at::Tensor u = gate_up(a, p, xa_rows, b1p, /*write_u=*/true);
       du = at::empty({d.M, 2 * d.I}, p.x.options());
       const at::Tensor scale = g_rows.to(at::kFloat).contiguous();
       GatherGemmArgs k = base_args(p);
@@ -347,6 +360,11 @@ class SonicMoe final : public ops::MoeMlp {
       k.limit = static_cast<float>(a.limit);
       k.u = u.data_ptr();
       k.ldu = u.stride(0);
+      if (need_da2) {
+        h = at::empty({d.M, d.I}, p.x.options());
+        k.h_out = h.data_ptr();
+        k.ldh_out = h.stride(0);
+      }
       k.row_scale = scale.data_ptr<float>();
       const int tiles = gather_gemm_col_tiles(k);
       at::Tensor rowsum = at::empty({d.M, tiles}, p.x.options().dtype(at::kFloat));
@@ -388,7 +406,7 @@ class SonicMoe final : public ops::MoeMlp {
       g.dgate_up_lora_a = assign(b.out.dgate_up_lora_a, unpad_a(da1, d.E, p.r1, p.rp1));
       g.dgate_up_lora_b = assign(b.out.dgate_up_lora_b, unpad_b(db1, d.E, p.r1, p.rp1));
     }
-    if (b.need_dlora && lora2) {
+    if (need_da2) {
       // dB2 = Gᵀ · Z2 with Z2 = spread(g · s2·HA) [H, E·rp2]; dA2_e = (s2·g·GB)_eᵀ · h_e [rp2, I].
       const at::Tensor gha = (ha_rows * g_rows.unsqueeze(1)).contiguous();
       const at::Tensor db2 = at::mm(gy.t(), spread_rows(p, gha, p.rp2));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../kernels/combine.hpp"
 #include "../kernels/gather_gemm.hpp"
 
 namespace ax::sonicmoe {
@@ -77,15 +78,15 @@ const char* launch_gather_gemm(const GatherGemmArgs& a, cudaStream_t) {
           for (int64_t n = 0; n < N; ++n) store(a.out, m * a.ldo + n, active ? c[n] + bias(n) : 0.f);
           break;
         case Epi::glu:
-          if (a.write_u) {
-            for (int64_t n = 0; n < N; ++n) store(a.out, m * a.ldo + n, active ? c[n] + bias(n) : 0.f);
-          } else {
+          if (a.u_out != nullptr)
+            for (int64_t n = 0; n < N; ++n)
+              store(a.u_out, m * a.ldu_out + n, active ? c[n] + bias(n) : 0.f);
+          if (a.out != nullptr)
             for (int64_t j = 0; j < I; ++j) {
               float h = 0, dg, dv;
               glu(a, c[gate_col(j)] + bias(gate_col(j)), c[up_col(j)] + bias(up_col(j)), 0.f, h, dg, dv);
               store(a.out, m * a.ldo + j, active ? h : 0.f);
             }
-          }
           break;
         case Epi::dglu: {
           const int tiles = gather_gemm_col_tiles(a);
@@ -97,6 +98,7 @@ const char* launch_gather_gemm(const GatherGemmArgs& a, cudaStream_t) {
             store(a.out, m * a.ldo + gate_col(j), active ? dg : 0.f);
             store(a.out, m * a.ldo + up_col(j), active ? dv : 0.f);
             sums[j / 256] += c[j] * rounded(h);
+            if (a.h_out != nullptr) store(a.h_out, m * a.ldh_out + j, active ? h : 0.f);
           }
           for (int t = 0; t < tiles; ++t) a.rowsum[m * a.ld_rowsum + t] = active ? sums[t] : 0.f;
           break;
@@ -104,6 +106,22 @@ const char* launch_gather_gemm(const GatherGemmArgs& a, cudaStream_t) {
       }
     }
   }
+  return nullptr;
+}
+
+const char* launch_combine(const CombineArgs& a, cudaStream_t) {
+  if (a.N % 8 != 0 || a.ld_rows % 8 != 0 || a.ld_y % 8 != 0) return "combine: unaligned rows";
+  if (a.k < 1 || a.k > 16) return "combine: top-k must be 1..16";
+  for (int64_t t = 0; t < a.T; ++t)
+    for (int64_t n = 0; n < a.N; ++n) {
+      float acc = 0.f;
+      for (int j = 0; j < a.k; ++j) {
+        const int64_t r = a.inv[t * a.k + j];
+        if (r < 0) continue;
+        acc += (a.gates != nullptr ? load(a.gates, t * a.k + j) : 1.f) * load(a.rows, r * a.ld_rows + n);
+      }
+      store(a.y, t * a.ld_y + n, acc);
+    }
   return nullptr;
 }
 
