@@ -1,6 +1,6 @@
 // shard_base's storage (train/dist_shard.hpp): 2 and 3 Gloo ranks as threads of this process (each joins the
 // group through the TCPStore like a process would), sharding tensors of several dtypes and odd sizes, gathered
-// at once and started ahead (gather_async).
+// at once and started ahead (gather_async), and a buffer given as pieces (add_pieces).
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -67,6 +67,23 @@ void check_world(int64_t world) {
         auto first = shards.gather_async(0), second = shards.gather_async(2);
         at::Tensor b = second.wait(), a = first.wait();
         all &= second.index() == 2 && at::equal(a, want[0]) && at::equal(b, want[2]) && a.sizes() == want[0].sizes();
+        // A buffer given as pieces (shard_base cuts a loaded layer so, never building the buffer): the tensors
+        // at offsets with gaps of 3 bytes, zero elsewhere, gathered as the built buffer would be; each rank
+        // holds its chunk only.
+        std::vector<ax::train::ShardedTensors::Piece> pieces;
+        int64_t total = 0;
+        for (const auto& t : want) {
+          pieces.push_back({t.clone(), total});
+          total += t.numel() * static_cast<int64_t>(t.element_size()) + 3;
+        }
+        at::Tensor built = at::zeros({total}, at::kByte);
+        for (const auto& p : pieces) {
+          at::Tensor bytes = p.tensor.reshape({-1}).view(at::kByte);
+          built.narrow(0, p.offset, bytes.numel()).copy_(bytes);
+        }
+        shards.add_pieces(total, pieces);
+        all &= shards.resident_bytes() - resident[static_cast<std::size_t>(r)] == (total + world - 1) / world;
+        all &= at::equal(shards.gather(want.size()), built);
         equal[static_cast<std::size_t>(r)] = all;
         group->barrier();
       } catch (...) {

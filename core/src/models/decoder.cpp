@@ -19,6 +19,7 @@
 #include "models/bnb_load.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/recompute.hpp"
+#include "models/storage_set.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax::models {
@@ -26,6 +27,13 @@ namespace ax::models {
 namespace {
 
 std::string layer_prefix(int64_t i) { return str("model.layers.", i, "."); }
+
+// i of a name under "model.layers.i.", else -1.
+int64_t layer_of(const std::string& name) {
+  static const std::string head = "model.layers.";
+  if (name.compare(0, head.size(), head) != 0) return -1;
+  return std::stoll(name.substr(head.size(), name.find('.', head.size()) - head.size()));
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::vector<std::string> v;
@@ -199,7 +207,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_te
 
 DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                            std::shared_ptr<KernelSet> kernels, const WeightPolicy& policy,
-                           std::shared_ptr<ExpertComm> expert_parallel)
+                           std::shared_ptr<ExpertComm> expert_parallel, std::shared_ptr<LayerResidency> layers)
     : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)), ep_(std::move(expert_parallel)) {
   if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
   init_expert_parallel();  // models/expert_parallel.cpp: ep_first_, ep_local_ (all experts without it)
@@ -232,7 +240,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   };
   // Resident bytes, counted as tensors are kept; the peak adds the dense tensor being converted or packed.
   int64_t resident = 0;
-  std::set<const void*> packed_storages;  // a quantizer may share a field (the double-quant code) between weights
+  StorageSet packed_storages;  // a quantizer may share a field (the double-quant code) between weights
   auto hold = [&](const std::string& name, at::Tensor raw, int64_t transient) {
     stats_.params += raw.numel();
     std::string why;
@@ -242,7 +250,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       ops::WeightTensor q = quantizer->quantize(raw, spec);
       int64_t b = 0;
       for (const at::Tensor* t : {&q.values, &q.codes, &q.scales, &q.nested_scales, &q.nested_code, &q.global_scale})
-        if (t->defined() && packed_storages.insert(t->storage().data()).second) b += static_cast<int64_t>(t->storage().nbytes());
+        if (t->defined() && packed_storages.insert(*t)) b += static_cast<int64_t>(t->storage().nbytes());
       stats_.peak_bytes = std::max(stats_.peak_bytes, resident + transient + tensor_bytes({raw}) + b);
       stats_.packed_params += raw.numel();
       stats_.packed_bytes += b;
@@ -302,7 +310,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
                            " elements are not a multiple of its blocksize ", q.blocksize, " (moe.experts dequantises per expert)"));
     int64_t b = 0;
     for (const at::Tensor* t : {&q.codes, &q.scales, &q.nested_scales, &q.nested_code})
-      if (t->defined() && packed_storages.insert(t->storage().data()).second) b += static_cast<int64_t>(t->storage().nbytes());
+      if (t->defined() && packed_storages.insert(*t)) b += static_cast<int64_t>(t->storage().nbytes());
     resident += b;
     stats_.peak_bytes = std::max(stats_.peak_bytes, resident);
     stats_.packed_params += numel;
@@ -314,7 +322,24 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     if (!ep_ || t.dim() == 0 || t.size(0) != cfg_.num_experts) return t;
     return t.narrow(0, ep_first_, ep_local_).clone();
   };
+  // shard_base: layer i goes to `layers` once the load holds all of it (internal_tensors lists the tensors
+  // layer by layer, whatever order the checkpoint stores them in), so only one layer is ever whole here.
+  StorageSet whole_seen;  // whole_bytes_: each storage once, the handed-over layers' included
+  int64_t open_layer = -1, handed = 0;
+  auto layer_done_unless = [&](int64_t next) {
+    if (!layers || next == open_layer) return;
+    if (open_layer >= 0) {
+      const HandOver h = hand_over_layer(open_layer, *layers, whole_seen);
+      stats_.peak_bytes = std::max(stats_.peak_bytes, resident + h.kept);  // the chunk is made before the layer goes
+      resident += h.kept - h.freed;
+      whole_bytes_ += h.whole;
+      ++handed;
+    }
+    if (next >= 0 && next < handed) throw RuntimeError(str("DecoderModel: layer ", next, "'s tensors are not listed together"));
+    open_layer = next;
+  };
   for (auto& [name, shape] : tensors) {
+    layer_done_unless(layer_of(name));
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     if (cfg_.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK here
@@ -379,6 +404,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     parts.clear();
     hold(name, std::move(stacked), part_bytes);
   }
+  layer_done_unless(-1);
   if (cfg_.tie_word_embeddings) frozen_["lm_head.weight"] = ops::WeightTensor::dense(weights_.at("model.embed_tokens.weight"));
   for (const auto& n : ckpt.names())
     if (!used.count(n) && !(cfg_.tie_word_embeddings && n == "lm_head.weight"))
@@ -392,6 +418,13 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     for (const at::Tensor* t : {&wt.values, &wt.codes, &wt.scales, &wt.nested_scales, &wt.nested_code, &wt.global_scale})
       if (t->defined()) all.push_back(*t);
   stats_.bytes = tensor_bytes(all);
+  if (layers) {
+    for (const auto& t : all)
+      if (t.defined() && whole_seen.insert(t)) whole_bytes_ += static_cast<int64_t>(t.storage().nbytes());
+    set_layer_residency(std::move(layers));  // stats_.bytes: what is held here plus the owner's share
+  } else {
+    whole_bytes_ = stats_.bytes;
+  }
   stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense")
                  : cfg_.mxfp4_experts && policy.format == "dense" ? "mxfp4" : policy.format;
   if (stats_.format != "dense") {

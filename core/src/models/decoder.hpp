@@ -33,6 +33,7 @@ struct AttentionArgs;
 namespace ax::models {
 
 struct DecodeStep;  // decoder_decode.cpp
+class StorageSet;  // models/storage_set.hpp
 
 class DecoderModel : public Model, public CausalLmDecode {
  public:
@@ -42,9 +43,12 @@ class DecoderModel : public Model, public CausalLmDecode {
   // (op, weight format) the model holds are resolved here, so a missing one fails the load.
   // With `expert_parallel` (axengine/expert_parallel.hpp), only this rank's share of each MoE layer's experts
   // is read and held (models/expert_parallel.cpp).
+  // With `layers` (shard_base, models/layer_residency.hpp), each layer's tensors go to it as soon as the load
+  // holds them all (take_layer), and it holds them between uses from then on (recompute on): no more than
+  // one layer is whole at a time, and weight_stats().peak_bytes is that load's peak.
   DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights = {},
-               std::shared_ptr<ExpertComm> expert_parallel = nullptr);
+               std::shared_ptr<ExpertComm> expert_parallel = nullptr, std::shared_ptr<LayerResidency> layers = nullptr);
 
   ModelOutput forward(const Batch& batch, bool want_logits) override;
   // forward with the token embeddings given ([B*S, H] in the compute dtype; undefined: embedded from input_ids)
@@ -55,8 +59,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
   void set_training(bool training) override { training_ = training; }
-  // Recompute each layer in backward instead of keeping its activations (autograd::recompute).
-  void set_activation_checkpointing(bool on) { recompute_layers_ = on; }
+  // Recompute each layer in backward instead of keeping its activations (autograd::recompute). Always on
+  // with a residency (shard_base): without it autograd would keep every gathered layer until backward.
+  void set_activation_checkpointing(bool on) { recompute_layers_ = on || residency_ != nullptr; }
   void save_adapter(const std::string& dir) const override;
   // Expert parallelism (models/expert_parallel.cpp): the LoRA set narrowed to this rank's experts (a fresh or
   // loaded adapter covers all E; every rank narrows the same one, so the shards start equal to one process's);
@@ -67,12 +72,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   bool expert_parallel() const { return ep_ != nullptr; }
   // shard_base (models/layer_residency.hpp, models/decoder_residency.cpp): the slots of layer i's frozen
   // tensors (everything under model.layers.i.: norms, attention, MLP or experts, router, biases; the fields of
-  // packed weights one by one), in one fixed order; and the owner that fills them while the layer runs. Setting
-  // one turns recompute on (the layer runs again in backward instead of autograd keeping its tensors) and
-  // counts the layers' tensors in weight_stats().bytes as the owner's resident_bytes().
+  // packed weights one by one), in one fixed order.
   std::vector<at::Tensor*> layer_base_tensors(int64_t i);
-  void set_layer_residency(std::shared_ptr<LayerResidency> residency);
   WeightStats weight_stats() const override { return stats_; }
+  // The bytes the base would have resident held whole (weight_stats().bytes without a residency).
+  int64_t whole_base_bytes() const { return whole_bytes_; }
   // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
   std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
   at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache) override;
@@ -124,6 +128,17 @@ class DecoderModel : public Model, public CausalLmDecode {
   // (cast_lora_factors) when there is one, else cast here.
   std::pair<at::Tensor, at::Tensor> lora_factors(const LoraModule& m) const;
   void cast_lora_factors();
+  // The owner of the layers' tensors from now on (the constructor's `layers`): turns recompute on (the layer
+  // runs again in backward instead of autograd keeping its tensors) and counts the layers' tensors in
+  // weight_stats().bytes as the owner's resident_bytes().
+  void set_layer_residency(std::shared_ptr<LayerResidency> residency);
+  // While loading with a residency: layer i's tensors to `owner` (take_layer). `whole` (storages counted so
+  // far) counts the layer's for whole_base_bytes. Returns the bytes the layer freed here and those the
+  // owner keeps of it (the chunk exists before the layer is freed: both are resident for a moment).
+  struct HandOver {
+    int64_t whole = 0, freed = 0, kept = 0;
+  };
+  HandOver hand_over_layer(int64_t i, LayerResidency& owner, StorageSet& whole);
   // One decoder layer; appends the router logits of a MoE layer to router_logits.
   at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
                    const at::Tensor& inv_freq,
@@ -136,6 +151,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   std::map<std::string, at::Tensor> weights_;  // frozen base tensors other than projections (norms, embeddings, routers, biases)
   std::map<std::string, ops::WeightTensor> frozen_;  // frozen projections (models/weight_policy.hpp), in their own format
   WeightStats stats_;
+  int64_t whole_bytes_ = 0;  // whole_base_bytes()
   at::Tensor inv_freq_;  // every type but dynamic: the one set; dynamic: at lengths up to max_position_embeddings
   at::Tensor inv_freq_local_;  // gemma3_text's sliding layers (cfg_.rope_local)
   LoraSet lora_;

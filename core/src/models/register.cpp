@@ -22,11 +22,17 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
  public:
   explicit DecoderFamily(std::string type) : type_(std::move(type)) {}
   std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
+    return load_with(hf_config, o, nullptr);
+  }
+  // `layers`: DecoderModel's owner of the layers' tensors (shard_base), handed each layer while loading.
+  std::unique_ptr<Model> load_with(const nlohmann::json& hf_config, const ModelLoadOptions& o,
+                                   std::shared_ptr<LayerResidency> layers) const {
     HfConfig cfg = parse_config(hf_config, o);
     auto dtype = parse_model_dtype(o);
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights, o.expert_parallel);
+    auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights, o.expert_parallel,
+                                                std::move(layers));
     model->set_activation_checkpointing(o.activation_checkpointing);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     LoraSet lora;
@@ -166,6 +172,16 @@ std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptio
   FamilyOf f = find_family(registry, options);
   return f.family->load(f.hf_config, options);
 }
+
+namespace models {
+std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options,
+                                  std::shared_ptr<LayerResidency> layers) {
+  FamilyOf f = find_family(registry, options);
+  const auto* decoder = dynamic_cast<const DecoderFamily*>(f.family.get());
+  if (!decoder) return nullptr;  // a family with layers of its own
+  return decoder->load_with(f.hf_config, options, std::move(layers));
+}
+}  // namespace models
 
 ModelCheck check_model(const Registry& registry, const ModelLoadOptions& options) {
   FamilyOf f = find_family(registry, options);

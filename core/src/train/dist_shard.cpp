@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace ax::train {
@@ -13,18 +14,31 @@ ShardedTensors::ShardedTensors(DistGroup& group, const std::vector<at::Tensor>& 
 
 void ShardedTensors::add(const at::Tensor& t) {
   at::NoGradGuard no_grad;
-  const int64_t world = group_.world(), rank = group_.rank();
-  Entry e;
-  e.shape = t.sizes().vec();
-  e.dtype = t.scalar_type();
   // As bytes: one rule for every dtype, packed formats included (a 4-bit code pair is one uint8 already).
   at::Tensor bytes = t.contiguous().reshape({-1}).view(at::kByte);
-  e.bytes = bytes.numel();
-  const int64_t chunk = (e.bytes + world - 1) / world;
-  const int64_t from = std::min(e.bytes, rank * chunk), n = std::min(e.bytes, from + chunk) - from;
+  add_pieces(bytes.numel(), {{bytes, 0}});
+  entries_.back().shape = t.sizes().vec();
+  entries_.back().dtype = t.scalar_type();
+}
+
+void ShardedTensors::add_pieces(int64_t total, const std::vector<Piece>& pieces) {
+  at::NoGradGuard no_grad;
+  const int64_t world = group_.world(), rank = group_.rank();
+  Entry e;
+  e.shape = {total};
+  e.dtype = at::kByte;
+  e.bytes = total;
+  const int64_t chunk = (total + world - 1) / world;
+  const int64_t from = std::min(total, rank * chunk), to = std::min(total, from + chunk);
   // On the backend's device (the collective runs there), zero-padded to the common chunk size.
   e.chunk = at::zeros({chunk}, at::TensorOptions().dtype(at::kByte).device(group_.device()));
-  if (n > 0) e.chunk.narrow(0, 0, n).copy_(bytes.narrow(0, from, n));
+  for (const Piece& p : pieces) {
+    if (!p.tensor.defined()) continue;
+    at::Tensor bytes = p.tensor.contiguous().reshape({-1}).view(at::kByte);
+    // The part of [offset, offset + n) that falls in this rank's [from, to).
+    const int64_t lo = std::max(from, p.offset), hi = std::min(to, p.offset + bytes.numel());
+    if (hi > lo) e.chunk.narrow(0, lo - from, hi - lo).copy_(bytes.narrow(0, lo - p.offset, hi - lo));
+  }
   entries_.push_back(std::move(e));
 }
 

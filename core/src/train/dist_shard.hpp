@@ -26,6 +26,15 @@ class ShardedTensors {
   ShardedTensors(DistGroup& group, const std::vector<at::Tensor>& tensors);
   // Keeps this rank's chunk of one more tensor (index size() before the call); the caller may then drop it.
   void add(const at::Tensor& t);
+  // The same for a uint8 buffer of `total` bytes that is never built whole: it is zero but for `pieces`,
+  // each a tensor's bytes at an offset (ascending, not overlapping). Only this rank's chunk is allocated and
+  // filled from the pieces it overlaps: cutting a layer costs its chunk, not another copy of the layer.
+  // gather() returns the buffer, uint8 [total], as add() of the built buffer would.
+  struct Piece {
+    at::Tensor tensor;  // any dtype, contiguous-able
+    int64_t offset = 0;
+  };
+  void add_pieces(int64_t total, const std::vector<Piece>& pieces);
 
   std::size_t size() const { return entries_.size(); }
   // Tensor i whole again (a collective: every rank calls it for the same i, in the same order).

@@ -10,6 +10,7 @@
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
 #include "models/decoder.hpp"
+#include "models/register.hpp"
 
 namespace ax::train {
 namespace {
@@ -23,44 +24,42 @@ int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-ShardedBase::ShardedBase(std::unique_ptr<DistGroup> group, models::DecoderModel& model, int64_t num_layers)
-    : group_(std::move(group)) {
-  at::NoGradGuard no_grad;
+ShardedBase::ShardedBase(std::unique_ptr<DistGroup> group) : group_(std::move(group)) {
   shards_ = std::make_unique<ShardedTensors>(*group_, std::vector<at::Tensor>{});
-  for (int64_t i = 0; i < num_layers; ++i) {
-    std::vector<Slot> slots;
-    std::vector<bool> copy;  // false: the bytes are already in the buffer (a tensor several weights share)
-    std::map<std::pair<const void*, int64_t>, int64_t> placed;  // a contiguous tensor's (data, bytes) -> offset
-    int64_t total = 0;
-    at::Device device = at::kCPU;
-    for (at::Tensor* t : model.layer_base_tensors(i)) {
-      const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
-      // nf4's double-quant code is one tensor shared by every packed weight: stored (and gathered) once.
-      if (t->is_contiguous()) {
-        auto found = placed.find({t->data_ptr(), bytes});
-        if (found != placed.end()) {
-          slots.push_back({t, found->second, bytes, t->sizes().vec(), t->scalar_type()});
-          copy.push_back(false);
-          continue;
-        }
-        placed[{t->data_ptr(), bytes}] = total;
+}
+
+void ShardedBase::take_layer(int64_t layer, const std::vector<at::Tensor*>& tensors) {
+  if (layer != static_cast<int64_t>(layers_.size()))
+    throw RuntimeError(str("shard_base: layer ", layer, " handed over after ", layers_.size(), " layers (they come in order)"));
+  at::NoGradGuard no_grad;
+  std::vector<Slot> slots;
+  std::vector<ShardedTensors::Piece> pieces;  // the bytes to place (a tensor several weights share: once)
+  std::map<std::pair<const void*, int64_t>, int64_t> placed;  // a contiguous tensor's (data, bytes) -> offset
+  int64_t total = 0;
+  at::Device device = at::kCPU;
+  for (at::Tensor* t : tensors) {
+    const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
+    // nf4's double-quant code is one tensor shared by every packed weight: stored (and gathered) once.
+    if (t->is_contiguous()) {
+      auto found = placed.find({t->data_ptr(), bytes});
+      if (found != placed.end()) {
+        slots.push_back({t, found->second, bytes, t->sizes().vec(), t->scalar_type()});
+        continue;
       }
-      slots.push_back({t, total, bytes, t->sizes().vec(), t->scalar_type()});
-      copy.push_back(true);
-      total = aligned(total + bytes);
-      device = t->device();
+      placed[{t->data_ptr(), bytes}] = total;
     }
-    // One layer's bytes at a time: the transient copy is one layer, not the base.
-    at::Tensor flat = at::zeros({total}, at::TensorOptions().dtype(at::kByte).device(device));
-    for (std::size_t k = 0; k < slots.size(); ++k) {
-      const Slot& s = slots[k];
-      if (copy[k] && s.bytes) flat.narrow(0, s.offset, s.bytes).copy_(s.slot->contiguous().reshape({-1}).view(at::kByte));
-    }
-    for (const Slot& s : slots) *s.slot = at::Tensor();  // the full tensors go (the chunks are copies of their own)
-    shards_->add(flat);
-    layers_.push_back(std::move(slots));
-    devices_.push_back(device);
+    slots.push_back({t, total, bytes, t->sizes().vec(), t->scalar_type()});
+    if (bytes) pieces.push_back({*t, total});
+    total = aligned(total + bytes);
+    device = t->device();
   }
+  // The layer's flat buffer (zero between the pieces and in the padding) is never built: only this rank's
+  // chunk of it is, so cutting a layer while loading costs its chunk, not a second copy of the layer.
+  shards_->add_pieces(total, pieces);
+  pieces.clear();
+  for (const Slot& s : slots) *s.slot = at::Tensor();  // the full tensors go (the chunk is a copy of its own)
+  layers_.push_back(std::move(slots));
+  devices_.push_back(device);
 }
 
 ShardedBase::~ShardedBase() {
@@ -106,17 +105,21 @@ void ShardedBase::release(int64_t layer) noexcept {
   for (const Slot& s : layers_[i]) *s.slot = at::Tensor();
 }
 
-std::shared_ptr<ShardedBase> shard_model_base(DistGroup& world, models::DecoderModel& model) {
+std::unique_ptr<Model> load_sharded_model(DistGroup& world, const Registry& registry, const ModelLoadOptions& options,
+                                          const std::string& refusal) {
   std::vector<int64_t> all;
   for (int64_t r = 0; r < world.world(); ++r) all.push_back(r);
-  auto sb = std::make_shared<ShardedBase>(world.subgroup(all, "shard_base"), model, model.config().num_layers);
-  const int64_t before = model.weight_stats().bytes;
-  model.set_layer_residency(sb);
-  log::info(str("shard_base: the ", model.config().num_layers, " layers' frozen tensors sharded over ", world.world(),
-                " ranks: ", model.weight_stats().bytes, " base bytes resident on this rank (", before,
-                " whole), of which ", sb->resident_bytes(), " are its share of the layers; each layer is gathered "
-                "in forward and again in backward, where it is recomputed"));
-  return sb;
+  auto sb = std::make_shared<ShardedBase>(world.subgroup(all, "shard_base"));
+  std::unique_ptr<Model> model = models::load_model(registry, options, sb);
+  if (!model) throw UsageError(refusal);
+  auto& decoder = dynamic_cast<models::DecoderModel&>(*model);
+  const WeightStats ws = model->weight_stats();
+  log::info(str("shard_base: the ", decoder.config().num_layers, " layers' frozen tensors sharded over ", world.world(),
+                " ranks: ", ws.bytes, " base bytes resident on this rank (", decoder.whole_base_bytes(), " whole), of which ",
+                sb->resident_bytes(), " are its share of the layers; peak ", ws.peak_bytes, " while loading (each layer "
+                "cut to this rank's share as soon as it was read); each layer is gathered in forward and again in "
+                "backward, where it is recomputed"));
+  return model;
 }
 
 void check_shard_base(const RunConfig& config, const DistributedConfig& d, const DistEnv& env, bool exact_match) {

@@ -7,31 +7,34 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "axengine/config.hpp"
+#include "axengine/model.hpp"
+#include "axengine/registry.hpp"
 #include "models/layer_residency.hpp"
 #include "train/dist_config.hpp"
 #include "train/dist_group.hpp"
 #include "train/dist_shard.hpp"
 
-namespace ax::models {
-class DecoderModel;
-}
-
 namespace ax::train {
 
 class ShardedBase final : public models::LayerResidency {
  public:
-  // Takes every layer's tensors out of `model` (DecoderModel::layer_base_tensors), one layer at a time: its
-  // tensors are packed into one flat byte buffer (each at a 64-byte aligned offset, so the gathered bytes
-  // view back as any dtype), this rank keeps its chunk (ShardedTensors), the slots are emptied. `group` is
-  // the gathers' own process group: nothing else may use it (its collectives must come in one order on every
-  // rank, and the gradient all-reduce starts from autograd hooks at times of its own).
-  ShardedBase(std::unique_ptr<DistGroup> group, models::DecoderModel& model, int64_t num_layers);
+  // No layers yet: the model's load hands them over (take_layer). `group` is the gathers' own process
+  // group: nothing else may use it (its collectives must come in one order on every rank, and the gradient
+  // all-reduce starts from autograd hooks at times of its own).
+  explicit ShardedBase(std::unique_ptr<DistGroup> group);
   ~ShardedBase() override;
+
+  // Layer i's tensors (DecoderModel::layer_base_tensors, as the load completes the layer): laid out as one
+  // flat byte buffer (each at a 64-byte aligned offset, so the gathered bytes view back as any dtype), of
+  // which this rank keeps its chunk (ShardedTensors::add_pieces: the buffer itself is never built); the
+  // slots are emptied. No collective.
+  void take_layer(int64_t layer, const std::vector<at::Tensor*>& tensors) override;
 
   // Layer i's tensors back into their slots: the prefetched gather when it is layer i's, else a gather
   // now. Then the next layer's gather is started (prefetch): i + 1 in a forward, i - 1 in backward's
@@ -60,10 +63,13 @@ class ShardedBase final : public models::LayerResidency {
   int64_t prefetched_ = 0, on_demand_ = 0;
 };
 
-// shard_base for a loaded model: its own process group over every rank (a sub group of `world` named
-// "shard_base"), the layers' tensors sharded, the model gathering them per layer from now on. Collective:
-// every rank calls it. Logs the resident bytes.
-std::shared_ptr<ShardedBase> shard_model_base(DistGroup& world, models::DecoderModel& model);
+// The model of `options` loaded with shard_base: its own process group over every rank (a sub group of
+// `world` named "shard_base"), each layer cut to this rank's chunk as soon as the load holds it (so the
+// load's peak is the rank's share plus about one layer, not the whole base), the model gathering the layers
+// per use from then on. Collective: every rank calls it. A family other than core's decoder families reads
+// nothing and fails with UsageError(refusal). Logs the resident bytes and the load's peak.
+std::unique_ptr<Model> load_sharded_model(DistGroup& world, const Registry& registry, const ModelLoadOptions& options,
+                                          const std::string& refusal);
 
 // What a run with shard_base needs, checked before any weight is read (plan_run), each error at the key's
 // file:line:col: not with expert_parallel > 1, not with eval.exact_match (generation runs on rank 0 alone).

@@ -115,16 +115,13 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     ep = train::make_expert_parallel(*group, plan.distributed.expert_parallel);
     plan.model.expert_parallel = ep.comm;
   }
-  auto model = load_model(engine.registry, plan.model);
-  // shard_base: every layer's frozen tensors cut over the ranks once loaded (and quantised), gathered per layer.
-  std::shared_ptr<train::ShardedBase> sharded;
-  if (group && plan.distributed.shard_base) {
-    auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
-    if (!decoder)  // a family with layers of its own (qwen2_5_vl, plugins)
-      throw UsageError(ax::str(cfg.file, ": [distributed] shard_base: the ", plan.model_check.family,
-                               " model family does not gather its layers per use"));
-    sharded = train::shard_model_base(*group, *decoder);
-  }
+  // shard_base: every layer's frozen tensors cut over the ranks while loading (once read and quantised, layer
+  // by layer), gathered per layer. A family with layers of its own (qwen2_5_vl, plugins) is refused unread.
+  const bool sharded = group && plan.distributed.shard_base;
+  auto model = sharded ? train::load_sharded_model(*group, engine.registry, plan.model,
+                                                   ax::str(cfg.file, ": [distributed] shard_base: the ", plan.model_check.family,
+                                                           " model family does not gather its layers per use"))
+                       : load_model(engine.registry, plan.model);
   auto& tok = plan.tokenizer;
   s.model = model.get();
   s.kernels = plan.model.kernels;
@@ -135,7 +132,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.title = ax::str("axengine: ", cfg.file);
   s.group = group.get();
   s.bucket_mb = plan.distributed.bucket_mb;
-  s.every_rank_evaluates = sharded != nullptr;
+  s.every_rank_evaluates = sharded;
   if (ep.comm) {
     auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
     if (!decoder || !decoder->expert_parallel())  // a plugin family that does not take expert_parallel
