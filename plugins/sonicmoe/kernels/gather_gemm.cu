@@ -1,5 +1,6 @@
 // Host side of the sonicmoe grouped GEMM: argument checks, TMA descriptors, dispatch to the
 // instantiations (gather_gemm_{store,glu,dglu}.cu, one epilogue each so they compile in parallel).
+#include <cmath>
 #include <string>
 
 #include "gather_gemm.cuh"
@@ -88,9 +89,9 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
   p.w_erows = a.w_kmajor ? u_cols : a.K;
   p.r = a.r;
   p.interleaved = a.interleaved;
-  p.clamped = a.clamped;
-  p.alpha = a.alpha;
-  p.limit = a.limit;
+  p.alpha = a.clamped ? a.alpha : 1.f;  // act's one formula: SiLU-GLU is (1, inf, 0)
+  p.limit = a.clamped ? a.limit : INFINITY;
+  p.beta = a.clamped ? 1.f : 0.f;
   p.bias = static_cast<const __nv_bfloat16*>(a.bias);
   p.bias_estride = a.bias_estride;
   p.out = static_cast<__nv_bfloat16*>(a.out);

@@ -62,8 +62,10 @@ struct Params {
   int64_t M;
   int64_t w_erows;  // rows of one expert in B's map: K-major N, MN-major K
   int r;
-  bool interleaved, clamped;
-  float alpha, limit;
+  bool interleaved;
+  // One GLU formula for both activations (act below): SiLU-GLU is alpha = 1, limit = inf, beta = 0; the
+  // clamped GLU alpha, limit, beta = 1. Branch-free, so each epilogue holds one copy of the code.
+  float alpha, limit, beta;
   const __nv_bfloat16* bias;
   int64_t bias_estride;
   __nv_bfloat16* out;
@@ -116,25 +118,28 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
 }
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + __expf(-x)); }
+// act(g, v) = (clamp(v, ±limit) + beta) · min(g, limit) · σ(alpha · min(g, limit)): SiLU-GLU g·σ(g)·v for
+// (1, inf, 0), gpt-oss's clamped GLU for (alpha, limit, 1).
 __device__ __forceinline__ float act(const Params& p, float g, float v) {
-  if (!p.clamped) return g * sigmoidf(g) * v;
   const float gc = fminf(g, p.limit), vc = fminf(fmaxf(v, -p.limit), p.limit);
-  return (vc + 1.f) * gc * sigmoidf(p.alpha * gc);
+  return (vc + p.beta) * gc * sigmoidf(p.alpha * gc);
 }
 // h = act(g, v) and the gradients of g and v for dh (torch.clamp passes the gradient at the ends).
 __device__ __forceinline__ void act_bwd(const Params& p, float g, float v, float dh, float& h, float& dg, float& dv) {
-  if (!p.clamped) {
-    const float s = sigmoidf(g);
-    h = g * s * v;
-    dg = dh * v * s * (1.f + g * (1.f - s));
-    dv = dh * g * s;
-    return;
-  }
   const float gc = fminf(g, p.limit), vc = fminf(fmaxf(v, -p.limit), p.limit);
   const float s = sigmoidf(p.alpha * gc);
-  h = (vc + 1.f) * gc * s;
-  dg = g <= p.limit ? dh * (vc + 1.f) * (s + gc * p.alpha * s * (1.f - s)) : 0.f;
+  h = (vc + p.beta) * gc * s;
+  dg = g <= p.limit ? dh * (vc + p.beta) * (s + gc * p.alpha * s * (1.f - s)) : 0.f;
   dv = (v >= -p.limit && v <= p.limit) ? dh * gc * s : 0.f;
+}
+// The epilogues walk a thread's two rows (rbase, rbase + 8) in a loop that is not unrolled, so their code is
+// there once (unrolled, the dglu epilogue alone was ~15k instructions and a fifth of the warps' stalls
+// were instruction fetches): the second row's accumulators are moved into the first row's slots after
+// each iteration, so every index stays a compile-time constant (registers, not local memory). The move is
+// unconditional (a conditional one kept every accumulator live across the loop: ptxas spilled).
+__device__ __forceinline__ void next_row(float (&acc)[128]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[4 * i] = acc[4 * i + 2], acc[4 * i + 1] = acc[4 * i + 3];
 }
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
 #endif
@@ -276,21 +281,13 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
   for (int ti = blockIdx.x; ti < total; ti += gridDim.x) {
     const Tile tl = tile_at(ti, tile_start, p.seg, p.E);
     const int64_t rbase = tl.row0 + cw * 64 + warp * 16 + lane / 4;
-    bool keep[2], active[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      keep[h] = rbase + 8 * h < tl.end;
-      active[h] = keep[h] && (p.row_expert == nullptr || p.row_expert[rbase + 8 * h] >= 0);
-    }
-    float scale[2] = {0.f, 0.f};
     if constexpr (kEpi == int(Epi::dglu)) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (active[h]) scale[h] = p.row_scale[rbase + 8 * h];
         // The epilogue reads this tile's u: ask L2 for it now, a whole mainloop ahead, so the epilogue's
         // loads hit L2 instead of waiting on DRAM with the MMAs idle. A row's tile of u is two 512-byte
         // runs (halves: gate, up) or one 1 KB run (interleaved): 8 lines, two per lane of the quad.
-        if (keep[h]) {
+        if (rbase + 8 * h < tl.end) {
           const __nv_bfloat16* urow = p.u + (rbase + 8 * h) * p.ldu;
           const int I = p.N, q = lane % 4;
 #pragma unroll
@@ -331,19 +328,21 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
     if constexpr (kEpi == int(Epi::store)) {
       const int n0 = tl.n * kBN;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!keep[h]) continue;
-        __nv_bfloat16* orow = p.out + (rbase + 8 * h) * p.ldo;
+      for (int h = 0; h < 2; ++h, next_row(acc)) {
+        const int64_t m = rbase + 8 * h;
+        if (m >= tl.end) continue;
+        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+        __nv_bfloat16* orow = p.out + m * p.ldo;
 #pragma unroll
         for (int i = 0; i < 32; ++i) {
           const int col = n0 + 8 * i + q4;
           if (col >= p.N) continue;
-          float v0 = acc[4 * i + 2 * h], v1 = acc[4 * i + 2 * h + 1];
+          float v0 = acc[4 * i], v1 = acc[4 * i + 1];
           if (p.bias != nullptr) {
             v0 += bf(p.bias, tl.e * p.bias_estride + col);
             v1 += bf(p.bias, tl.e * p.bias_estride + col + 1);
           }
-          if (!active[h]) v0 = v1 = 0.f;
+          if (!act_row) v0 = v1 = 0.f;
           *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
         }
       }
@@ -351,9 +350,10 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
       const int I = p.N / 2;
       const __nv_bfloat16* brow = p.bias != nullptr ? p.bias + tl.e * p.bias_estride : nullptr;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!keep[h]) continue;
+      for (int h = 0; h < 2; ++h, next_row(acc)) {
         const int64_t m = rbase + 8 * h;
+        if (m >= tl.end) continue;
+        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
         __nv_bfloat16* orow = p.out != nullptr ? p.out + m * p.ldo : nullptr;
         __nv_bfloat16* urow = p.uo != nullptr ? p.uo + m * p.lduo : nullptr;
         if (!p.interleaved) {  // gate column j in d[4i + ..], its up partner I + j in d[4(i + 16) + ..]
@@ -361,13 +361,13 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
           for (int i = 0; i < 16; ++i) {
             const int j = tl.n * 128 + 8 * i + q4;
             if (j >= I) continue;
-            float g0 = acc[4 * i + 2 * h], g1 = acc[4 * i + 2 * h + 1];
-            float v0 = acc[4 * (i + 16) + 2 * h], v1 = acc[4 * (i + 16) + 2 * h + 1];
+            float g0 = acc[4 * i], g1 = acc[4 * i + 1];
+            float v0 = acc[4 * (i + 16)], v1 = acc[4 * (i + 16) + 1];
             if (brow != nullptr) {
               g0 += bf(brow, j), g1 += bf(brow, j + 1);
               v0 += bf(brow, I + j), v1 += bf(brow, I + j + 1);
             }
-            if (!active[h]) g0 = g1 = v0 = v1 = 0.f;
+            if (!act_row) g0 = g1 = v0 = v1 = 0.f;
             if (urow != nullptr) {
               *reinterpret_cast<__nv_bfloat162*>(urow + j) = __floats2bfloat162_rn(g0, g1);
               *reinterpret_cast<__nv_bfloat162*>(urow + I + j) = __floats2bfloat162_rn(v0, v1);
@@ -380,9 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
           for (int i = 0; i < 32; ++i) {
             const int c = tl.n * kBN + 8 * i + q4;
             if (c >= p.N) continue;
-            float g = acc[4 * i + 2 * h], v = acc[4 * i + 2 * h + 1];
+            float g = acc[4 * i], v = acc[4 * i + 1];
             if (brow != nullptr) g += bf(brow, c), v += bf(brow, c + 1);
-            if (!active[h]) g = v = 0.f;
+            if (!act_row) g = v = 0.f;
             if (urow != nullptr) *reinterpret_cast<__nv_bfloat162*>(urow + c) = __floats2bfloat162_rn(g, v);
             if (orow != nullptr) orow[c / 2] = __float2bfloat16_rn(act(p, g, v));
           }
@@ -391,10 +391,13 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
     } else {  // dglu: C = dH' (I columns); du = act'(u) · gate · C; rowsum of C · act(u)
       const int I = p.N;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h, next_row(acc)) {
         float rs = 0.f;
-        if (keep[h]) {
-          const int64_t m = rbase + 8 * h;
+        const int64_t m = rbase + 8 * h;
+        const bool keep_row = m < tl.end;
+        const bool act_row = keep_row && (p.row_expert == nullptr || p.row_expert[m] >= 0);
+        const float row_scale = act_row ? p.row_scale[m] : 0.f;
+        if (keep_row) {
           const __nv_bfloat16* urow = p.u + m * p.ldu;
           __nv_bfloat16* orow = p.out + m * p.ldo;
           __nv_bfloat16* hrow = p.ho != nullptr ? p.ho + m * p.ldho : nullptr;
@@ -422,12 +425,12 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
               else g[0] = a0.x, v[0] = a0.y, g[1] = a1.x, v[1] = a1.y;
 #pragma unroll
               for (int b = 0; b < 2; ++b) {
-                const float c = acc[4 * (i0 + i) + 2 * h + b];
+                const float c = acc[4 * (i0 + i) + b];
                 float hv;
-                act_bwd(p, g[b], v[b], scale[h] * c, hv, dg[b], dv[b]);
+                act_bwd(p, g[b], v[b], row_scale * c, hv, dg[b], dv[b]);
                 hb[b] = __bfloat162float(__float2bfloat16_rn(hv));  // h as the forward rounded it
                 rs += c * hb[b];
-                if (!active[h]) dg[b] = dv[b] = hb[b] = 0.f;
+                if (!act_row) dg[b] = dv[b] = hb[b] = 0.f;
               }
               if (hrow != nullptr) *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(hb[0], hb[1]);
               if (!p.interleaved) {
@@ -443,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
         // The four lanes of a quad hold a row's columns: a fixed-order reduction (deterministic).
         rs += __shfl_xor_sync(0xffffffffu, rs, 1);
         rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-        if (keep[h] && lane % 4 == 0) p.rowsum[(rbase + 8 * h) * p.ld_rowsum + tl.n] = active[h] ? rs : 0.f;
+        if (keep_row && lane % 4 == 0) p.rowsum[m * p.ld_rowsum + tl.n] = act_row ? rs : 0.f;
       }
     }
   }
