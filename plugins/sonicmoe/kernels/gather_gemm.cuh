@@ -132,11 +132,10 @@ __device__ __forceinline__ void act_bwd(const Params& p, float g, float v, float
   dg = g <= p.limit ? dh * (vc + p.beta) * (s + gc * p.alpha * s * (1.f - s)) : 0.f;
   dv = (v >= -p.limit && v <= p.limit) ? dh * gc * s : 0.f;
 }
-// The epilogues walk a thread's two rows (rbase, rbase + 8) in a loop that is not unrolled, so their code is
-// there once (unrolled, the dglu epilogue alone was ~15k instructions and a fifth of the warps' stalls
-// were instruction fetches): the second row's accumulators are moved into the first row's slots after
-// each iteration, so every index stays a compile-time constant (registers, not local memory). The move is
-// unconditional (a conditional one kept every accumulator live across the loop: ptxas spilled).
+// The epilogues walk a thread's two rows (rbase, rbase + 8) with the same code: after each row the second
+// row's accumulators move into the first row's slots, so the body reads acc[4i + b] only. The loop is
+// unrolled: rolled (#pragma unroll 1) it halved the code but ptxas hoisted the column offsets out of it
+// and spilled ~1 KB a thread in dglu, and the block ran 2-5 % slower on the H200 (session 6, call F).
 __device__ __forceinline__ void next_row(float (&acc)[128]) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[4 * i] = acc[4 * i + 2], acc[4 * i + 1] = acc[4 * i + 3];
