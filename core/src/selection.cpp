@@ -14,10 +14,10 @@ namespace {
 // list may name backends that are not built yet. Other registered backends follow, `reference` last.
 const std::vector<std::string>* default_order(const std::string& op) {
   static const std::map<std::string, std::vector<std::string>> lists = {
-      // scattermoe first: on the H200 (2026-11-24) sonicmoe's block measured 0.69-0.86x scattermoe's speed
-      // (docs/plugins/sonicmoe.md); it saves 4-5x activation memory, so it is the choice a config names
-      // ([kernels] moe_mlp = ["sonicmoe", "scattermoe"]) when memory, not time, is short. Swap back when it wins.
-      {"moe.mlp", {"scattermoe", "sonicmoe", "reference"}},
+      // sonicmoe first where it runs (sm_90, bf16, dense weights): on the H200 its block measured 1.08-1.41x
+      // scattermoe's speed with a third of its activation memory (docs/plugins/sonicmoe.md, 2026-11-24,
+      // sixth session); scattermoe serves everything else (other GPUs, fp16, quantised experts, declines).
+      {"moe.mlp", {"sonicmoe", "scattermoe", "reference"}},
   };
   auto it = lists.find(op);
   return it == lists.end() ? nullptr : &it->second;

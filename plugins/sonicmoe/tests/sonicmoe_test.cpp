@@ -101,35 +101,38 @@ TEST_CASE("sonicmoe: selection passes it over off Hopper, for fp16 and quantised
   REQUIRE(p != nullptr);
   CHECK(p->info.needs.arch_min == 90);
   CHECK(p->info.needs.arch_max == 90);
-  // A config that prefers sonicmoe (the default list puts scattermoe first: faster on the H200, measured).
-  ax::KernelPreferences sonic_first;
-  sonic_first.prefer["moe.mlp"] = {"sonicmoe", "scattermoe", "reference"};
+  // No config list: the default puts sonicmoe first; every other GPU, fp16 and quantised experts fall back to
+  // scattermoe with the reason, and no config is edited per machine.
+  const ax::KernelPreferences defaults;
   for (const char* arch : {"sm_80", "sm_89", "sm_100", "sm_120"}) {
     CAPTURE(arch);
     const ax::DeviceInfo dev = device_as(arch);
-    const ax::Resolution r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {dev, "bf16", "dense", "ENK"});
+    const ax::Resolution r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {dev, "bf16", "dense", "ENK"});
+    CHECK(r.list_source == "default for moe.mlp");
     CHECK(r.chosen == "scattermoe");
     CHECK(verdict(r, "sonicmoe") == ax::str("needs sm_90..sm_90, device is ", arch));
   }
   const ax::DeviceInfo h200 = device_as("sm_90");
-  const ax::KernelPreferences defaults;  // no config list: scattermoe first everywhere, sonicmoe its fallback on sm_90
   ax::Resolution r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {h200, "bf16", "dense", "ENK"});
-  CHECK(r.chosen == "scattermoe");
-  CHECK(r.fallbacks == std::vector<std::string>{"sonicmoe", "reference"});
-  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", "dense", "ENK"});
   CHECK(r.chosen == "sonicmoe");
   CHECK(r.fallbacks == std::vector<std::string>{"scattermoe", "reference"});
-  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", "dense", "EKN"});
+  r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {h200, "bf16", "dense", "EKN"});
   CHECK(r.chosen == "sonicmoe");
   for (const char* fmt : {"nf4", "mxfp4", "nvfp4"}) {
     CAPTURE(fmt);
-    r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "bf16", fmt, "ENK"});
+    r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {h200, "bf16", fmt, "ENK"});
     CHECK(r.chosen == "scattermoe");
     CHECK(verdict(r, "sonicmoe") == ax::str("needs weight format dense, asked for ", fmt));
   }
-  r = ax::resolve_backend(*l->registry, sonic_first, "moe.mlp", {h200, "fp16", "dense", "ENK"});
+  r = ax::resolve_backend(*l->registry, defaults, "moe.mlp", {h200, "fp16", "dense", "ENK"});
   CHECK(r.chosen == "scattermoe");
   CHECK(verdict(r, "sonicmoe") == "needs dtype bf16, asked for fp16");
+  // A config list wins: scattermoe first on an H200, sonicmoe behind it.
+  ax::KernelPreferences scatter_first;
+  scatter_first.prefer["moe.mlp"] = {"scattermoe", "sonicmoe", "reference"};
+  r = ax::resolve_backend(*l->registry, scatter_first, "moe.mlp", {h200, "bf16", "dense", "ENK"});
+  CHECK(r.chosen == "scattermoe");
+  CHECK(r.fallbacks == std::vector<std::string>{"sonicmoe", "reference"});
 }
 
 TEST_CASE("sonicmoe: decline names the calls outside its tiles and formats") {
