@@ -1,5 +1,6 @@
 #include "image.hpp"
 
+#include <atomic>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -307,9 +308,36 @@ ImageHeader read_image_header(const std::uint8_t* data, std::size_t size, const 
   throw UsageError(ax::str(name, ": not a JPEG, PNG or WebP image (unrecognised first bytes)"));
 }
 
+namespace {
+std::atomic<std::uint64_t> g_header_bytes{0};
+}
+
+// The header sits in the first bytes of the file (JPEG: every marker before the first SOS; PNG: the chunks before
+// IDAT; WebP: the RIFF/VP8X headers), so it is read from a prefix first. A prefix too short for it fails the read
+// (libjpeg's source ends the cut data with an EOI, which is "no image" before SOS; libpng and libwebp report the
+// short data), and only then is the whole file read and the header read again from it: a success from the prefix
+// is the answer the whole file gives, and a failure's message is the whole file's. With data parallelism every rank
+// reads every streamed image's header (mm_dataset.cpp), so this keeps that to 64 KiB a file.
 ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits) {
+  constexpr std::streamsize kPrefix = 64 * 1024;
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<std::uint8_t> head(static_cast<std::size_t>(kPrefix));
+    if (in) in.read(reinterpret_cast<char*>(head.data()), kPrefix);
+    const std::streamsize got = in ? kPrefix : (in.eof() ? in.gcount() : -1);
+    if (got == kPrefix) {  // shorter files are read whole below anyway
+      g_header_bytes += static_cast<std::uint64_t>(got);
+      try {
+        return read_image_header(head.data(), head.size(), path, limits);
+      } catch (const UsageError&) {  // the header runs past the prefix, or the file is bad: the whole file says which
+      }
+    }
+  }
   const std::vector<std::uint8_t> bytes = read_image_bytes(path);
+  g_header_bytes += bytes.size();
   return read_image_header(bytes.data(), bytes.size(), path, limits);
 }
+
+std::uint64_t image_header_bytes_read() { return g_header_bytes.load(); }
 
 }  // namespace ax::mm

@@ -42,8 +42,11 @@ struct ImageHeader {
   int64_t width = 0, height = 0;
 };
 ImageHeader read_image_header(const std::uint8_t* data, std::size_t size, const std::string& name, const DecodeLimits& limits);
-// Reads the file (missing, unreadable or zero-size: errors naming it, as decode_image_file) and its header.
+// Reads the file's header (missing, unreadable or zero-size: errors naming it, as decode_image_file): from its
+// first 64 KiB when the header lies there, else from the whole file.
 ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits);
+// The bytes read_image_header_file has read so far in this process (for tests).
+std::uint64_t image_header_bytes_read();
 
 // EXIF orientation (1..8) from the TIFF block of an APP1 "Exif\0\0" segment (`tiff` points past that
 // header); 1 when absent or malformed. A small bounds-checked reader: every offset is checked against `size`.

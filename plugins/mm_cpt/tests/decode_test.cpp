@@ -140,3 +140,37 @@ TEST_CASE("mm_cpt decode: the header alone gives the decoded size (EXIF orientat
     }
   }
 }
+
+TEST_CASE("mm_cpt decode: a header in a file's first 64 KiB is read from them alone, one past them from the whole file") {
+  // Large files: the committed images with 200 KiB after their end (decoders stop at the image's end).
+  const std::string tail(200 * 1024, '\0');
+  for (const char* name : {"j_large.jpg", "b.png", "d.webp"}) {
+    CAPTURE(name);
+    const std::string path = scratch(std::string("big_") + name, read(kData + "/images/" + name) + tail);
+    const std::uint64_t before = image_header_bytes_read();
+    const ImageHeader h = read_image_header_file(path, {});
+    CHECK(image_header_bytes_read() - before == 64 * 1024);
+    const Image img = decode_image_file(path, {});
+    CHECK(h.width == img.width);
+    CHECK(h.height == img.height);
+  }
+  // A JPEG whose frame header (SOF) lies past the first 64 KiB, behind two 40,000-byte comment segments: the prefix
+  // holds no image (libjpeg ends it at a fake EOI), so the whole file is read and gives the decoder's size.
+  const std::string jpg = read(kData + "/images/i_exif6.jpg");
+  std::string comment = "\xFF\xFE";
+  comment += static_cast<char>(40000 >> 8);
+  comment += static_cast<char>(40000 & 0xFF);
+  comment += std::string(40000 - 2, 'c');
+  const std::string late = scratch("late_sof.jpg", jpg.substr(0, 2) + comment + comment + jpg.substr(2));
+  const std::uint64_t before = image_header_bytes_read();
+  const ImageHeader h = read_image_header_file(late, {});
+  CHECK(image_header_bytes_read() - before == 64 * 1024 + fs::file_size(late));
+  const Image img = decode_image_file(late, {});
+  CHECK(h.width == img.width);
+  CHECK(h.height == img.height);
+  CHECK(h.height > h.width);  // the EXIF orientation (APP1, after the comments) still turns it
+  // Refusals come from the whole file, with the decoder's message: a bomb's header past the prefix too.
+  DecodeLimits tight;
+  tight.max_pixels = 1000;
+  CHECK_THROWS_WITH_AS(read_image_header_file(late, tight), doctest::Contains("over the limit of 1000 pixels"), ax::UsageError);
+}
