@@ -1,7 +1,8 @@
 // Image files of the mm_cpt plugin (plugins/mm_cpt/src/image.cpp: JPEG, PNG, WebP through their libraries,
 // our EXIF reader and the header size limit), decoded and processed as a dataset row's image is. The first
 // input byte picks the target: even = the whole file through decode + process (and its header alone, which must
-// agree with the decode), odd = the EXIF TIFF block.
+// agree with the decode, and the header of a prefix as long as the last byte says, which must fail or agree),
+// odd = the EXIF TIFF block.
 #include <cstdlib>
 #include <optional>
 
@@ -29,6 +30,14 @@ AX_FUZZ_HARNESS(mm_image_decode) {
   std::optional<ax::mm::ImageHeader> header;
   try {
     header = ax::mm::read_image_header(body, n, "fuzz.img", limits);
+  } catch (const ax::UsageError&) {
+  }
+  // read_image_header_file reads a file's first bytes first and keeps that answer when the header reads from
+  // them: a prefix's header, when it reads, must be the whole input's (a prefix too short must fail instead).
+  const std::size_t cut = n * data[size - 1] / 255;
+  try {
+    const ax::mm::ImageHeader h = ax::mm::read_image_header(body, cut, "fuzz.img", limits);
+    if (!header || header->width != h.width || header->height != h.height) std::abort();
   } catch (const ax::UsageError&) {
   }
   ax::mm::Image img = ax::mm::decode_image(body, n, "fuzz.img", limits);
