@@ -16,7 +16,10 @@ source "$root/scripts/env.sh"
 seconds=${1:?usage: scripts/fuzz.sh SECONDS [HARNESS...]}
 shift
 build="$root/build-fuzz"
-all=$(sed -n '/^set(AX_FUZZ_HARNESSES/,/)/p' "$root/tests/fuzz/CMakeLists.txt" | sed 's/^set(AX_FUZZ_HARNESSES//; s/)//' | xargs)
+# The harnesses tests/fuzz/CMakeLists.txt lists: its set(...) and the plugins' list(APPEND ...) (mm_cpt's, built
+# wherever setup.sh has installed the codecs, as it has for this build).
+all=$(sed -n '/^set(AX_FUZZ_HARNESSES/,/)/p; /list(APPEND AX_FUZZ_HARNESSES/p' "$root/tests/fuzz/CMakeLists.txt" |
+  sed 's/^ *set(AX_FUZZ_HARNESSES//; s/^ *list(APPEND AX_FUZZ_HARNESSES//; s/)//' | xargs)
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || read -r -a harnesses <<<"$all"
 for h in "${harnesses[@]}"; do

@@ -8,6 +8,7 @@ set(AX_FUZZ_CORE_SOURCES
   config/config_binder.cpp
   crash_point.cpp
   data/alpaca.cpp
+  data/batch.cpp
   data/chat_spans.cpp
   data/chat_template.cpp
   data/completion.cpp
@@ -30,6 +31,7 @@ set(AX_FUZZ_CORE_SOURCES
   models/hf_config.cpp
   models/lora.cpp
   models/qwen2_5_vl_config.cpp
+  op_spec.cpp
   ops/check.cpp
   ops/moe_experts.cpp
   ops/quant_formats.cpp
@@ -54,6 +56,7 @@ set(AX_FUZZ_CORE_SOURCES
   train/dist_config.cpp
   train/generate_io.cpp
   train/lora_config.cpp
+  train/optimizer_step.cpp
   train/train_config.cpp
   train/trainer_state.cpp
 )

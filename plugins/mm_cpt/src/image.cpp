@@ -4,6 +4,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -264,9 +265,20 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
 }
 
 namespace {
-std::vector<std::uint8_t> read_image_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+// Opens an image file: a missing or unreadable path, and anything but a regular file, are errors naming it (a
+// directory opens, reads nothing, and reports 2^63 - 1 bytes at its end).
+std::ifstream open_image_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(ax::str(path, ": cannot open the image file (missing or unreadable)"));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw UsageError(ax::str(path, ": not an image file (a directory, or not a regular file)"));
+  return in;
+}
+
+std::vector<std::uint8_t> read_image_bytes(const std::string& path) {
+  std::ifstream in = open_image_file(path);
+  in.seekg(0, std::ios::end);
   const std::streamoff n = in.tellg();
   if (n < 0) throw UsageError(ax::str(path, ": cannot read the image file"));
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n));
@@ -321,9 +333,9 @@ std::atomic<std::uint64_t> g_header_bytes{0};
 ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits) {
   constexpr std::streamsize kPrefix = 64 * 1024;
   {
-    std::ifstream in(path, std::ios::binary);
+    std::ifstream in = open_image_file(path);
     std::vector<std::uint8_t> head(static_cast<std::size_t>(kPrefix));
-    if (in) in.read(reinterpret_cast<char*>(head.data()), kPrefix);
+    in.read(reinterpret_cast<char*>(head.data()), kPrefix);
     const std::streamsize got = in ? kPrefix : (in.eof() ? in.gcount() : -1);
     if (got == kPrefix) {  // shorter files are read whole below anyway
       g_header_bytes += static_cast<std::uint64_t>(got);

@@ -35,6 +35,11 @@ TEST_CASE("mm_cpt decode: missing, empty, unknown and corrupt files are errors n
   CHECK_THROWS_WITH_AS(decode_image_file(empty, {}), doctest::Contains("empty.png: the image file is empty"), ax::UsageError);
   const std::string text = scratch("text.jpg", "hello, not an image");
   CHECK_THROWS_WITH_AS(decode_image_file(text, {}), doctest::Contains("text.jpg: not a JPEG, PNG or WebP"), ax::UsageError);
+  // A directory (a row's image "" under image_base_dir; found by the mm_rows fuzzer): it opens, and its size reads
+  // as 2^63 - 1, which was allocated.
+  const std::string dir = fs::path(text).parent_path().string();
+  CHECK_THROWS_WITH_AS(decode_image_file(dir, {}), doctest::Contains((dir + ": not an image file (a directory").c_str()), ax::UsageError);
+  CHECK_THROWS_WITH_AS(read_image_header_file(dir, {}), doctest::Contains((dir + ": not an image file (a directory").c_str()), ax::UsageError);
   for (const char* name : {"a.jpg", "b.png", "c.webp"}) {
     CAPTURE(name);
     std::string bytes = read(kData + "/images/" + name);
