@@ -336,9 +336,11 @@ ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& 
     std::ifstream in = open_image_file(path);
     std::vector<std::uint8_t> head(static_cast<std::size_t>(kPrefix));
     in.read(reinterpret_cast<char*>(head.data()), kPrefix);
-    const std::streamsize got = in ? kPrefix : (in.eof() ? in.gcount() : -1);
-    if (got == kPrefix) {  // shorter files are read whole below anyway
-      g_header_bytes += static_cast<std::uint64_t>(got);
+    const std::streamsize got = in.gcount();
+    g_header_bytes += static_cast<std::uint64_t>(got);
+    // A file shorter than the prefix is all read already.
+    if (got < kPrefix && in.eof()) return read_image_header(head.data(), static_cast<std::size_t>(got), path, limits);
+    if (got == kPrefix) {
       try {
         return read_image_header(head.data(), head.size(), path, limits);
       } catch (const UsageError&) {  // the header runs past the prefix, or the file is bad: the whole file says which
