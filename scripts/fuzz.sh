@@ -16,8 +16,8 @@ source "$root/scripts/env.sh"
 seconds=${1:?usage: scripts/fuzz.sh SECONDS [HARNESS...]}
 shift
 build="$root/build-fuzz"
-# The harnesses tests/fuzz/CMakeLists.txt lists: its set(...) and the plugins' list(APPEND ...) (mm_cpt's, built
-# wherever setup.sh has installed the codecs, as it has for this build).
+# The harnesses tests/fuzz/CMakeLists.txt lists: its set(...) and the plugins' list(APPEND ...) (mm_cpt's, which
+# build where the image codecs are installed, as scripts/setup.sh does).
 all=$(sed -n '/^set(AX_FUZZ_HARNESSES/,/)/p; /list(APPEND AX_FUZZ_HARNESSES/p' "$root/tests/fuzz/CMakeLists.txt" |
   sed 's/^ *set(AX_FUZZ_HARNESSES//; s/^ *list(APPEND AX_FUZZ_HARNESSES//; s/)//' | xargs)
 harnesses=("$@")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-GPU runs on one host (issue 24; docs/distributed.md, "Measured on several GPUs"): the bench MoE model of
+# Multi-GPU runs on one host (issue 24; docs/distributed.md, "On several GPUs"): the bench MoE model of
 # bench/train_step (qwen3-moe-0.9b.toml, bf16, LoRA r=16, 2 x 2048 tokens per micro-batch) trained the same steps
 #   one    1 GPU, grad_accum = NPROC          the reference run, and the 1-GPU speed
 #   dp     NPROC GPUs over NCCL, grad_accum 1  data parallel: the same global batch, split over the GPUs
