@@ -45,7 +45,8 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
   if (a.E <= 0 || a.M <= 0 || a.M >= (int64_t{1} << 31)) return "rows or experts out of range";
   if (a.K <= 0 || a.K % kBK != 0) return "K must be a positive multiple of 64";
   if (a.N <= 0 || a.N % 8 != 0) return "N must be a positive multiple of 8";
-  if ((a.epi == Epi::glu || a.epi == Epi::dglu) && a.N % 2 != 0) return "odd GLU width";
+  // The epilogues write (and dglu reads u in) 16-byte column groups: the GLU's half width I a multiple of 8.
+  if (a.epi == Epi::glu && a.N % 16 != 0) return "the GLU width 2I must be a multiple of 16";
   if (!ok16(a.a, a.lda) || !ok16(a.w, a.ldw)) return "operands must be 16-byte aligned";
   if (a.epi == Epi::glu ? (a.out == nullptr && a.u_out == nullptr) : a.out == nullptr) return "no output";
   if ((a.out != nullptr && !ok16(a.out, a.ldo)) || (a.u_out != nullptr && !ok16(a.u_out, a.ldu_out)) ||
@@ -55,7 +56,8 @@ const char* prepare(const GatherGemmArgs& a, Maps& maps, Params& p, size_t& smem
     return "u_out is glu's, h_out dglu's";
   if (a.r < 0 || a.r > 64 || a.r % 8 != 0) return "the LoRA rank must be padded to a multiple of 8, at most 64";
   if (a.r > 0 && (!ok16(a.a2, a.r) || !ok16(a.w2, a.ldw2))) return "LoRA operands must be 16-byte aligned";
-  if (a.bias != nullptr && a.bias_estride % 2 != 0) return "bias rows must be 4-byte aligned";
+  if (a.bias != nullptr && (a.bias_estride % 4 != 0 || (reinterpret_cast<uintptr_t>(a.bias) & 7u) != 0))
+    return "bias rows must be 8-byte aligned";
   if (a.epi == Epi::dglu && (!ok16(a.u, a.ldu) || a.row_scale == nullptr || a.rowsum == nullptr))
     return "dglu needs u, row_scale and rowsum";
   const int64_t u_cols = a.epi == Epi::glu ? a.N : a.N;  // B's columns: u's 2I (glu), else N

@@ -20,10 +20,13 @@
 //   flight, and every GEMM ran at 125-300 TFLOP/s against scattermoe's TMA-fed 500-650 on the H200.)
 //   The copies are generic-proxy writes and wgmma reads through the async proxy: each consumer thread
 //   issues a proxy fence after its wait on the full barrier (which acquired the copies), before the MMAs.
-// - Halves GLU: the 256 B columns are gate columns n0..n0+127 and up columns I+n0..I+n0+127, so in the
-//   m64n256 accumulator layout (column 8i + 2·(lane%4) + b in d[4i + 2h + b]) a thread holds gate column
-//   c in d[4i + ..] and its up partner in d[4(i + 16) + ..]: the activation needs no data exchange and the
-//   kernel writes H_act [M, I] only. Interleaved pairs are columns 2j, 2j+1 of one thread.
+// - Halves GLU: the 256 B columns are gate columns n0..n0+127 and up columns I+n0..I+n0+127 (two TMA boxes),
+//   so a tile holds both halves of each of its 128 GLU pairs. Interleaved pairs are adjacent columns.
+// - The epilogue is staged through shared memory: the tile's last stage is kept from the producer until the
+//   epilogue is done, and each consumer warpgroup writes its accumulators there 64 columns at a time and
+//   reads them back 4 consecutive columns a thread (see the consumer loop). The fully unrolled register
+//   epilogue it replaced was 8-12k instructions (dglu: 190 KB of code, streamed through the instruction
+//   cache every tile) and wrote 4 bytes a thread; the staged one is ~2k and writes whole sectors.
 // - Persistent tile order: experts, then column tiles, then row tiles fastest (B shared in L2).
 #pragma once
 #include <cuda.h>
@@ -132,15 +135,167 @@ __device__ __forceinline__ void act_bwd(const Params& p, float g, float v, float
   dg = g <= p.limit ? dh * (vc + p.beta) * (s + gc * p.alpha * s * (1.f - s)) : 0.f;
   dv = (v >= -p.limit && v <= p.limit) ? dh * gc * s : 0.f;
 }
-// The epilogues walk a thread's two rows (rbase, rbase + 8) with the same code: after each row the second
-// row's accumulators move into the first row's slots, so the body reads acc[4i + b] only. The loop is
-// unrolled: rolled (#pragma unroll 1) it halved the code but ptxas hoisted the column offsets out of it
-// and spilled ~1 KB a thread in dglu, and the block ran 2-5 % slower on the H200 (session 6, call F).
-__device__ __forceinline__ void next_row(float (&acc)[128]) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) acc[4 * i] = acc[4 * i + 2], acc[4 * i + 1] = acc[4 * i + 3];
-}
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float2 bf2(uint32_t v) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v)); }
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void st8(__nv_bfloat16* dst, float a, float b, float c, float d) {
+  *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(a, b), pack_bf16(c, d));
+}
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16* src) {  // 4 bf16, 8-byte aligned
+  const uint2 v = *reinterpret_cast<const uint2*>(src);
+  const float2 a = bf2(v.x), b = bf2(v.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float4 bias4(const __nv_bfloat16* row, int col) {
+  return row == nullptr ? make_float4(0.f, 0.f, 0.f, 0.f) : ld4(row + col);
+}
+
+// Staging (the epilogue, in the tile's last stage): a warpgroup's 64 rows x 64 fp32 columns, rows
+// kEpiPitch floats apart (the 8 extra floats make the accumulator-layout float2 writes conflict-free).
+constexpr int kEpiPitch = 72;
+constexpr uint32_t kEpiRegion = 64 * kEpiPitch * 4;
+static_assert(2 * kEpiRegion + 2 * 64 * 4 <= kStageBytes, "two staging regions and the rowsums fit a stage");
+
+// Writes accumulator group grp(sl) (8 columns: 8i + 2·(lane%4) + b in acc[4i + 2h + b], rows lane/4 + 8h
+// of the warp's 16) to staging columns 8·sl.. of the warpgroup's rows.
+template <class Grp>
+__device__ __forceinline__ void stage_acc(float* stg, const float (&acc)[128], int warp, int lane, Grp grp) {
+  const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
+#pragma unroll
+  for (int sl = 0; sl < 8; ++sl) {
+    const int i = grp(sl);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float2*>(stg + (r + 8 * h) * kEpiPitch + 8 * sl + c) =
+          make_float2(acc[4 * i + 2 * h], acc[4 * i + 2 * h + 1]);
+  }
+}
+
+// One pass of the epilogue over the staged columns of pass e (see the consumer loop): thread tid handles
+// 4 consecutive staged columns of its rows.
+template <int kEpi>
+__device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const float* stg, float* rsum, int64_t row0,
+                                         int e, int tid) {
+  if constexpr (kEpi == int(Epi::store)) {  // out = C + bias_e (zeros for inactive rows)
+    const int c4 = (tid % 16) * 4, col = tl.n * kBN + 64 * e + c4;
+    const __nv_bfloat16* brow = p.bias != nullptr ? p.bias + tl.e * p.bias_estride : nullptr;
+#pragma unroll 2
+    for (int it = 0; it < 8; ++it) {
+      const int r = 8 * it + tid / 16;
+      const int64_t m = row0 + r;
+      if (m >= tl.end || col >= p.N) continue;
+      float4 v = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
+      const float4 b = bias4(brow, col);
+      const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+      if (act_row) st8(p.out + m * p.ldo + col, v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+      else st8(p.out + m * p.ldo + col, 0.f, 0.f, 0.f, 0.f);
+    }
+  } else if constexpr (kEpi == int(Epi::glu)) {
+    const __nv_bfloat16* brow = p.bias != nullptr ? p.bias + tl.e * p.bias_estride : nullptr;
+    if (!p.interleaved) {  // staged columns c4.. are gate columns j.., c4 + 32.. their up partners I + j..
+      const int I = p.N / 2, c4 = (tid % 8) * 4, j = tl.n * 128 + 32 * e + c4;
+#pragma unroll 2
+      for (int it = 0; it < 4; ++it) {
+        const int r = 16 * it + tid / 8;
+        const int64_t m = row0 + r;
+        if (m >= tl.end || j >= I) continue;
+        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+        float4 g = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
+        float4 v = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + 32 + c4);
+        const float4 bg = bias4(brow, j), bv = bias4(brow, I + j);
+        g = act_row ? make_float4(g.x + bg.x, g.y + bg.y, g.z + bg.z, g.w + bg.w) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v = act_row ? make_float4(v.x + bv.x, v.y + bv.y, v.z + bv.z, v.w + bv.w) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (p.uo != nullptr) {
+          st8(p.uo + m * p.lduo + j, g.x, g.y, g.z, g.w);
+          st8(p.uo + m * p.lduo + I + j, v.x, v.y, v.z, v.w);
+        }
+        if (p.out != nullptr)
+          st8(p.out + m * p.ldo + j, act(p, g.x, v.x), act(p, g.y, v.y), act(p, g.z, v.z), act(p, g.w, v.w));
+      }
+    } else {  // u columns c.. c + 3: (gate, up) of h columns c / 2, c / 2 + 1
+      const int c4 = (tid % 16) * 4, c = tl.n * kBN + 64 * e + c4;
+#pragma unroll 2
+      for (int it = 0; it < 8; ++it) {
+        const int r = 8 * it + tid / 16;
+        const int64_t m = row0 + r;
+        if (m >= tl.end || c >= p.N) continue;
+        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+        float4 x = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
+        const float4 b = bias4(brow, c);
+        x = act_row ? make_float4(x.x + b.x, x.y + b.y, x.z + b.z, x.w + b.w) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (p.uo != nullptr) st8(p.uo + m * p.lduo + c, x.x, x.y, x.z, x.w);
+        if (p.out != nullptr)
+          *reinterpret_cast<uint32_t*>(p.out + m * p.ldo + c / 2) = pack_bf16(act(p, x.x, x.y), act(p, x.z, x.w));
+      }
+    }
+  } else {  // dglu: C = dH' (I columns j..); du = act'(u) · gate · C, h = act(u), rowsum of C · h
+    const int I = p.N, c4 = (tid % 16) * 4, j = tl.n * kBN + 64 * e + c4;
+    // (4 rows ahead spilled ~150 bytes a thread: the later passes' accumulators are still live here.)
+    constexpr int kRowsAhead = 2;
+#pragma unroll 1
+    for (int it0 = 0; it0 < 8; it0 += kRowsAhead) {
+      // kRowsAhead rows' u loaded together before their stores (the compiler cannot move a load of u above a
+      // store to du: it does not know they never alias).
+      uint2 ua[kRowsAhead], ub[kRowsAhead];  // raw bf16: halves (gate j..j+3), (up j..); interleaved u[2j..2j+7]
+#pragma unroll
+      for (int k = 0; k < kRowsAhead; ++k) {
+        const int64_t m = row0 + 8 * (it0 + k) + tid / 16;
+        ua[k] = ub[k] = make_uint2(0u, 0u);
+        if (m >= tl.end || j >= I) continue;
+        const __nv_bfloat16* urow = p.u + m * p.ldu;
+        const int64_t ja = p.interleaved ? 2 * j : j, jb = p.interleaved ? 2 * j + 4 : I + j;
+        ua[k] = *reinterpret_cast<const uint2*>(urow + ja), ub[k] = *reinterpret_cast<const uint2*>(urow + jb);
+      }
+#pragma unroll
+      for (int k = 0; k < kRowsAhead; ++k) {
+        const int r = 8 * (it0 + k) + tid / 16;
+        const int64_t m = row0 + r;
+        const bool keep = m < tl.end, ok = keep && j < I;
+        const bool act_row = keep && (p.row_expert == nullptr || p.row_expert[m] >= 0);
+        const float scale = act_row ? p.row_scale[m] : 0.f;
+        const float4 cv = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
+        const float2 a0 = bf2(ua[k].x), a1 = bf2(ua[k].y), b0 = bf2(ub[k].x), b1 = bf2(ub[k].y);
+        const float c[4] = {cv.x, cv.y, cv.z, cv.w};
+        // halves: a = gate j..j+3, b = up j..j+3; interleaved: a = (g, v) of j, j + 1 and b of j + 2, j + 3
+        const float g[4] = {a0.x, a0.y, a1.x, a1.y}, v[4] = {b0.x, b0.y, b1.x, b1.y};
+        const float gi[4] = {a0.x, a1.x, b0.x, b1.x}, vi[4] = {a0.y, a1.y, b0.y, b1.y};
+        float dg[4], dv[4], hb[4], part = 0.f;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          float hv;
+          act_bwd(p, p.interleaved ? gi[b] : g[b], p.interleaved ? vi[b] : v[b], scale * c[b], hv, dg[b], dv[b]);
+          hb[b] = __bfloat162float(__float2bfloat16_rn(hv));  // h as the forward rounded it
+          part += c[b] * hb[b];
+          if (!act_row) dg[b] = dv[b] = hb[b] = 0.f;
+        }
+        if (ok) {
+          __nv_bfloat16* orow = p.out + m * p.ldo;
+          if (!p.interleaved) {
+            st8(orow + j, dg[0], dg[1], dg[2], dg[3]);
+            st8(orow + I + j, dv[0], dv[1], dv[2], dv[3]);
+          } else {
+            st8(orow + 2 * j, dg[0], dv[0], dg[1], dv[1]);
+            st8(orow + 2 * j + 4, dg[2], dv[2], dg[3], dv[3]);
+          }
+          if (p.ho != nullptr) st8(p.ho + m * p.ldho + j, hb[0], hb[1], hb[2], hb[3]);
+        }
+        // The row's 16 threads (64 columns), in a fixed order, then the passes in order: deterministic.
+        part += __shfl_xor_sync(0xffffffffu, part, 8);
+        part += __shfl_xor_sync(0xffffffffu, part, 4);
+        part += __shfl_xor_sync(0xffffffffu, part, 2);
+        part += __shfl_xor_sync(0xffffffffu, part, 1);
+        if (keep && tid % 16 == 0) {
+          const float total = (e == 0 ? 0.f : rsum[r]) + part;
+          if (e < 3) rsum[r] = total;
+          else p.rowsum[m * p.ld_rowsum + tl.n] = act_row ? total : 0.f;
+        }
+      }
+    }
+  }
+}
 #endif
 
 template <bool kBKMajor>
@@ -321,133 +476,26 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
       step(std::integral_constant<int, kBK / 16>{}, std::bool_constant<kBKMajor>{}, kt == 0);
     if constexpr (kLoraK16 > 0) step(std::integral_constant<int, kLoraK16>{}, std::bool_constant<kB2KMajor>{}, false);
     hp::wgmma_wait<0>();
-    if ((threadIdx.x % 128) == 0) hp::mbar_arrive(&empty[prev]);
-
-    const int q4 = 2 * (lane % 4);
-    if constexpr (kEpi == int(Epi::store)) {
-      const int n0 = tl.n * kBN;
+    // The epilogue is staged through the tile's last stage, kept from the producer until the epilogue is
+    // done: once both warpgroups' MMAs have read it, each warpgroup writes its 64 rows' accumulators there
+    // 64 columns at a time and reads them back as 4 consecutive columns a thread, so that global loads
+    // and stores are 8-16 bytes a thread and whole sectors a warp, and the loops stay rolled (small code).
+    hp::bar_sync(2, 256);
+    float* stg = reinterpret_cast<float*>(smem + prev * kStageBytes + cw * kEpiRegion);
+    float* rsum = reinterpret_cast<float*>(smem + prev * kStageBytes + 2 * kEpiRegion) + cw * 64;
+    const int tid = threadIdx.x % 128;
+    const int64_t row0 = tl.row0 + cw * 64;
+    const bool glu_halves = kEpi == int(Epi::glu) && !p.interleaved;
 #pragma unroll
-      for (int h = 0; h < 2; ++h, next_row(acc)) {
-        const int64_t m = rbase + 8 * h;
-        if (m >= tl.end) continue;
-        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
-        __nv_bfloat16* orow = p.out + m * p.ldo;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int col = n0 + 8 * i + q4;
-          if (col >= p.N) continue;
-          float v0 = acc[4 * i], v1 = acc[4 * i + 1];
-          if (p.bias != nullptr) {
-            v0 += bf(p.bias, tl.e * p.bias_estride + col);
-            v1 += bf(p.bias, tl.e * p.bias_estride + col + 1);
-          }
-          if (!act_row) v0 = v1 = 0.f;
-          *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
-        }
-      }
-    } else if constexpr (kEpi == int(Epi::glu)) {
-      const int I = p.N / 2;
-      const __nv_bfloat16* brow = p.bias != nullptr ? p.bias + tl.e * p.bias_estride : nullptr;
-#pragma unroll
-      for (int h = 0; h < 2; ++h, next_row(acc)) {
-        const int64_t m = rbase + 8 * h;
-        if (m >= tl.end) continue;
-        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
-        __nv_bfloat16* orow = p.out != nullptr ? p.out + m * p.ldo : nullptr;
-        __nv_bfloat16* urow = p.uo != nullptr ? p.uo + m * p.lduo : nullptr;
-        if (!p.interleaved) {  // gate column j in d[4i + ..], its up partner I + j in d[4(i + 16) + ..]
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            const int j = tl.n * 128 + 8 * i + q4;
-            if (j >= I) continue;
-            float g0 = acc[4 * i], g1 = acc[4 * i + 1];
-            float v0 = acc[4 * (i + 16)], v1 = acc[4 * (i + 16) + 1];
-            if (brow != nullptr) {
-              g0 += bf(brow, j), g1 += bf(brow, j + 1);
-              v0 += bf(brow, I + j), v1 += bf(brow, I + j + 1);
-            }
-            if (!act_row) g0 = g1 = v0 = v1 = 0.f;
-            if (urow != nullptr) {
-              *reinterpret_cast<__nv_bfloat162*>(urow + j) = __floats2bfloat162_rn(g0, g1);
-              *reinterpret_cast<__nv_bfloat162*>(urow + I + j) = __floats2bfloat162_rn(v0, v1);
-            }
-            if (orow != nullptr)
-              *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(act(p, g0, v0), act(p, g1, v1));
-          }
-        } else {  // u columns c, c + 1 = (gate, up) of h column c / 2
-#pragma unroll
-          for (int i = 0; i < 32; ++i) {
-            const int c = tl.n * kBN + 8 * i + q4;
-            if (c >= p.N) continue;
-            float g = acc[4 * i], v = acc[4 * i + 1];
-            if (brow != nullptr) g += bf(brow, c), v += bf(brow, c + 1);
-            if (!act_row) g = v = 0.f;
-            if (urow != nullptr) *reinterpret_cast<__nv_bfloat162*>(urow + c) = __floats2bfloat162_rn(g, v);
-            if (orow != nullptr) orow[c / 2] = __float2bfloat16_rn(act(p, g, v));
-          }
-        }
-      }
-    } else {  // dglu: C = dH' (I columns); du = act'(u) · gate · C; rowsum of C · act(u)
-      const int I = p.N;
-#pragma unroll
-      for (int h = 0; h < 2; ++h, next_row(acc)) {
-        float rs = 0.f;
-        const int64_t m = rbase + 8 * h;
-        const bool keep_row = m < tl.end;
-        const bool act_row = keep_row && (p.row_expert == nullptr || p.row_expert[m] >= 0);
-        const float row_scale = act_row ? p.row_scale[m] : 0.f;
-        if (keep_row) {
-          const __nv_bfloat16* urow = p.u + m * p.ldu;
-          __nv_bfloat16* orow = p.out + m * p.ldo;
-          __nv_bfloat16* hrow = p.ho != nullptr ? p.ho + m * p.ldho : nullptr;
-          // u in chunks of 8 column groups, each chunk's loads issued together before its stores (the
-          // compiler cannot move a load of u above a store to du: it does not know they never alias).
-#pragma unroll
-          for (int i0 = 0; i0 < 32; i0 += 8) {
-            uint32_t ua[8], ub[8];  // halves: (gate j, j+1), (up j, j+1); interleaved: (g, v) of j, of j+1
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const int j = tl.n * kBN + 8 * (i0 + i) + q4;
-              ua[i] = ub[i] = 0u;
-              if (j >= I) continue;
-              ua[i] = *reinterpret_cast<const uint32_t*>(urow + (p.interleaved ? 2 * j : j));
-              ub[i] = *reinterpret_cast<const uint32_t*>(urow + (p.interleaved ? 2 * j + 2 : I + j));
-            }
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              const int j = tl.n * kBN + 8 * (i0 + i) + q4;
-              if (j >= I) continue;
-              const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ua[i]));
-              const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&ub[i]));
-              float g[2], v[2], dg[2], dv[2], hb[2];
-              if (!p.interleaved) g[0] = a0.x, g[1] = a0.y, v[0] = a1.x, v[1] = a1.y;
-              else g[0] = a0.x, v[0] = a0.y, g[1] = a1.x, v[1] = a1.y;
-#pragma unroll
-              for (int b = 0; b < 2; ++b) {
-                const float c = acc[4 * (i0 + i) + b];
-                float hv;
-                act_bwd(p, g[b], v[b], row_scale * c, hv, dg[b], dv[b]);
-                hb[b] = __bfloat162float(__float2bfloat16_rn(hv));  // h as the forward rounded it
-                rs += c * hb[b];
-                if (!act_row) dg[b] = dv[b] = hb[b] = 0.f;
-              }
-              if (hrow != nullptr) *reinterpret_cast<__nv_bfloat162*>(hrow + j) = __floats2bfloat162_rn(hb[0], hb[1]);
-              if (!p.interleaved) {
-                *reinterpret_cast<__nv_bfloat162*>(orow + j) = __floats2bfloat162_rn(dg[0], dg[1]);
-                *reinterpret_cast<__nv_bfloat162*>(orow + I + j) = __floats2bfloat162_rn(dv[0], dv[1]);
-              } else {
-                *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j) = __floats2bfloat162_rn(dg[0], dv[0]);
-                *reinterpret_cast<__nv_bfloat162*>(orow + 2 * j + 2) = __floats2bfloat162_rn(dg[1], dv[1]);
-              }
-            }
-          }
-        }
-        // The four lanes of a quad hold a row's columns: a fixed-order reduction (deterministic).
-        rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-        rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-        if (keep_row && lane % 4 == 0) p.rowsum[m * p.ld_rowsum + tl.n] = act_row ? rs : 0.f;
-      }
+    for (int e = 0; e < 4; ++e) {
+      // Pass e: halves GLU stages gate groups 4e.. and their up partners 16 + 4e..; the others columns 64e..
+      if (glu_halves) stage_acc(stg, acc, warp, lane, [&](int sl) { return sl < 4 ? 4 * e + sl : 12 + 4 * e + sl; });
+      else stage_acc(stg, acc, warp, lane, [&](int sl) { return 8 * e + sl; });
+      hp::bar_sync(3 + cw, 128);
+      epi_pass<kEpi>(p, tl, stg, rsum, row0, e, tid);
+      hp::bar_sync(3 + cw, 128);
     }
+    if (tid == 0) hp::mbar_arrive(&empty[prev]);
   }
 #endif
 }

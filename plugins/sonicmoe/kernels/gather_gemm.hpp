@@ -49,7 +49,7 @@ struct GatherGemmArgs {
   bool w2_kmajor = true;
   int64_t ldw2 = 0;
   // Epilogue.
-  const void* bias = nullptr;  // store: [E, N]; glu: [E, 2I] (bias_estride elements apart); optional
+  const void* bias = nullptr;  // store: [E, N]; glu: [E, 2I] (8-byte aligned rows bias_estride elements apart); optional
   int64_t bias_estride = 0;
   void* out = nullptr;  // store: [M, N]; glu: h [M, I] (optional if u_out is set); dglu: du [M, 2I]
   int64_t ldo = 0;
