@@ -26,7 +26,10 @@
 //   epilogue is done, and each consumer warpgroup writes its accumulators there 64 columns at a time and
 //   reads them back 4 consecutive columns a thread (see the consumer loop). The fully unrolled register
 //   epilogue it replaced was 8-12k instructions (dglu: 190 KB of code, streamed through the instruction
-//   cache every tile) and wrote 4 bytes a thread; the staged one is ~2k and writes whole sectors.
+//   cache every tile) and wrote 4 bytes a thread; the staged one is ~2k and writes whole sectors. dglu
+//   keeps the stage before the last as well, for u's columns of each pass, copied with cp.async.
+// - The epilogue is latency-bound (8 warps an SM run it, with nothing to hide behind): what it waits on
+//   is loaded in bulk (the rows' RowInfo once a tile, u once a pass), and the sigmoid is a fast division.
 // - Persistent tile order: experts, then column tiles, then row tiles fastest (B shared in L2).
 #pragma once
 #include <cuda.h>
@@ -47,8 +50,10 @@ namespace hp = ax::hopper;
 namespace detail {
 
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
+constexpr int kPrefetchSteps = 6;  // dglu: u is asked for in L2 this many k steps before the epilogue
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
-constexpr size_t kSmemFixed = 1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 2 * kBM * sizeof(int64_t);
+constexpr size_t kSmemFixed =
+    1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + kBM * 8 + 2 * kBM * sizeof(int64_t);
 
 struct Maps {
   CUtensorMap a, b, a2, b2;  // a: store only (A in row order, by TMA); gathered A is loaded with cp.async
@@ -120,7 +125,10 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(hp::saddr(bar)) : "memory");
 }
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + __expf(-x)); }
+// __fdividef: a reciprocal and a multiply (1 / (1 + inf) is 0). The IEEE division it replaced was a
+// subroutine call per element on the epilogue's critical path (the epilogue runs on 8 warps an SM, so
+// its latency is not hidden).
+__device__ __forceinline__ float sigmoidf(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 // act(g, v) = (clamp(v, ±limit) + beta) · min(g, limit) · σ(alpha · min(g, limit)): SiLU-GLU g·σ(g)·v for
 // (1, inf, 0), gpt-oss's clamped GLU for (alpha, limit, 1).
 __device__ __forceinline__ float act(const Params& p, float g, float v) {
@@ -153,6 +161,13 @@ __device__ __forceinline__ float4 bias4(const __nv_bfloat16* row, int col) {
   return row == nullptr ? make_float4(0.f, 0.f, 0.f, 0.f) : ld4(row + col);
 }
 
+// A row of the tile as the epilogue needs it: active (its expert is not -1) and its routing weight (dglu),
+// loaded once a tile (64 loads a warpgroup in flight together) into shared memory.
+struct RowInfo {
+  int active;
+  float scale;
+};
+
 // Staging (the epilogue, in the tile's last stage): a warpgroup's 64 rows x 64 fp32 columns, rows
 // kEpiPitch floats apart (the 8 extra floats make the accumulator-layout float2 writes conflict-free).
 constexpr int kEpiPitch = 72;
@@ -174,11 +189,30 @@ __device__ __forceinline__ void stage_acc(float* stg, const float (&acc)[128], i
   }
 }
 
+// dglu: copies the u columns of pass e (the GLU pairs of C's columns j0..j0+63) of the warpgroup's 64 rows
+// into ubuf, 256 bytes a row (halves: 64 gate then 64 up values; interleaved: the 128 values in order),
+// with cp.async: the 1024 16-byte pieces in flight together, one round trip a pass (loaded by each thread
+// as it needed them, a pass made 4 round trips of ~3.3k cycles each to the busy L2).
+__device__ __forceinline__ void load_u_pass(const Params& p, const Tile& tl, uint8_t* ubuf, int64_t row0, int e, int tid) {
+  const int I = p.N, j0 = tl.n * kBN + 64 * e;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int id = tid + 128 * i, r = id / 16, c = id % 16;
+    const int64_t m = row0 + r;
+    int col;
+    bool ok;
+    if (p.interleaved) col = 2 * j0 + 8 * c, ok = col < 2 * I;
+    else col = (c < 8 ? j0 : I + j0) + 8 * (c % 8), ok = j0 + 8 * (c % 8) < I;
+    ok = ok && m < tl.end;
+    cp_async16(hp::saddr(ubuf + r * 256 + c * 16), ok ? p.u + m * p.ldu + col : p.u, ok ? 16 : 0);
+  }
+}
+
 // One pass of the epilogue over the staged columns of pass e (see the consumer loop): thread tid handles
 // 4 consecutive staged columns of its rows.
 template <int kEpi>
-__device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const float* stg, float* rsum, int64_t row0,
-                                         int e, int tid) {
+__device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const float* stg, float* rsum,
+                                         const RowInfo* info, const uint8_t* ubuf, int64_t row0, int e, int tid) {
   if constexpr (kEpi == int(Epi::store)) {  // out = C + bias_e (zeros for inactive rows)
     const int c4 = (tid % 16) * 4, col = tl.n * kBN + 64 * e + c4;
     const __nv_bfloat16* brow = p.bias != nullptr ? p.bias + tl.e * p.bias_estride : nullptr;
@@ -189,7 +223,7 @@ __device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const 
       if (m >= tl.end || col >= p.N) continue;
       float4 v = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
       const float4 b = bias4(brow, col);
-      const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+      const bool act_row = info[r].active != 0;
       if (act_row) st8(p.out + m * p.ldo + col, v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
       else st8(p.out + m * p.ldo + col, 0.f, 0.f, 0.f, 0.f);
     }
@@ -202,7 +236,7 @@ __device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const 
         const int r = 16 * it + tid / 8;
         const int64_t m = row0 + r;
         if (m >= tl.end || j >= I) continue;
-        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+        const bool act_row = info[r].active != 0;
         float4 g = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
         float4 v = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + 32 + c4);
         const float4 bg = bias4(brow, j), bv = bias4(brow, I + j);
@@ -222,7 +256,7 @@ __device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const 
         const int r = 8 * it + tid / 16;
         const int64_t m = row0 + r;
         if (m >= tl.end || c >= p.N) continue;
-        const bool act_row = p.row_expert == nullptr || p.row_expert[m] >= 0;
+        const bool act_row = info[r].active != 0;
         float4 x = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
         const float4 b = bias4(brow, c);
         x = act_row ? make_float4(x.x + b.x, x.y + b.y, x.z + b.z, x.w + b.w) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -245,6 +279,12 @@ __device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const 
         const int64_t m = row0 + 8 * (it0 + k) + tid / 16;
         ua[k] = ub[k] = make_uint2(0u, 0u);
         if (m >= tl.end || j >= I) continue;
+        if (ubuf != nullptr) {  // this pass's u, copied to shared memory (load_u_pass)
+          const uint8_t* ur = ubuf + (8 * (it0 + k) + tid / 16) * 256;
+          ua[k] = *reinterpret_cast<const uint2*>(ur + (p.interleaved ? 4 * c4 : 2 * c4));
+          ub[k] = *reinterpret_cast<const uint2*>(ur + (p.interleaved ? 4 * c4 + 8 : 128 + 2 * c4));
+          continue;
+        }
         const __nv_bfloat16* urow = p.u + m * p.ldu;
         const int64_t ja = p.interleaved ? 2 * j : j, jb = p.interleaved ? 2 * j + 4 : I + j;
         ua[k] = *reinterpret_cast<const uint2*>(urow + ja), ub[k] = *reinterpret_cast<const uint2*>(urow + jb);
@@ -254,8 +294,8 @@ __device__ __forceinline__ void epi_pass(const Params& p, const Tile& tl, const 
         const int r = 8 * (it0 + k) + tid / 16;
         const int64_t m = row0 + r;
         const bool keep = m < tl.end, ok = keep && j < I;
-        const bool act_row = keep && (p.row_expert == nullptr || p.row_expert[m] >= 0);
-        const float scale = act_row ? p.row_scale[m] : 0.f;
+        const bool act_row = keep && info[r].active != 0;
+        const float scale = act_row ? info[r].scale : 0.f;
         const float4 cv = *reinterpret_cast<const float4*>(stg + r * kEpiPitch + c4);
         const float2 a0 = bf2(ua[k].x), a1 = bf2(ua[k].y), b0 = bf2(ub[k].x), b1 = bf2(ub[k].y);
         const float c[4] = {cv.x, cv.y, cv.z, cv.w};
@@ -334,7 +374,8 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
   uint64_t* empty = full + kStages;
-  int64_t* row_src = reinterpret_cast<int64_t*>(empty + kStages);  // [2][kBM], double-buffered per tile
+  RowInfo* row_info = reinterpret_cast<RowInfo*>(empty + kStages);  // [kBM]: the epilogue's tile rows
+  int64_t* row_src = reinterpret_cast<int64_t*>(row_info + kBM);     // [2][kBM], double-buffered per tile
   int* tile_start = reinterpret_cast<int*>(row_src + 2 * kBM);     // [E + 1]
   const int wg = threadIdx.x / 128;
 
@@ -432,15 +473,18 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
   float acc[128];
   int s = 0;
   uint32_t phase = 0;
+  const int tid = threadIdx.x % 128;
   for (int ti = blockIdx.x; ti < total; ti += gridDim.x) {
     const Tile tl = tile_at(ti, tile_start, p.seg, p.E);
     const int64_t rbase = tl.row0 + cw * 64 + warp * 16 + lane / 4;
-    if constexpr (kEpi == int(Epi::dglu)) {
+    int prev = -1;
+    auto prefetch_u = [&] {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        // The epilogue reads this tile's u: ask L2 for it now, a whole mainloop ahead, so the epilogue's
-        // loads hit L2 instead of waiting on DRAM with the MMAs idle. A row's tile of u is two 512-byte
-        // runs (halves: gate, up) or one 1 KB run (interleaved): 8 lines, two per lane of the quad.
+        // The epilogue reads this tile's u: ask L2 for it kPrefetchSteps k steps before the mainloop ends,
+        // so the epilogue's loads hit L2 (asked at the tile's start, the lines were evicted again during
+        // the ~35 us mainloop at qwen3-30b-a3b). A row's tile of u is two 512-byte runs (halves: gate,
+        // up) or one 1 KB run (interleaved): 8 lines, two per lane of the quad.
         if (rbase + 8 * h < tl.end) {
           const __nv_bfloat16* urow = p.u + (rbase + 8 * h) * p.ldu;
           const int I = p.N, q = lane % 4;
@@ -453,10 +497,12 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
           }
         }
       }
-    }
-    int prev = -1;
+    };
     // One pipeline step (scattermoe's): the LoRA step is separate code, not a branch in the loop: a wgmma
     // under a data-dependent branch makes ptxas serialise every wgmma of the kernel.
+    // dglu keeps the tile's last two stages for its epilogue (the second holds the copies of u).
+    const bool hold2 = kEpi == int(Epi::dglu) && k_steps >= 2;
+    int left = k_steps;
     auto step = [&](auto n16, auto kmajor, bool first) {
       hp::mbar_wait(&full[s], phase);
       if constexpr (kEpi != int(Epi::store)) hp::fence_proxy_async();  // cp.async writes (generic proxy) -> wgmma
@@ -468,34 +514,62 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
         mma_k16<decltype(kmajor)::value>(acc, sa, sb, kk, !first || kk != 0);
       hp::wgmma_commit();
       hp::wgmma_wait<1>();
-      if (prev >= 0 && (threadIdx.x % 128) == 0) hp::mbar_arrive(&empty[prev]);
+      if (prev >= 0 && (threadIdx.x % 128) == 0 && !(hold2 && left == 1)) hp::mbar_arrive(&empty[prev]);
+      --left;
       prev = s;
       if (++s == kStages) s = 0, phase ^= 1;
     };
-    for (int kt = 0; kt < p.k_tiles; ++kt)
+    // (Two loops rather than a branch in one: no data-dependent branch near the wgmmas.)
+    const int k_pre = kEpi == int(Epi::dglu) ? (p.k_tiles > kPrefetchSteps ? p.k_tiles - kPrefetchSteps : 0) : p.k_tiles;
+    for (int kt = 0; kt < k_pre; ++kt)
       step(std::integral_constant<int, kBK / 16>{}, std::bool_constant<kBKMajor>{}, kt == 0);
+    if constexpr (kEpi == int(Epi::dglu)) {
+      prefetch_u();
+      for (int kt = k_pre; kt < p.k_tiles; ++kt)
+        step(std::integral_constant<int, kBK / 16>{}, std::bool_constant<kBKMajor>{}, kt == 0);
+    }
     if constexpr (kLoraK16 > 0) step(std::integral_constant<int, kLoraK16>{}, std::bool_constant<kB2KMajor>{}, false);
     hp::wgmma_wait<0>();
+    // This warpgroup's rows' expert and routing weight (RowInfo): 64 loads in flight together, under the
+    // barrier below. (Loaded at the tile's start and kept through the mainloop, the one register made the
+    // store kernel spill; loaded per row in the epilogue's loops, they were 32 round trips a thread.)
+    int r_expert = -1;
+    float r_scale = 0.f;
+    if (tid < 64 && tl.row0 + cw * 64 + tid < tl.end) {
+      const int64_t m = tl.row0 + cw * 64 + tid;
+      r_expert = p.row_expert != nullptr ? static_cast<int>(p.row_expert[m]) : 0;
+      if constexpr (kEpi == int(Epi::dglu)) r_scale = p.row_scale[m];
+    }
     // The epilogue is staged through the tile's last stage, kept from the producer until the epilogue is
     // done: once both warpgroups' MMAs have read it, each warpgroup writes its 64 rows' accumulators there
     // 64 columns at a time and reads them back as 4 consecutive columns a thread, so that global loads
     // and stores are 8-16 bytes a thread and whole sectors a warp, and the loops stay rolled (small code).
     hp::bar_sync(2, 256);
+    if (tid < 64) row_info[cw * 64 + tid] = RowInfo{r_expert >= 0 ? 1 : 0, r_scale};
     float* stg = reinterpret_cast<float*>(smem + prev * kStageBytes + cw * kEpiRegion);
     float* rsum = reinterpret_cast<float*>(smem + prev * kStageBytes + 2 * kEpiRegion) + cw * 64;
-    const int tid = threadIdx.x % 128;
     const int64_t row0 = tl.row0 + cw * 64;
     const bool glu_halves = kEpi == int(Epi::glu) && !p.interleaved;
+    const int pp = hold2 ? (prev + kStages - 1) % kStages : -1;  // the stage before the last, kept (dglu)
+    uint8_t* ubuf = pp >= 0 ? smem + pp * kStageBytes + cw * 16384 : nullptr;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       // Pass e: halves GLU stages gate groups 4e.. and their up partners 16 + 4e..; the others columns 64e..
+      if (ubuf != nullptr) load_u_pass(p, tl, ubuf, row0, e, tid);  // the buffer's readers passed the barrier
       if (glu_halves) stage_acc(stg, acc, warp, lane, [&](int sl) { return sl < 4 ? 4 * e + sl : 12 + 4 * e + sl; });
       else stage_acc(stg, acc, warp, lane, [&](int sl) { return 8 * e + sl; });
+      if (ubuf != nullptr) cp_async_wait_all();
       hp::bar_sync(3 + cw, 128);
-      epi_pass<kEpi>(p, tl, stg, rsum, row0, e, tid);
+      epi_pass<kEpi>(p, tl, stg, rsum, row_info + cw * 64, ubuf, row0, e, tid);
+      // The staging (and u's copies) are generic-proxy writes to stages the producer's TMA (the async
+      // proxy) refills after the release below.
+      if (e == 3) hp::fence_proxy_async();
       hp::bar_sync(3 + cw, 128);
     }
-    if (tid == 0) hp::mbar_arrive(&empty[prev]);
+    if (tid == 0) {
+      if (pp >= 0) hp::mbar_arrive(&empty[pp]);
+      hp::mbar_arrive(&empty[prev]);
+    }
   }
 #endif
 }
