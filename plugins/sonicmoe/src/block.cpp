@@ -102,8 +102,10 @@ struct Prep {
   at::Tensor seg;     // [E + 1] int64
   at::Tensor expert;  // [M] int64, -1 inactive
   at::Tensor scat;    // [M] int64
+  at::Tensor scat_in; // [M] int64: scat, inactive rows at 0 (an index they may read)
   at::Tensor active;  // [M] bool
   at::Tensor slot;    // [M] int64: t(m)·E + e(m) (active), T·E (inactive: a dummy row)
+  at::Tensor slot_in; // [M] int64: slot, inactive rows at T·E - 1 (a row they read and mask_rows zeroes)
   at::Tensor inv;     // [T·k] int64: scattered entry -> sorted row, -1 inactive
   at::Tensor offs;    // [E] int32 cumulative ends (_grouped_mm)
   at::Tensor x;       // [T, H] rows16
@@ -124,11 +126,13 @@ Prep prepare(const MoeMlpArgs& a) {
   p.expert = a.routing.sorted_expert_idxs.contiguous();
   p.scat = a.routing.sorted_scattered_idxs.contiguous();
   const at::Tensor ends = a.routing.expert_offsets.to(at::kLong).contiguous();
-  p.seg = at::cat({at::zeros({1}, lopt), ends});
+  p.seg = at::constant_pad_nd(ends, {1, 0}, 0);
   p.offs = ends.to(at::kInt);
   p.active = p.expert.ge(0);
-  const at::Tensor tok = at::where(p.active, p.scat, 0).div(d.k, "floor");
+  p.scat_in = at::where(p.active, p.scat, 0);  // inactive entries' scattered indices are ignored (any value)
+  const at::Tensor tok = p.scat_in.div(d.k, "floor");
   p.slot = at::where(p.active, tok * d.E + p.expert, d.T * d.E);
+  p.slot_in = p.slot.clamp_max(d.T * d.E - 1);
   at::Tensor inv = at::full({d.M + 1}, -1, lopt);
   inv.scatter_(0, at::where(p.active, p.scat, d.M), at::arange(d.M, lopt));  // slot M: discarded
   p.inv = inv.narrow(0, 0, d.M);
@@ -147,11 +151,10 @@ GatherGemmArgs base_args(const Prep& p) {
   return g;
 }
 
+at::Tensor mask_rows(const Prep& p, const at::Tensor& t) { return at::where(p.active.unsqueeze(1), t, 0); }
 // Row m's slice (t(m), e(m)) of a per-token thin product [T, E·rp] (inactive rows: zeros).
 at::Tensor slice_rows(const Prep& p, const at::Tensor& all, int64_t rp) {
-  const int64_t TE = p.d.T * p.d.E;
-  at::Tensor src = at::cat({all.reshape({TE, rp}), at::zeros({1, rp}, all.options())});
-  return src.index_select(0, p.slot);
+  return mask_rows(p, all.reshape({p.d.T * p.d.E, rp}).index_select(0, p.slot_in));
 }
 // The inverse: Z [T, E·rp] with row m's values at (t(m), e(m)), zeros elsewhere (unique slots).
 at::Tensor spread_rows(const Prep& p, const at::Tensor& rows, int64_t rp) {
@@ -160,7 +163,6 @@ at::Tensor spread_rows(const Prep& p, const at::Tensor& rows, int64_t rp) {
   z.index_copy_(0, p.slot, rows);  // inactive rows all land in the dummy row TE, which is dropped
   return z.narrow(0, 0, TE).view({p.d.T, p.d.E * rp});
 }
-at::Tensor mask_rows(const Prep& p, const at::Tensor& t) { return at::where(p.active.unsqueeze(1), t, at::zeros({}, t.options())); }
 
 // h = act(u) [M, I] and u [M, 2I] of the gate_up projection (glu kernel; one GEMM writes both).
 struct GateUp {
@@ -261,7 +263,7 @@ at::Tensor assign(const at::Tensor& out, const at::Tensor& value) {
 // Experts with no rows get exact zeros from the K-grouped products ([E, a, b]).
 at::Tensor zero_empty(const Prep& p, const at::Tensor& t) {
   const at::Tensor nonempty = (p.seg.narrow(0, 1, p.d.E) - p.seg.narrow(0, 0, p.d.E)).gt(0).view({p.d.E, 1, 1});
-  return at::where(nonempty, t, at::zeros({}, t.options()));
+  return at::where(nonempty, t, 0);
 }
 
 class SonicMoe final : public ops::MoeMlp {
@@ -318,7 +320,7 @@ class SonicMoe final : public ops::MoeMlp {
     const bool need_da2 = b.need_dlora && lora2;  // reads h, which the dglu kernel rewrites from u
     const bool need_dh = need_up || b.need_dgates || need_da2;
     const at::Tensor gates = a.gates.to(xdt).contiguous();
-    const at::Tensor g_rows = mask_rows(p, gates.view({-1}).index_select(0, at::where(p.active, p.scat, 0)).unsqueeze(1))
+    const at::Tensor g_rows = mask_rows(p, gates.view({-1}).index_select(0, p.scat_in).unsqueeze(1))
                                   .view({d.M});
 
     at::Tensor gb_rows;  // GB rows [M, rp2]: G_t(m) · B2_e(m), unscaled, ungated
@@ -378,7 +380,7 @@ class SonicMoe final : public ops::MoeMlp {
           dg = dg + mask_rows(p, slice_rows(p, gb2, 1));
         }
         at::Tensor flat = dg.index_select(0, p.inv.clamp_min(0)).view({d.T * d.k});
-        flat = at::where(p.inv.ge(0), flat, at::zeros({}, flat.options()));
+        flat = at::where(p.inv.ge(0), flat, 0);
         g.dgates = assign(b.out.dgates, flat.view({d.T, d.k}).to(a.gates.scalar_type()));
       }
     }
