@@ -435,7 +435,16 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
         row_src[parity_buf * kBM + t] = src;
       }
       hp::bar_sync(1, 128);
-      const int64_t* srcs = row_src + parity_buf * kBM;
+      // This thread's 8 rows' sources, held in registers for the tile's k steps: read from shared memory
+      // at every step (generic loads, as the compiler saw it), each copy waited on its load.
+      const __nv_bfloat16* gsrc[8];
+      uint32_t valid = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int64_t src = row_src[parity_buf * kBM + t / 8 + 16 * i];
+        gsrc[i] = p.a + (src >= 0 ? src * p.lda : 0) + chunk * 8;
+        valid |= src >= 0 ? 1u << i : 0u;
+      }
       parity_buf ^= 1;
       for (int kt = 0; kt < k_steps; ++kt, ++step) {
         const int s = step % kStages;
@@ -453,10 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1) gather_gemm_kernel(const __grid_c
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
             const int row = t / 8 + 16 * i;
-            const int64_t src = srcs[row];
             const uint32_t dst = sbase + row * 128 + ((chunk ^ (row % 8)) * 16);
-            const __nv_bfloat16* g = src >= 0 ? p.a + src * p.lda + kt * kBK + chunk * 8 : p.a;
-            cp_async16(dst, g, src >= 0 ? 16 : 0);  // src-size 0: sixteen zero bytes
+            const bool ok = (valid >> i) & 1u;
+            cp_async16(dst, ok ? gsrc[i] + kt * kBK : p.a, ok ? 16 : 0);  // src-size 0: sixteen zero bytes
           }
         }
         cp_async_arrive(&full[s]);  // (in the LoRA step: at once, the earlier steps' copies having landed)
