@@ -55,6 +55,8 @@ constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes
 constexpr size_t kSmemFixed =
     1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + kBM * 8 + 2 * kBM * sizeof(int64_t);
 
+static_assert(kSmemFixed + sizeof(int) * (kGatherGemmMaxExperts + 1) <= 232448, "the tile table fits shared memory");
+
 struct Maps {
   CUtensorMap a, b, a2, b2;  // a: store only (A in row order, by TMA); gathered A is loaded with cp.async
 };

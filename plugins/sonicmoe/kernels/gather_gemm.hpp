@@ -67,6 +67,10 @@ struct GatherGemmArgs {
   int64_t ld_rowsum = 0;
 };
 
+// The most experts a call may have: the kernel keeps a table of E + 1 tile starts in shared memory, next to
+// its stages (gather_gemm.cuh checks that it fits).
+constexpr int kGatherGemmMaxExperts = 7680;
+
 // The number of column tiles of a call (dglu: the width of rowsum).
 int gather_gemm_col_tiles(const GatherGemmArgs& a);
 

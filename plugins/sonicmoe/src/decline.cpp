@@ -7,6 +7,7 @@
 
 #include <axengine/strings.hpp>
 
+#include "../kernels/gather_gemm.hpp"
 #include "sonicmoe.hpp"
 
 namespace ax::sonicmoe {
@@ -30,7 +31,8 @@ std::optional<std::string> decline_reason(const ops::MoeMlpArgs& a) {
   // Row indices are 32-bit in the kernels' tile schedule.
   if (d.M >= (int64_t{1} << 31) || d.E * 2 * d.I >= (int64_t{1} << 31) || d.E * d.H >= (int64_t{1} << 31))
     return str("M = ", d.M, " or a weight's row count is past 2^31");
-  if (d.E > 8192) return str("E = ", d.E, " > 8192 (the tile table lives in shared memory)");
+  if (d.E > kGatherGemmMaxExperts)
+    return str("E = ", d.E, " > ", kGatherGemmMaxExperts, " (the tile table lives in shared memory)");
   return std::nullopt;
 }
 
