@@ -52,6 +52,8 @@ namespace detail {
 constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 constexpr int kPrefetchSteps = 6;  // dglu: u is asked for in L2 this many k steps before the epilogue
 constexpr uint32_t kABytes = kBM * kBK * 2, kBBytes = kBN * kBK * 2, kStageBytes = kABytes + kBBytes;
+// Shared memory besides the tile table: alignment slack, the stages, the full and empty barriers, the
+// tile's RowInfo (8 bytes a row) and the producers' row sources (two tiles).
 constexpr size_t kSmemFixed =
     1024 + size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + kBM * 8 + 2 * kBM * sizeof(int64_t);
 
@@ -145,7 +147,6 @@ __device__ __forceinline__ void act_bwd(const Params& p, float g, float v, float
   dg = g <= p.limit ? dh * (vc + p.beta) * (s + gc * p.alpha * s * (1.f - s)) : 0.f;
   dv = (v >= -p.limit && v <= p.limit) ? dh * gc * s : 0.f;
 }
-__device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ float2 bf2(uint32_t v) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v)); }
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
@@ -169,6 +170,7 @@ struct RowInfo {
   int active;
   float scale;
 };
+static_assert(sizeof(RowInfo) == 8, "kSmemFixed counts 8 bytes a row");
 
 // Staging (the epilogue, in the tile's last stage): a warpgroup's 64 rows x 64 fp32 columns, rows
 // kEpiPitch floats apart (the 8 extra floats make the accumulator-layout float2 writes conflict-free).
