@@ -28,7 +28,7 @@ else
   nproc=${NPROC:-2}
   preset=tiny-qwen3-moe
   sets=(--set device.type=cpu --set train.cpu_threads=1 --set data.sequence_len=128 --set model.dtype=fp32
-        --set 'kernels.moe=["reference"]')
+        --set 'kernels.moe_mlp=["reference"]')
 fi
 [ "$nproc" -ge 2 ] || { echo "multi_gpu.sh: needs 2 or more GPUs (NPROC=$nproc)" >&2; exit 2; }
 sets+=(--set "train.max_steps=$steps" --set train.log_every=1 --set eval.every_steps=0 --set "checkpoint.every_steps=$steps"

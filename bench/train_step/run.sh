@@ -4,7 +4,7 @@
 # invocation; writes $OUT/train-step-<model>.json (rows, ratios, device, date, command) and
 # $OUT/train-step-<model>-logs.tgz. README.md says what is measured and how long it takes.
 # On the GPU machine, after scripts/gpu-test.sh has built into /tmp/axbuild:  bash bench/train_step/run.sh [moe] [dense]
-# AX_SET="k=v ..." adds --set overrides to the axengine runs (e.g. AX_SET='kernels.moe=["reference"]');
+# AX_SET="k=v ..." adds --set overrides to the axengine runs (e.g. AX_SET='kernels.moe_mlp=["reference"]');
 # PROFILE_DENSE=1 also profiles the dense model (the launch/sync goal is the MoE model's).
 # QLoRA: the models moe-nf4 and dense-nf4 are the same configs with the base in nf4 (--set model.weight_format=nf4
 # model.double_quant=true; DOUBLE_QUANT=0 for plain absmax): axengine QLoRA, axengine bf16 LoRA of the same model

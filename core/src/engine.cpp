@@ -62,21 +62,22 @@ bool prequantised(const ModelSection& m) {
 
 std::vector<Resolution> Engine::resolve_all() const {
   // What a model of this config asks for (models/decoder.cpp): linear.lora for lm_head (always dense) and for
-  // the projections in weight_format, moe.experts in weight_format (ENK, the HF layout), and the quantizer
-  // that packs the base. The dequant op is left out: no model calls it (backends dequantise inside).
+  // the projections in weight_format, moe.mlp in weight_format (ENK, the HF layout), and the quantizer that
+  // packs the base. moe.experts and dequant are left out: no model calls them (moe.mlp backends run their own
+  // expert kernels, every backend dequantises inside), and [kernels] refuses lists for them (config.cpp).
   // A pre-quantised checkpoint holds nf4 projections under weight_format dense or nf4, and needs no quantizer.
   const bool stored_nf4 = config.model.weight_format == "dense" && prequantised(config.model);
   const std::string fmt = stored_nf4 ? "nf4" : config.model.weight_format;
   std::vector<Resolution> out;
   for (const OpSpec* op : registry.ops()) {
-    if (op->id == "dequant") continue;
+    if (op->id == "dequant" || op->id == "moe.experts") continue;
     KernelQuery q{device, dtype, "", ""};
     if (op->id == "linear.lora") {
       q.format = "dense";
       out.push_back(resolve_backend(registry, config.kernels, op->id, q));
       if (fmt == "dense") continue;
       q.format = fmt;
-    } else if (op->id == "moe.experts" || op->id == "moe.mlp") {
+    } else if (op->id == "moe.mlp") {
       q.format = fmt;
       q.layout = "ENK";
     } else if (!op->formats.empty()) {

@@ -34,7 +34,7 @@ std::string error_of(const std::string& text, const std::vector<std::string>& se
 TEST_CASE("config: unknown keys name file:line:column and the closest key") {
   CHECK(error_of("[run]\nseed = 1\nouput_dir = \"x\"\n") == "run.toml:3:1: unknown key 'run.ouput_dir' (did you mean 'run.output_dir'?)");
   CHECK(error_of("[modle]\npath = \"x\"\n") == "run.toml:1:2: unknown key 'modle' (did you mean 'model'?)");
-  CHECK(error_of("[kernels]\nmeo = [\"reference\"]\n") == "run.toml:2:1: unknown key 'kernels.meo' (did you mean 'kernels.moe'?)");
+  CHECK(error_of("[kernels]\nmoe_mpl = [\"reference\"]\n") == "run.toml:2:1: unknown key 'kernels.moe_mpl' (did you mean 'kernels.moe_mlp'?)");
   CHECK(error_of("[run]\nxyzzy = 1\n") == "run.toml:2:1: unknown key 'run.xyzzy'");
 }
 
@@ -42,9 +42,9 @@ TEST_CASE("config: wrong types and values name the location") {
   CHECK(error_of("[run]\nseed = \"7\"\n") == "run.toml:2:8: 'run.seed' must be an integer, not a string");
   CHECK(error_of("[model]\ndtype = \"bf61\"\n") ==
         "run.toml:2:9: 'model.dtype' is \"bf61\", expected one of auto, fp32, bf16, fp16 (did you mean \"bf16\"?)");
-  CHECK(error_of("[kernels]\nmoe = [\"a\", 3]\n") == "run.toml:2:13: 'kernels.moe' must be a list of strings; found an integer");
-  CHECK(error_of("[kernels]\nmoe = []\n") == "run.toml:2:7: 'kernels.moe' is empty");
-  CHECK(error_of("[kernels.arch.hopper]\nmoe = [\"x\"]\n") == "run.toml:1:1: 'kernels.arch.hopper' is not a CUDA arch like sm_90 or sm_120");
+  CHECK(error_of("[kernels]\nmoe_mlp = [\"a\", 3]\n") == "run.toml:2:17: 'kernels.moe_mlp' must be a list of strings; found an integer");
+  CHECK(error_of("[kernels]\nmoe_mlp = []\n") == "run.toml:2:11: 'kernels.moe_mlp' is empty");
+  CHECK(error_of("[kernels.arch.hopper]\nmoe_mlp = [\"x\"]\n") == "run.toml:1:1: 'kernels.arch.hopper' is not a CUDA arch like sm_90 or sm_120");
   CHECK(error_of("run = 3\n") == "run.toml:1:7: 'run' must be a table, not an integer");
   CHECK(error_of("[run\n").rfind("run.toml:1:", 0) == 0);  // TOML syntax errors keep their location
 }
@@ -54,8 +54,8 @@ TEST_CASE("config: values bind into typed sections, paths resolve against the co
   write_file(dir / "sub/run.toml",
              "[run]\nseed = 7\noutput_dir = \"out\"\n[model]\npath = \"../models/tiny\"\ndtype = \"bf16\"\n"
              "[plugins]\npaths = [\"plugins\", \"/abs/p.so\"]\n"
-             "[kernels]\nstrict = true\nmoe = [\"scattermoe\"]\nnorm_rope = [\"fused_attn\"]\n"
-             "[kernels.arch.sm_120]\nmoe = [\"reference\"]\n");
+             "[kernels]\nstrict = true\nmoe_mlp = [\"scattermoe\"]\nnorm_rope = [\"fused_attn\"]\n"
+             "[kernels.arch.sm_120]\nmoe_mlp = [\"reference\"]\n");
   auto c = ax::load_config(dir / "sub/run.toml");
   CHECK(c.run.seed == 7);
   CHECK(c.run.output_dir == dir / "sub/out");
@@ -63,18 +63,18 @@ TEST_CASE("config: values bind into typed sections, paths resolve against the co
   CHECK(c.model.dtype == "bf16");
   CHECK(c.plugins.paths == std::vector<std::string>{dir / "sub/plugins", "/abs/p.so"});
   CHECK(c.kernels.strict);
-  CHECK(c.kernels.prefer.at("moe.experts") == std::vector<std::string>{"scattermoe"});
+  CHECK(c.kernels.prefer.at("moe.mlp") == std::vector<std::string>{"scattermoe"});
   CHECK(c.kernels.prefer.at("norm_rope") == std::vector<std::string>{"fused_attn"});
-  CHECK(c.kernels.by_arch.at(120).at("moe.experts") == std::vector<std::string>{"reference"});
+  CHECK(c.kernels.by_arch.at(120).at("moe.mlp") == std::vector<std::string>{"reference"});
 }
 
 TEST_CASE("config: --set overrides and is validated like the file") {
   TempDir dir;
   write_file(dir / "run.toml", "[run]\nseed = 1\n");
-  auto c = ax::load_config(dir / "run.toml", {"run.seed=9", "model.dtype=fp16", "kernels.moe=[\"a\",\"b\"]"});
+  auto c = ax::load_config(dir / "run.toml", {"run.seed=9", "model.dtype=fp16", "kernels.moe_mlp=[\"a\",\"b\"]"});
   CHECK(c.run.seed == 9);
   CHECK(c.model.dtype == "fp16");  // a bare word is taken as a string
-  CHECK(c.kernels.prefer.at("moe.experts") == std::vector<std::string>{"a", "b"});
+  CHECK(c.kernels.prefer.at("moe.mlp") == std::vector<std::string>{"a", "b"});
   CHECK(error_of("[run]\n", {"run.seed=abc"}) == "--set: 'run.seed' must be an integer, not a string");
   CHECK(error_of("[run]\n", {"run.sede=3"}).find("unknown key 'run.sede' (did you mean 'run.seed'?)") != std::string::npos);
   CHECK(error_of("[run]\n", {"noequals"}).find("expected KEY=VALUE") != std::string::npos);

@@ -214,26 +214,26 @@ TEST_CASE("cli: plugins explain prints the resolution with reasons, per arch") {
   using namespace ax_test;
   TempDir dir;
   write_file(dir / "run.toml",
-             "[kernels]\nmoe = [\"sonicmoe\", \"reference\"]\nstrict = false\n"
-             "[kernels.arch.sm_120]\nmoe = [\"scattermoe\", \"reference\"]\n");
+             "[kernels]\nmoe_mlp = [\"sonicmoe\", \"reference\"]\nstrict = false\n"
+             "[kernels.arch.sm_120]\nmoe_mlp = [\"scattermoe\", \"reference\"]\n");
   auto r = run("AXENGINE_ARCH=sm_120 " + axengine() + " plugins explain --config " + (dir / "run.toml"));
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("kernel backends for sm_120") != std::string::npos);
   CHECK(r.output.find("from [kernels.arch.sm_120]") != std::string::npos);
-  // The moe.experts lines (up to the next op's line) follow the sm_120 list: no sonicmoe there. (moe.mlp's
-  // default list names it, and says why it is passed over.)
-  const auto at = r.output.find("\n  moe.experts ");
+  // The moe.mlp lines (up to the next op's line) follow the sm_120 list: no sonicmoe there.
+  const auto at = r.output.find("\n  moe.mlp ");
   REQUIRE(at != std::string::npos);
   auto end = at + 1;
   while ((end = r.output.find("\n  ", end + 1)) != std::string::npos && r.output[end + 3] == ' ') {}
   CHECK(r.output.substr(at, end == std::string::npos ? std::string::npos : end - at).find("sonicmoe") == std::string::npos);
+  CHECK(r.output.find("\n  moe.experts ") == std::string::npos);  // no model calls it: not planned, not listed
 
   r = run(axengine() + " plugins explain --config " + (dir / "run.toml") +
-          " --set device.type=cpu --set kernels.strict=true --set 'kernels.moe=[\"sonicmoe\"]'");
+          " --set device.type=cpu --set kernels.strict=true --set 'kernels.moe_mlp=[\"nosuchmoe\"]'");
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  CHECK(r.output.find("sonicmoe: not registered") != std::string::npos);
-  CHECK(r.output.find("moe.experts  (none)") != std::string::npos);     // strict: no implicit fallback
+  CHECK(r.output.find("nosuchmoe: not registered") != std::string::npos);
+  CHECK(r.output.find("moe.mlp      (none)") != std::string::npos);     // strict: no implicit fallback
   CHECK(r.output.find("attention    reference") != std::string::npos);  // unlisted ops keep theirs
 }

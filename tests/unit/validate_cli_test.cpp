@@ -126,8 +126,8 @@ TEST_CASE("validate cli: run and validate refuse each bad config with exit 2 and
       {"lora target matches no module", good, "--set 'lora.targets=[\"q_proj\", \"w1\"]'",
        "lora: target 'w1' matches no module of this llama model"},
       {"batch larger than the data", good, "--set train.micro_batch_size=64", "fewer than one step needs (micro_batch_size 64 x grad_accum 1)"},
-      {"backend named that nothing provides", good, "--set 'kernels.moe=[\"sonicmoe\", \"reference\"]'",
-       "kernels.moe names backend \"sonicmoe\", which neither a built-in nor a loaded plugin provides for moe.experts"},
+      {"backend named that nothing provides", good, "--set 'kernels.attention=[\"flash9000\", \"reference\"]'",
+       "kernels.attention names backend \"flash9000\", which neither a built-in nor a loaded plugin provides for attention"},
       {"no backend fits under strict", good,
        "--set model.path=moe --set kernels.strict=true --set device.arch=sm_90 --set 'kernels.attention=[\"conf_correct\"]' "
        "--set 'plugins.paths=[\"" + std::string(AXENGINE_TEST_PLUGIN_DIR) + "/conformance/axengine_conf_correct.so\"]'",

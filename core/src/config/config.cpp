@@ -25,9 +25,41 @@ std::string resolve_path(const std::string& dir, const std::string& p) {
   return (fs::path(dir) / p).lexically_normal().string();
 }
 
+// Ops that no model calls: building blocks that other ops' backends run inside their own kernels (scattermoe's
+// and the reference's moe.mlp compose their own moe.experts; every linear_lora and moe.mlp backend decodes its
+// packed weights itself). A list for one would change nothing in a run, so it is refused, naming the key that
+// does choose that kernel (docs/config.md, "Kernel selection"). `conformance --op` and `bench moe` take their
+// backends from the command line, not from these lists.
+struct InnerOp {
+  const char* op;
+  const char* why;
+  std::vector<std::string> instead;  // the config keys that choose those kernels, under the same table
+};
+const InnerOp* inner_op(const std::string& id) {
+  static const std::vector<InnerOp> ops = {
+      {"moe.experts", "every MoE model calls moe.mlp, the whole expert block, and its backend runs its own expert kernels",
+       {"moe_mlp"}},
+      {"dequant", "packed weights are decoded inside the linear_lora and moe_mlp backends", {"linear_lora", "moe_mlp"}},
+  };
+  for (const auto& o : ops)
+    if (id == o.op) return &o;
+  return nullptr;
+}
+
 // [kernels]: one preference list per op (by config key), `strict`, and [kernels.arch.sm_XX] overrides.
 void bind_kernel_lists(TableBinder& t, std::map<std::string, std::vector<std::string>>& out) {
   for (const auto& op : known_ops()) {
+    if (const InnerOp* inner = inner_op(op.id)) {
+      const toml::node* given = t.table() ? t.table()->get(op.config_key) : nullptr;
+      if (given) {
+        std::vector<std::string> keys;
+        for (const auto& k : inner->instead) keys.push_back(str("'", t.path(), ".", k, "'"));
+        t.fail(given, str("'", t.path(), ".", op.config_key, "' would choose a ", op.id, " backend, but no model calls ", op.id,
+                          ": ", inner->why, "; choose the kernel with ", join(keys, " or "),
+                          " (`axengine plugins explain` shows the choice; docs/config.md, \"Kernel selection\")"));
+      }
+      continue;
+    }
     std::vector<std::string> list;
     t.field(op.config_key.c_str(), list, ("backends to try for " + op.id + ", in order").c_str());
     if (t.table() && t.table()->get(op.config_key)) {
@@ -69,7 +101,7 @@ void bind_backend_options(TableBinder& t, const std::vector<PluginConfigTable>& 
 void bind_kernels(TableBinder& t, KernelPreferences& k, const std::vector<PluginConfigTable>& tables) {
   t.field("strict", k.strict, "error out when no listed backend fits, instead of falling back to `reference`");
   bind_kernel_lists(t, k.prefer);
-  TableBinder arch = t.sub("arch", "per-GPU overrides: [kernels.arch.sm_120] moe = [...] replaces the lists on that arch");
+  TableBinder arch = t.sub("arch", "per-GPU overrides: [kernels.arch.sm_90] moe_mlp = [...] replaces the lists on that arch");
   if (arch.table()) {
     for (const auto& [key, node] : *arch.table()) {
       std::string name(key.str());
