@@ -242,7 +242,37 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
   root.finish();
 }
 
-// "a.b.c=value": value parsed as a TOML value when it is one, else taken as a bare string.
+// One component of a --set key: "datasets[0]" is the name "datasets" and the index 0 (npos: none).
+struct KeyPart {
+  std::string name;
+  std::size_t index = std::string::npos;
+};
+
+KeyPart parse_key_part(const std::string& part, const std::string& text) {
+  if (part.empty()) throw UsageError(str("--set '", text, "': empty key component"));
+  const auto open = part.find('[');
+  if (open == std::string::npos) return {part, std::string::npos};
+  const std::string digits = part.substr(open + 1, part.size() - open - 2);
+  if (open == 0 || part.back() != ']' || digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    throw UsageError(str("--set '", text, "': '", part, "' is not a key or key[index] (e.g. datasets[0].path)"));
+  return {part.substr(0, open), static_cast<std::size_t>(std::stoul(digits))};
+}
+
+// The element `p.index` of the array at `n` (a list, or [[name]] tables), named in errors as `shown`.
+toml::node* element(toml::node* n, const KeyPart& p, const std::string& shown, const std::string& text) {
+  toml::array* a = n ? n->as_array() : nullptr;
+  if (!a) throw UsageError(str("--set '", text, "': '", shown, "' is ", n ? "not a list" : "not in the config", " (",
+                               p.name, "[", p.index, "] indexes a list or [[", p.name, "]] tables)"));
+  if (p.index >= a->size())
+    throw UsageError(str("--set '", text, "': index ", p.index, " is out of range: '", shown, "' has ", a->size(),
+                         a->size() == 1 ? " entry" : " entries", a->size() ? str(" (", p.name, "[0] to ", p.name, "[", a->size() - 1, "])") : ""));
+  return a->get(p.index);
+}
+
+// "a.b.c=value": value parsed as a TOML value when it is one, else taken as a bare string. A component may index
+// a list or an array of tables: "datasets[0].path=x" sets the first [[datasets]] entry's path (an index past the
+// end is an error: --set changes entries, it does not add them).
 void apply_override(toml::table& doc, const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) throw UsageError(str("--set '", text, "': expected KEY=VALUE (e.g. run.seed=7)"));
@@ -258,16 +288,24 @@ void apply_override(toml::table& doc, const std::string& text) {
   toml::table* t = &doc;
   std::size_t start = 0;
   for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
-    std::string part = key.substr(start, dot - start);
-    if (part.empty()) throw UsageError(str("--set '", text, "': empty key component"));
-    toml::node* n = t->get(part);
-    if (!n) n = &t->insert_or_assign(part, toml::table{}).first->second;
+    const KeyPart part = parse_key_part(key.substr(start, dot - start), text);
+    toml::node* n = t->get(part.name);
+    if (part.index != std::string::npos) {
+      n = element(n, part, key.substr(0, start) + part.name, text);
+    } else if (!n) {
+      n = &t->insert_or_assign(part.name, toml::table{}).first->second;
+    }
     if (!n->is_table()) throw UsageError(str("--set '", text, "': '", key.substr(0, dot), "' is not a table"));
     t = n->as_table();
   }
-  std::string last = key.substr(start);
-  if (last.empty()) throw UsageError(str("--set '", text, "': empty key component"));
-  t->insert_or_assign(last, *parsed.get("v"));
+  const KeyPart last = parse_key_part(key.substr(start), text);
+  if (last.index == std::string::npos) {
+    t->insert_or_assign(last.name, *parsed.get("v"));
+    return;
+  }
+  element(t->get(last.name), last, key.substr(0, start) + last.name, text);  // a list, and the index in range
+  toml::array* a = t->get(last.name)->as_array();
+  a->replace(a->cbegin() + static_cast<std::ptrdiff_t>(last.index), *parsed.get("v"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
+#include "config/foreign_keys.hpp"
 
 namespace ax {
 namespace {
@@ -128,7 +129,11 @@ void TableBinder::choice(const char* key, std::string& out, const std::vector<st
 TableBinder TableBinder::sub(const char* key, const char* text) {
   doc(key, "table", "", text);
   const toml::node* n = node(key);
-  if (n && !n->is_table()) fail(n, str("'", full(key), "' must be a table, not ", type_name(*n)));
+  if (n && !n->is_table()) {
+    // `optimizer = "adamw_torch"` at the top level is axolotl's key, not our [optimizer] table written wrong.
+    const std::string hint = foreign_key_hint(path_, key);
+    fail(n, str("'", full(key), "' must be a table, not ", type_name(*n), hint.empty() ? "" : " (" + hint + ")"));
+  }
   return TableBinder(n ? n->as_table() : nullptr, full(key), ctx_);
 }
 
@@ -139,9 +144,10 @@ void TableBinder::finish() const {
   for (const auto& [k, v] : *table_) {
     std::string key(k.str());
     if (std::find(known_.begin(), known_.end(), key) != known_.end()) continue;
-    std::string hint = closest(key, known_);
     std::string msg = str("unknown key '", full(key), "'");
-    if (!hint.empty()) msg += str(" (did you mean '", full(hint), "'?)");
+    // Another tool's name for one of our keys (axolotl's learning_rate) says which; else the closest known key.
+    if (const std::string foreign = foreign_key_hint(path_, key); !foreign.empty()) msg += " (" + foreign + ")";
+    else if (const std::string hint = closest(key, known_); !hint.empty()) msg += str(" (did you mean '", full(hint), "'?)");
     const toml::node* at = &v;
     if (k.source().begin) {
       const auto& src = k.source();
