@@ -1,7 +1,16 @@
 #include "train/lora_config.hpp"
 
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "axengine/error.hpp"
+#include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
 #include "data/entry.hpp"
+#include "models/hf_config.hpp"
 
 namespace ax::train {
 namespace {
@@ -45,6 +54,104 @@ LoraConfig read_lora_config(const RunConfig& config) {
   c.spec.seed = static_cast<uint64_t>(config.run.seed);
   c.init_from = data::resolve_against(config.dir, c.init_from);
   return c;
+}
+
+namespace {
+
+std::string shown(const std::vector<std::string>& v) {
+  std::vector<std::string> q;
+  for (const auto& s : v) q.push_back("\"" + s + "\"");
+  return "[" + join(q, ", ") + "]";
+}
+
+// The targets as load_peft plans them: target_modules, and target_parameters' expert projections by leaf name.
+std::vector<std::string> adapter_targets(const nlohmann::json& cfg) {
+  std::set<std::string> out;
+  for (const char* key : {"target_modules", "target_parameters"}) {
+    auto it = cfg.find(key);
+    if (it == cfg.end() || !it->is_array()) continue;
+    for (const auto& v : *it) {
+      if (!v.is_string()) continue;
+      std::string name = v.get<std::string>();
+      if (std::string(key) == "target_parameters") {
+        const std::string leaf = name.substr(name.rfind('.') + 1);
+        name = leaf == "down_proj" ? "experts.down_proj" : leaf;
+      }
+      out.insert(name);
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+// What load_peft makes of the stored factors: fp32 stays fp32, the compute dtype stays, anything else becomes fp32.
+std::string adapter_dtype(const std::string& dir, const std::string& compute_dtype) {
+  const std::string path = (std::filesystem::path(dir) / "adapter_model.safetensors").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  auto file = safetensors::File::open(path);
+  if (file->tensors().empty()) return "";
+  const std::string d = file->tensors().front().dtype;
+  const std::string compute = compute_dtype == "bf16" ? "BF16" : compute_dtype == "fp16" ? "F16" : "F32";
+  return d != "F32" && d == compute ? "compute" : "fp32";
+}
+
+}  // namespace
+
+void check_init_from(const RunConfig& config, const LoraConfig& lora, const std::string& compute_dtype) {
+  if (lora.init_from.empty()) return;
+  const toml::node* n = config.document.get("lora");
+  const toml::table* table = n ? n->as_table() : nullptr;
+  if (!table) return;
+  const std::string cfg_path = (std::filesystem::path(lora.init_from) / "adapter_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(cfg_path, ec)) return;
+  nlohmann::json adapter;
+  try {
+    adapter = models::read_json_file(cfg_path);
+  } catch (const UsageError&) {
+    return;
+  }
+  if (!adapter.is_object()) return;
+  const LoraSpec& s = lora.spec;
+  auto refuse = [&](const char* key, const std::string& ours, const std::string& theirs, const char* their_key) {
+    config_fail(config.file, table->get(key),
+                str("'lora.", key, "' is ", ours, ", but the adapter lora.init_from continues was trained with ", their_key, " = ",
+                    theirs, " (", cfg_path, "): a continued adapter keeps its own settings, as peft's "
+                    "PeftModel.from_pretrained does; remove lora.", key, " or start a fresh adapter without init_from"));
+  };
+  auto number = [&](const char* key) -> const nlohmann::json* {
+    auto it = adapter.find(key);
+    return it != adapter.end() && it->is_number() ? &*it : nullptr;
+  };
+  if (table->get("r"))
+    if (const auto* r = number("r"); r && r->get<double>() != static_cast<double>(s.r)) refuse("r", str(s.r), str(r->get<double>()), "r");
+  if (table->get("alpha"))
+    if (const auto* a = number("lora_alpha"); a && a->get<double>() != s.alpha)
+      refuse("alpha", str(s.alpha), str(a->get<double>()), "lora_alpha");
+  if (table->get("dropout")) {
+    const auto* d = number("lora_dropout");
+    const double theirs = d ? d->get<double>() : 0.0;
+    if (theirs != s.dropout) refuse("dropout", str(s.dropout), str(theirs), "lora_dropout");
+  }
+  if (table->get("rslora")) {
+    auto it = adapter.find("use_rslora");
+    const bool theirs = it != adapter.end() && it->is_boolean() && it->get<bool>();
+    if (theirs != s.rslora) refuse("rslora", s.rslora ? "true" : "false", theirs ? "true" : "false", "use_rslora");
+  }
+  if (table->get("targets")) {
+    std::vector<std::string> ours = s.targets;
+    std::sort(ours.begin(), ours.end());
+    ours.erase(std::unique(ours.begin(), ours.end()), ours.end());
+    const auto theirs = adapter_targets(adapter);
+    if (ours != theirs) refuse("targets", shown(s.targets), shown(theirs), "target_modules");
+  }
+  if (table->get("dtype")) {
+    const std::string theirs = adapter_dtype(lora.init_from, compute_dtype);
+    // In an fp32 run "compute" is fp32 too.
+    const bool same = theirs.empty() || theirs == s.dtype || compute_dtype == "fp32";
+    if (!same)
+      refuse("dtype", "\"" + s.dtype + "\"", str("\"", theirs, "\" (its stored factors)"), "dtype");
+  }
 }
 
 }  // namespace ax::train

@@ -15,4 +15,10 @@ struct LoraConfig {
 
 LoraConfig read_lora_config(const RunConfig& config);
 
+// With lora.init_from, the adapter's adapter_config.json (and its tensors' dtype) fixes the adapter's rank, alpha,
+// dropout, rslora, targets and dtype, as peft's PeftModel.from_pretrained does: a [lora] key that the config sets
+// too must agree, or the run is refused (exit 2) naming the key, both values and the file. `compute_dtype` is the
+// run's ("fp32", "bf16", "fp16"). An adapter that cannot be read is left to the model load to report.
+void check_init_from(const RunConfig& config, const LoraConfig& lora, const std::string& compute_dtype);
+
 }  // namespace ax::train

@@ -167,6 +167,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_dataset_entries(engine);
   check_kernel_lists(engine);
   check_optimizer(engine, p.train);
+  check_init_from(cfg, p.lora, engine.dtype);
 
   p.model.dir = cfg.model.path;
   p.model.dtype = engine.dtype;
@@ -185,6 +186,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
   p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
+  check_eval_rows(cfg, p.eval, p.data.eval.size());
   p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), p.dist_env.world);
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);

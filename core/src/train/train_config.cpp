@@ -100,6 +100,23 @@ EvalConfig read_eval_config(const RunConfig& config) { return read_section<EvalC
 
 ProfileConfig read_profile_config(const RunConfig& config) { return read_section<ProfileConfig>(config, "profile", bind_profile); }
 
+void check_eval_rows(const RunConfig& config, const EvalConfig& eval, std::size_t eval_samples) {
+  if (eval_samples > 0) return;
+  const toml::table* t = section(config, "eval");
+  if (!t) return;
+  // Keys that ask for evaluation (every_steps > 0, exact_match = true) or shape one; those that turn it off
+  // (every_steps = 0, exact_match = false) say nothing that the missing rows would ignore.
+  for (const char* key : {"every_steps", "exact_match", "max_rows", "max_samples", "max_new_tokens", "show_examples"}) {
+    const toml::node* n = t->get(key);
+    if (!n) continue;
+    if (std::string(key) == "every_steps" && eval.every_steps == 0) continue;
+    if (std::string(key) == "exact_match" && !eval.exact_match) continue;
+    config_fail(config.file, n,
+                str("'eval.", key, "' is set, but the data has no eval rows: nothing would be evaluated (give a [[datasets]] "
+                    "entry an eval_path or eval_fraction, or set data.eval_fraction > 0; or remove it)"));
+  }
+}
+
 const toml::table& optimizer_options(const RunConfig& config) {
   static const toml::table empty;
   const toml::table* t = section(config, "optimizer");

@@ -52,6 +52,9 @@ struct ProfileConfig {
 TrainConfig read_train_config(const RunConfig& config);
 CheckpointConfig read_checkpoint_config(const RunConfig& config);
 EvalConfig read_eval_config(const RunConfig& config);
+// An [eval] key that asks for evaluation (every_steps > 0, exact_match = true, max_rows, ...) while the data has no
+// eval rows would be ignored: refused (exit 2) naming the key.
+void check_eval_rows(const RunConfig& config, const EvalConfig& eval, std::size_t eval_samples);
 ProfileConfig read_profile_config(const RunConfig& config);
 // The [optimizer] table (empty when absent): options for the chosen optimizer provider.
 const toml::table& optimizer_options(const RunConfig& config);
