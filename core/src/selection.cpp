@@ -14,9 +14,10 @@ namespace {
 // list may name backends that are not built yet. Other registered backends follow, `reference` last.
 const std::vector<std::string>* default_order(const std::string& op) {
   static const std::map<std::string, std::vector<std::string>> lists = {
-      // sonicmoe first where it runs (sm_90, bf16, dense weights): on the H200 its block measured 1.08-1.41x
-      // scattermoe's speed with a third of its activation memory (docs/plugins/sonicmoe.md, 2026-11-24,
-      // sixth session); scattermoe serves everything else (other GPUs, fp16, quantised experts, declines).
+      // sonicmoe first where it runs (sm_90, bf16, dense weights): on the H200 its block measured 1.11-1.81x
+      // scattermoe's speed at the five bench shapes, in 18-37 % of its peak memory
+      // (bench/results/bench-moe-mlp-nvidia-h200-2026-11-29.json, docs/plugins/sonicmoe.md); scattermoe serves
+      // everything else (other GPUs, fp16, quantised experts, declines).
       {"moe.mlp", {"sonicmoe", "scattermoe", "reference"}},
   };
   auto it = lists.find(op);
