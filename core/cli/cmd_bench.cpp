@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "axengine/bench_result.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
@@ -71,7 +72,10 @@ int run_bench(const std::vector<std::string>& args) {
     const std::string path = vm["out"].as<std::string>();
     std::ofstream f(path);
     if (!f) throw ax::UsageError("bench moe: cannot write --out " + path);
-    f << nlohmann::json{{"command", command}, {"floor_tflops", 790.0}, {"rows", rows}}.dump(2) << "\n";
+    // Where, when and how, inside the file (docs/performance.md, "Citing results").
+    const std::string device = o.device == "cuda" && engine.device.is_cuda() ? engine.device.name : "cpu";
+    f << nlohmann::json{{"device", device}, {"date", ax::utc_date_today()}, {"command", command}, {"floor_tflops", 790.0}, {"rows", rows}}.dump(2)
+      << "\n";
   }
   return 0;
 }

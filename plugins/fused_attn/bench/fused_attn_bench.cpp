@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <axengine/bench_result.hpp>
 #include <axengine/engine.hpp>
 #include <axengine/ops/norm_rope.hpp>
 #include <axengine/strings.hpp>
@@ -359,6 +360,7 @@ int main(int argc, char** argv) try {
   auto engine = ax::Engine::start(start);
   json out;
   out["device"] = at::cuda::getCurrentDeviceProperties()->name;
+  out["date"] = ax::utc_date_today();  // where and when, inside the file (docs/performance.md, "Citing results")
   out["iters"] = t.iters;
   out["norm_rope"] = bench_norm_rope(t, engine->registry);
   out["rms_norm"] = bench_rms_norm(t);

@@ -1,6 +1,6 @@
-// The fused_attn plugin: CUDA backends (sm_80+) of four core ops, each certified by the conformance suite
+// The fused_attn plugin: CUDA backends of five core ops, each certified by the conformance suite
 // (docs/plugins/fused_attn.md):
-//   norm_rope  RMSNorm over head_dim + rotate-half RoPE in one launch each way (kernels/norm_rope.cu)
+//   norm_rope  RMSNorm over head_dim + rotate-half RoPE in one launch each way (kernels/norm_rope.cu), sm_80+ as the next three
 //   rms_norm   residual add + RMSNorm (kernels/rms_norm.cu)
 //   swiglu     silu(gate)·up, gate/up views or one gate_up tensor (kernels/swiglu.cu)
 //   linear_ce  LM head + cross-entropy in chunks of tokens, logits never whole (linear_ce.cpp)

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <axengine/bench_result.hpp>
 #include <axengine/builtins.hpp>
 #include <axengine/ops/linear_lora.hpp>
 #include <axengine/ops/quant.hpp>
@@ -193,6 +194,7 @@ int main(int argc, char** argv) try {
   if (!aten) throw std::runtime_error("core's aten linear.lora backend is not registered");
   json out;
   out["device"] = at::cuda::getCurrentDeviceProperties()->name;
+  out["date"] = ax::utc_date_today();  // where and when, inside the file (docs/performance.md, "Citing results")
   out["iters"] = t.iters;
   out["dequant"] = bench_dequant(t);
   if (linear) out["linear_lora"] = bench_linear(t, *aten);

@@ -8,6 +8,7 @@
 // --profile prints, per shape and backend, the Kineto summary of 5 fwd+bwd calls (where the time goes).
 // Usage: sonicmoe_bench [--shape NAME]... [--iters N] [--tokens T] [--json FILE] [--profile]
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <axengine/bench_result.hpp>
 #include <axengine/builtins.hpp>
 #include <axengine/ops/moe_mlp.hpp>
 #include <axengine/plugin_loader.hpp>
@@ -205,6 +207,16 @@ int main(int argc, char** argv) {
     scatter.reset();
     registry.reset();  // the plugins' objects go before the loader unloads them
   }
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(2) << "\n";
+  if (!json_path.empty()) {
+    // Where, when and how, inside the file (docs/performance.md, "Citing results").
+    std::string command = "sonicmoe_bench";
+    for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
+    nlohmann::json out = {{"bench", "sonicmoe_bench: the moe.mlp block, sonicmoe vs scattermoe"},
+                          {"device", at::cuda::getCurrentDeviceProperties()->name},
+                          {"date", ax::utc_date_today()},
+                          {"command", command},
+                          {"rows", rows}};
+    std::ofstream(json_path) << out.dump(2) << "\n";
+  }
   return 0;
 }
