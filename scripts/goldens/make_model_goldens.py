@@ -172,6 +172,12 @@ CASES = {
     ),
 }
 
+# A tied config over a checkpoint that stores its own, different lm_head.weight: transformers keeps the stored
+# head untied (and warns). The qwen2 and gemma3 cases' configs and weights with a random head added;
+# gemma3_stored_head's config.json leaves tie_word_embeddings out (Gemma3TextConfig ties by default).
+CASES["qwen2_stored_head"] = dict(CASES["qwen2"], stored_head=True)
+CASES["gemma3_stored_head"] = dict(CASES["gemma3"], stored_head=True, tie_by_default=True)
+
 MXFP4_SKIP = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
 
 
@@ -216,6 +222,30 @@ def write_mxfp4_checkpoint(d, packed, model):
     with torch.no_grad():
         assert torch.equal(back(input_ids=ids).logits, model(input_ids=ids).logits), "mxfp4 round trip"
 
+def write_stored_head(d, spec):
+    """Adds an lm_head.weight of its own (not the embeddings) to the saved dir, whose config ties the two, and loads
+    the dir back as from_pretrained does: the stored head is kept, untied. Returns that model."""
+    from safetensors.torch import load_file
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    assert "lm_head.weight" not in sd, "save_pretrained wrote a tied head"
+    g = torch.Generator().manual_seed(5)
+    sd["lm_head.weight"] = 0.2 * torch.randn(sd["model.embed_tokens.weight"].shape, generator=g)
+    save_file(sd, path, metadata={"format": "pt"})
+    if spec.get("tie_by_default"):
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)
+        del c["tie_word_embeddings"]
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(c, f, indent=2, sort_keys=True)
+            f.write("\n")
+    back = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    assert back.config.tie_word_embeddings, "the config ties"
+    assert torch.equal(back.lm_head.weight, sd["lm_head.weight"]), "transformers keeps the stored head"
+    assert not torch.equal(back.lm_head.weight, back.model.embed_tokens.weight)
+    return back
+
+
 B, S = 2, 7
 
 
@@ -245,6 +275,8 @@ def make_case(name, spec):
     model.save_pretrained(d)
     if packed:
         write_mxfp4_checkpoint(d, packed, model)
+    if spec.get("stored_head"):
+        model = write_stored_head(d, spec)
 
     torch.manual_seed(99)
     lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0)
@@ -379,7 +411,7 @@ def main():
     for n in ("qwen3_moe", "qwen3_moe_top1"):
         if n in names:
             make_aux_mask_golden(n)
-    if "gemma3" in names:
+    if "gemma3" in names:  # the gemma3 case's own config (not gemma3_stored_head's)
         make_gemma3_v4_config()
     if not sys.argv[1:]:
         make_rope_goldens()

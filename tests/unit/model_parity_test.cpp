@@ -13,6 +13,7 @@
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
 #include "models/register.hpp"
+#include "unit/model_case_util.hpp"
 #include "unit/model_test_backends.hpp"
 #include "unit/test_paths.hpp"
 
@@ -160,6 +161,73 @@ TEST_CASE("model parity: mixtral (per-expert w1/w2/w3 checkpoint, top-2) vs tran
 TEST_CASE("model parity: gpt_oss (sinks, sliding/full layers, yarn, biases, clamped GLU experts, aux loss) vs transformers+peft") {
   check_case("gpt_oss", "reference");
   check_case("gpt_oss", "naive");
+}
+
+// A config that ties the head to the embeddings (tie_word_embeddings true; gemma3_stored_head leaves the key out,
+// Gemma3TextConfig's default) over a checkpoint that stores its own, different lm_head.weight: transformers keeps
+// the stored head, untied (the goldens were computed by the model transformers loaded from these very dirs).
+TEST_CASE("model parity: a tied config over a stored, different lm_head keeps the stored head (qwen2; gemma3_text by its default) vs transformers+peft") {
+  for (const char* name : {"qwen2_stored_head", "gemma3_stored_head"}) {
+    check_case(name, "reference");
+    check_case(name, "naive");
+    auto l = load_case(name, "reference", false);
+    CHECK_FALSE(dynamic_cast<ax::models::DecoderModel&>(*l.model).config().tie_word_embeddings);
+    // inspect says so, and lists the head as used.
+    const std::string report = ax::inspect_model_dir((fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string());
+    CHECK(report.find("untied head: tie_word_embeddings is true but the checkpoint's own lm_head.weight differs") != std::string::npos);
+    CHECK(report.find(", tied embeddings") == std::string::npos);
+    const auto line = report.find("  lm_head.weight  ");
+    REQUIRE(line != std::string::npos);
+    CHECK(report.substr(line, report.find('\n', line) - line).find("(not used)") == std::string::npos);
+  }
+}
+
+// merge-lora writes every tensor the model uses: the kept head too, and a config that says it is not tied.
+TEST_CASE("merge-lora: a model keeping its stored head is merged with that head and gives transformers' logits") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  for (const char* name : {"qwen2_stored_head", "gemma3_stored_head"}) {
+    CAPTURE(name);
+    const fs::path base = fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name;
+    const fs::path out = ax::test::scratch_dir(std::string("merge_") + name) / "merged";
+    ax::merge_lora_dir(reg, base.string(), (base / "adapter").string(), out.string(), "");
+    auto merged = ax::safetensors::Checkpoint::open_dir(out.string());
+    REQUIRE(merged.has("lm_head.weight"));
+    CHECK(at::equal(merged.get("lm_head.weight"), ax::safetensors::Checkpoint::open_dir(base.string()).get("lm_head.weight")));
+    CHECK(ax::models::read_json_file((out / "config.json").string())["tie_word_embeddings"] == false);
+    ax::ModelLoadOptions o;
+    o.dir = out.string();
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+    auto model = ax::load_model(reg, o);
+    auto golden = ax::safetensors::File::open((base / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = golden->get("input_ids");
+    CHECK(rel_max(model->forward(b, true).logits, golden->get("logits")) <= 1e-4);
+    ax::test::remove_tree(out.parent_path());
+  }
+}
+
+// The same rule for families whose committed checkpoints store an untied head: tie_word_embeddings set to true in
+// their config changes nothing, as in transformers (the two stored tensors differ, so the stored head stays).
+TEST_CASE("model: tie_word_embeddings true over a stored, different lm_head gives the untied model's logits (olmoe, mixtral, qwen3_moe)") {
+  for (const char* name : {"olmoe", "mixtral", "qwen3_moe"}) {
+    CAPTURE(name);
+    auto golden = ax::safetensors::File::open((fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = golden->get("input_ids");
+    at::Tensor untied = load_case(name, "reference", false).model->forward(b, true).logits;
+    nlohmann::json cfg = ax::test::config_of(name);
+    cfg["tie_word_embeddings"] = true;
+    ax::test::EditedModel tied(name, cfg, std::string("tied_") + name);
+    ax::Registry reg;
+    ax::register_builtins(reg);
+    ax::ModelLoadOptions o;
+    o.dir = tied.dir.string();
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+    auto model = ax::load_model(reg, o);
+    CHECK_FALSE(dynamic_cast<ax::models::DecoderModel&>(*model).config().tie_word_embeddings);
+    CHECK(at::equal(model->forward(b, true).logits, untied));
+  }
 }
 
 TEST_CASE("model: shape disagreeing with config.json names the tensor") {

@@ -157,6 +157,35 @@ TEST_CASE("qwen2_5_vl: the transformers 5 checkpoint layout (model.language_mode
   ax::test::remove_tree(dir);
 }
 
+// text_config.tie_word_embeddings = true (a transformers 4 save; Qwen2_5_VLConfig forwards it to the top level and
+// ties) over the checkpoint's own, different lm_head.weight: transformers keeps the stored head, so the untied
+// golden's logits still hold, in both checkpoint layouts.
+TEST_CASE("qwen2_5_vl: a tied text_config over a stored, different lm_head keeps the stored head") {
+  auto g = golden();
+  nlohmann::json cfg = ax::test::config_of("qwen2_5_vl");
+  cfg["text_config"]["tie_word_embeddings"] = true;
+  for (bool v5 : {false, true}) {
+    CAPTURE(v5);
+    auto src = ax::safetensors::File::open(case_path() + "/model.safetensors");
+    std::vector<std::pair<std::string, at::Tensor>> ts;
+    for (const auto& t : src->tensors()) {
+      std::string n = t.name;
+      if (v5 && n.rfind("visual.", 0) == 0) n = "model." + n;
+      else if (v5 && n.rfind("model.", 0) == 0) n = "model.language_model." + n.substr(6);
+      ts.emplace_back(n, src->get(t.name));
+    }
+    fs::path dir = ax::test::scratch_dir("qwen2_5_vl_tied");
+    std::ofstream(dir / "config.json") << cfg.dump();
+    ax::safetensors::save((dir / "model.safetensors").string(), ts);
+    auto l = load(dir.string(), "reference", case_path() + "/adapter");
+    CHECK_FALSE(l.vl().text().config().tie_word_embeddings);
+    Packed p = packed_batch(*g);
+    check_logits(l.model->forward(p.batch, true).logits, p, *g);
+    CHECK(ax::inspect_model_dir(dir.string()).find("untied head") != std::string::npos);
+    ax::test::remove_tree(dir);
+  }
+}
+
 TEST_CASE("qwen2_5_vl: rope index as transformers' get_rope_index, per packed span") {
   ax::models::VlConfig cfg = ax::models::parse_qwen2_5_vl_config(ax::test::config_of("qwen2_5_vl"), "config.json");
   const int64_t I = cfg.image_token_id, V = cfg.vision_start_token_id, E = cfg.vision_end_token_id;

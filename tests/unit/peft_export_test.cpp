@@ -59,6 +59,9 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"olmoe", {"v_proj", "gate_proj", "up_proj", "down_proj"}, false},
       {"gpt_oss", {"q_proj", "k_proj", "v_proj", "o_proj"}, true},
       {"gpt_oss_mxfp4", {"q_proj", "v_proj"}, false},  // packed MXFP4 experts: the merge writes them dense
+      // A tied config over a stored, different head (kept, as transformers keeps it): the merge writes the head.
+      {"qwen2_stored_head", {"q_proj", "v_proj", "down_proj"}, false},
+      {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

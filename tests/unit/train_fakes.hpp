@@ -59,11 +59,17 @@ class TinyLM final : public Model {
 
   std::vector<Batch> training_batches;  // with record_batches: every training forward's batch
   bool record_batches = false;
+  // Mixed precision: the math in `compute` (fp16: fp32 parameters cast per forward, as LoRA master weights are)
+  // with the loss in fp32 (as transformers takes it from upcast logits), times `loss_weight` (tiny or huge
+  // gradients for the loss-scaling tests).
+  at::ScalarType compute = at::kFloat;
+  double loss_weight = 1;
 
   ModelOutput forward(const Batch& b, bool want_logits) override {
     if (at::GradMode::is_enabled()) ++calls_;  // training forwards only
     if (record_batches && at::GradMode::is_enabled()) training_batches.push_back(b);
     const int64_t B = b.input_ids.size(0), S = b.input_ids.size(1), N = B * S;
+    auto w = [&](const std::string& name) { return this->w(name).to(compute); };  // a no-op in fp32
     at::Tensor x = at::embedding(w("embed.weight"), b.input_ids.reshape({N})) + at::embedding(w("pos.weight"), b.position_ids.reshape({N}));
     // Span id of every flattened token, from cu_seqlens: attention only within a span, causally.
     at::Tensor cu = b.cu_seqlens.to(at::kLong);
@@ -73,14 +79,15 @@ class TinyLM final : public Model {
     at::Tensor q = at::matmul(x, w("attn.q.weight").t()), k = at::matmul(x, w("attn.k.weight").t()),
                v = at::matmul(x, w("attn.v.weight").t());
     at::Tensor scores = at::matmul(q, k.t()) / std::sqrt(static_cast<double>(x.size(1)));
-    scores = scores.masked_fill(allowed.logical_not(), -1e9);
+    scores = scores.masked_fill(allowed.logical_not(), compute == at::kFloat ? -1e9 : -INFINITY);  // -1e9 overflows fp16
     at::Tensor h = x + at::matmul(at::softmax(scores, -1), v);
     h = h * w("norm.weight");
     at::Tensor logits = at::matmul(h, w("head.weight").t()).view({B, S, -1});
     at::Tensor lg = logits.slice(1, 0, S - 1).reshape({-1, logits.size(2)});
     at::Tensor lb = b.labels.slice(1, 1, S).reshape({-1});
     ModelOutput out;
-    out.loss = at::cross_entropy_loss(lg, lb, {}, at::Reduction::Mean, -100);
+    out.loss = at::cross_entropy_loss(lg.to(at::kFloat), lb, {}, at::Reduction::Mean, -100);
+    if (loss_weight != 1) out.loss = out.loss * loss_weight;
     if (nan_after_calls > 0 && calls_ > nan_after_calls) out.loss = out.loss * NAN;
     if (nan_eval_loss && !at::GradMode::is_enabled()) out.loss = out.loss * NAN;
     if (want_logits) out.logits = logits;

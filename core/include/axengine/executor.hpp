@@ -29,7 +29,8 @@ class StepProgram {
   virtual ~StepProgram() = default;
   // Enqueues the step on `batches` (one per micro-batch; on the host or already on the device) without
   // waiting for the device, and returns its statistics as a tensor on the device (double [micro-batches + 2]:
-  // the losses, the gradient norm, the "not finite" flag). The learning rate is `lr`, or, when `lr_device`
+  // the losses, the gradient norm, the "not finite" flag; fp16 runs append the loss scaler's "step skipped"
+  // flag and the scale the step ran with). The learning rate is `lr`, or, when `lr_device`
   // is defined, the device scalar it holds: nothing of the step is then read on the host, so the step can
   // be captured and replayed with a new rate.
   virtual at::Tensor run(const std::vector<Batch>& batches, double lr, const at::Tensor& lr_device) = 0;

@@ -165,7 +165,7 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
   {
     TableBinder t = root.sub("model", "the base model");
     t.field("path", c.model.path, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), relative to the config file");
-    t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU");
+    t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 trains with dynamic loss scaling on fp32 LoRA factors (docs/training.md)");
     t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"},
              "format the frozen base projections are packed into at load (QLoRA when not dense); embeddings, lm_head, "
              "routers and norms stay in the compute dtype; a pre-quantised (bitsandbytes nf4) checkpoint loads packed as "

@@ -20,6 +20,7 @@
 #include "models/gpt_oss.hpp"
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
+#include "models/tied_head.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax::models {
@@ -210,6 +211,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
                            std::shared_ptr<ExpertComm> expert_parallel, std::shared_ptr<LayerResidency> layers)
     : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)), ep_(std::move(expert_parallel)) {
   if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
+  untie_stored_head(cfg_, ckpt);  // a stored head that differs from the embeddings is kept, as transformers does
   init_expert_parallel();  // models/expert_parallel.cpp: ep_first_, ep_local_ (all experts without it)
   const auto tensors = internal_tensors(cfg_);
   std::vector<std::string> modules;

@@ -269,6 +269,27 @@ void parse_gemma3_text(HfConfig& c, const json& j, const Reader& r) {
     throw r.bad("rope_parameters.sliding_attention.rope_type", "dynamic is not supported for the sliding layers");
 }
 
+// What transformers 5.23's config class of each family takes for a key the config.json leaves out, where
+// the families differ (scripts/goldens/make_config_defaults_goldens.py records every class's defaults in
+// tests/data/models/config_defaults.json; tests/unit/model_config_defaults_test.cpp holds this parser to it).
+struct FamilyDefaults {
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t num_kv_heads = 0;  // 0: num_attention_heads (the class derives it)
+  int64_t head_dim = 0;      // 0: hidden_size / num_attention_heads (the modeling code derives it)
+};
+FamilyDefaults family_defaults(const std::string& t) {
+  if (t == "mistral") return {1e-6, 1e4, 8, 0};
+  if (t == "qwen2") return {1e-6, 1e4, 32, 0};
+  if (t == "qwen3") return {1e-6, 1e4, 32, 128};
+  if (t == "qwen3_moe") return {1e-6, 1e4, 4, 0};
+  if (t == "mixtral") return {1e-5, 1e6, 8, 0};
+  if (t == "gemma3_text") return {1e-6, 1e6, 4, 256};
+  if (t == "olmoe") return {1e-5, 1e4, 0, 0};
+  if (t == "gpt_oss") return {1e-5, 150000.0, 8, 64};
+  return {};  // llama
+}
+
 }  // namespace
 
 bool HfConfig::is_moe_layer(int64_t layer) const {
@@ -297,22 +318,26 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   c.hidden_size = r.positive("hidden_size");
   c.num_layers = r.positive("num_hidden_layers");
   c.num_heads = r.positive("num_attention_heads");
-  c.num_kv_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_heads;
+  const FamilyDefaults d = family_defaults(c.model_type);
+  // Missing: the class's default; null: num_attention_heads, what the classes that accept None turn it into.
+  c.num_kv_heads = r.has("num_key_value_heads")                                    ? r.positive("num_key_value_heads")
+                   : j.contains("num_key_value_heads") || d.num_kv_heads == 0 ? c.num_heads
+                                                                                     : d.num_kv_heads;
   if (c.num_heads % c.num_kv_heads != 0)
-    throw r.bad("num_key_value_heads", str(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads));
+    throw r.bad("num_key_value_heads",
+                str(c.num_kv_heads, " does not divide num_attention_heads ", c.num_heads,
+                    j.contains("num_key_value_heads") ? "" : str(" (the key is not given: ", c.model_type, "'s config class default)")));
   if (r.has("head_dim")) {
     c.head_dim = r.positive("head_dim");
-  } else if (c.model_type == "gemma3_text") {
-    c.head_dim = 256;  // Gemma3TextConfig's default, not hidden_size / heads
-  } else if (c.model_type == "gpt_oss") {
-    c.head_dim = 64;  // GptOssConfig's class default, not hidden_size / heads
+  } else if (d.head_dim > 0) {
+    c.head_dim = d.head_dim;  // the class's default (qwen3 128, gemma3_text 256, gpt_oss 64), not hidden_size / heads
   } else {
     if (c.hidden_size % c.num_heads != 0)
       throw r.bad("hidden_size", str(c.hidden_size, " is not a multiple of num_attention_heads and head_dim is not given"));
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
-  c.rms_norm_eps = r.number_or("rms_norm_eps", c.model_type == "gpt_oss" ? 1e-5 : 1e-6);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
   // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6,
   // GptOssConfig 150000 and, with no rope keys at all, its default YaRN parameters).
   if (c.model_type == "gpt_oss" && !r.has("rope_parameters") && !r.has("rope_scaling")) {
@@ -321,7 +346,7 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
                             {"truncate", false}, {"original_max_position_embeddings", 4096}};
     c.rope = parse_rope(d, Reader{d, source}, 150000.0);
   } else {
-    c.rope = parse_rope(j, r, c.model_type == "mixtral" ? 1e6 : c.model_type == "gpt_oss" ? 150000.0 : 10000.0);
+    c.rope = parse_rope(j, r, d.rope_theta);
   }
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   // gemma3_text reads hidden_activation instead (parse_gemma3_text); its class ignores hidden_act.

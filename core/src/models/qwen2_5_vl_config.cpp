@@ -130,6 +130,17 @@ VlConfig parse_qwen2_5_vl_config(const json& j, const std::string& source) {
     }
   t["tie_word_embeddings"] = tie;
   t["model_type"] = "qwen2";
+  // Read as a qwen2 config, but what it leaves out takes Qwen2_5_VLTextConfig's defaults, not Qwen2Config's
+  // (tests/data/models/config_defaults.json). rope_theta also stands for a rope dict without one, as the
+  // class's convert_rope_params_to_dict fills it.
+  const int64_t kv_default = 8;
+  if (!t.contains("num_key_value_heads") && t.contains("num_attention_heads") && t["num_attention_heads"].is_number_integer() &&
+      t["num_attention_heads"].get<int64_t>() > 0 && t["num_attention_heads"].get<int64_t>() % kv_default != 0)
+    throw UsageError(str(text_source, ": 'num_key_value_heads' is not given, and Qwen2_5_VLTextConfig's default ", kv_default,
+                         " does not divide num_attention_heads ", t["num_attention_heads"].get<int64_t>()));
+  for (const auto& [key, value] : {std::pair<const char*, json>{"rms_norm_eps", 1e-5}, {"rope_theta", 1e6},
+                                   {"max_window_layers", 80}, {"num_key_value_heads", kv_default}})
+    if (!t.contains(key)) t[key] = value;
   // mrope_section sits in the rope dict; transformers 4 named the type "mrope" (= default frequencies).
   std::vector<int64_t> section{16, 24, 24};  // Qwen2_5_VLRotaryEmbedding's default
   for (const char* key : {"rope_parameters", "rope_scaling"}) {

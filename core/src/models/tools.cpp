@@ -23,6 +23,7 @@
 #include "models/bnb_load.hpp"
 #include "models/decoder.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/tied_head.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax {
@@ -202,6 +203,11 @@ std::string inspect_model_dir(const std::string& dir) {
     vl = models::parse_qwen2_5_vl_config(cfg_json, cfg_path);
   models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
   auto ckpt = safetensors::Checkpoint::open_dir(dir);
+  // A stored head that differs from the embeddings is what a load uses (models/tied_head.hpp).
+  const std::string embed_key = vl && ckpt.has("model.language_model.embed_tokens.weight")
+                                    ? "model.language_model.embed_tokens.weight" : "model.embed_tokens.weight";
+  const bool untied = models::stored_head_differs(c, ckpt, embed_key);
+  if (untied) c.tie_word_embeddings = false;
   std::ostringstream os;
   os << "model dir      " << dir << "\n";
   os << "architecture   " << (vl ? "qwen2_5_vl (language model qwen2)" : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
@@ -214,6 +220,9 @@ std::string inspect_model_dir(const std::string& dir) {
     os << ")";
   }
   os << ", rms_norm_eps " << c.rms_norm_eps << (c.tie_word_embeddings ? ", tied embeddings" : "")
+     << (untied ? ", untied head: tie_word_embeddings is true but the checkpoint's own lm_head.weight differs from the "
+                  "embeddings, so it is used (as transformers does)"
+                : "")
      << (c.qk_norm ? ", q/k norm" : "") << (c.qk_norm_full ? ", q/k norm over all heads" : "")
      << (c.clip_qkv > 0 ? str(", clip_qkv ", c.clip_qkv) : "") << (c.norm_offset ? ", (1 + w) norms" : "")
      << (c.sandwich_norms ? ", sandwich norms" : "")
@@ -356,6 +365,9 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
   cfg["dtype"] = out_dtype == at::kFloat ? "float32" : out_dtype == at::kBFloat16 ? "bfloat16" : "float16";
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
   cfg.erase("quantization_config");  // a pre-quantised base was dequantised: the merged model is dense
+  // A tied config whose checkpoint's own head was kept (models/tied_head.hpp): the merged model holds that head.
+  if (!dm->config().tie_word_embeddings && models::parse_hf_config(cfg, model_dir + "/config.json").tie_word_embeddings)
+    cfg["tie_word_embeddings"] = false;
   safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
   for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "chat_template.jinja"}) {

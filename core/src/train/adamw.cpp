@@ -46,14 +46,21 @@ class AdamW final : public Optimizer, public DeviceLrOptimizer {
 
   void step(double lr) override { step(lr, at::Tensor()); }
 
-  // Skipped when found_inf is 1, decided where the parameters live: on the CPU by reading the flag (no
-  // device to wait for), on CUDA inside the fused kernel (it returns early on found_inf) or, for the
-  // reference path there, by keeping the old values with at::where. The step count advances on CUDA
-  // either way (the host does not know): the trainer stops at the first skipped step, so it never matters.
+  // Skipped when found_inf is 1: parameters, moments and the step count stay as they were (torch's fused AdamW
+  // under GradScaler takes the count back, its other paths are not called). Decided where the parameters live:
+  // inside the fused CUDA kernel, which returns early on found_inf, with the count then kept on the device
+  // (advanced, and taken back by found_inf, by kernels: no sync); otherwise on the host, by reading the flag
+  // (on the CPU no device to wait for; the reference path on CUDA syncs, its bias corrections are host values).
   void step(double lr, const at::Tensor& found_inf) override {
     at::NoGradGuard no_grad;
-    const bool device_skip = found_inf.defined() && !found_inf.is_cpu();
-    if (found_inf.defined() && found_inf.is_cpu() && found_inf.item<double>() != 0) return;
+    bool all_fused = true;
+    for (const auto& g : groups_)
+      for (const auto& p : g.params)
+        all_fused = all_fused && uses_fused(p);
+    const bool device_skip = found_inf.defined() && !found_inf.is_cpu() && all_fused;
+    if (found_inf.defined() && !device_skip && found_inf.item<double>() != 0) return;
+    if (device_skip && !step_device_.defined())
+      step_device_ = at::full({}, static_cast<double>(step_), found_inf.options().dtype(at::kFloat));
     ++step_;
     if (step_device_.defined()) step_device_.add_(1);  // after device steps the fused kernel reads this count
     std::size_t k = 0;
@@ -62,11 +69,10 @@ class AdamW final : public Optimizer, public DeviceLrOptimizer {
       for (std::size_t i = 0; i < g.params.size(); ++i, ++k)
         if (g.params[i].grad().defined()) idx.push_back(k);
       if (idx.empty()) continue;
-      bool fused = o_.implementation == "fused" || (o_.implementation == "auto" && g.params[0].is_cuda());
-      if (fused) fused_step(g, idx, k - g.params.size(), lr, device_skip ? found_inf : at::Tensor());
-      else if (device_skip) masked_reference_step(g, k - g.params.size(), lr, found_inf);
+      if (uses_fused(g.params[0])) fused_step(g, idx, k - g.params.size(), lr, device_skip ? found_inf : at::Tensor());
       else reference_step(g, k - g.params.size(), lr);
     }
+    if (device_skip) step_device_.sub_(found_inf.to(step_device_.options()));
   }
 
   bool device_lr_supported() const override {
@@ -92,6 +98,7 @@ class AdamW final : public Optimizer, public DeviceLrOptimizer {
         if (g.params[i].grad().defined()) idx.push_back(k);
       if (!idx.empty()) fused_step(g, idx, k - g.params.size(), lr, found_inf);
     }
+    if (found_inf.defined()) step_device_.sub_(found_inf.to(step_device_.options()));  // a skipped step is not counted
   }
 
   void zero_grad() override {
@@ -150,20 +157,6 @@ class AdamW final : public Optimizer, public DeviceLrOptimizer {
     }
   }
 
-  // reference_step, undone where found_inf is set: the old values are kept on the device, no sync.
-  void masked_reference_step(const ParamGroup& g, std::size_t first, double lr, const at::Tensor& found_inf) {
-    std::vector<at::Tensor> old;
-    for (std::size_t i = 0; i < g.params.size(); ++i)
-      if (g.params[i].grad().defined())
-        for (const at::Tensor& t : {g.params[i], exp_avg_[first + i], exp_avg_sq_[first + i]}) old.push_back(t.clone());
-    reference_step(g, first, lr);
-    at::Tensor skip = found_inf.ne(0);
-    std::size_t k = 0;
-    for (std::size_t i = 0; i < g.params.size(); ++i)
-      if (g.params[i].grad().defined())
-        for (at::Tensor t : {g.params[i], exp_avg_[first + i], exp_avg_sq_[first + i]}) t.copy_(at::where(skip, old[k++], t));
-  }
-
   // The fused kernel wants lists of one dtype and device, and a float step tensor per parameter. It only
   // reads the step (torch.optim increments it before the call): pass the count including this step, or
   // the bias corrections 1 - beta^0 are zero and the update is NaN.
@@ -197,6 +190,8 @@ class AdamW final : public Optimizer, public DeviceLrOptimizer {
                         /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
     }
   }
+
+  bool uses_fused(const at::Tensor& p) const { return o_.implementation == "fused" || (o_.implementation == "auto" && p.is_cuda()); }
 
   std::vector<ParamGroup> groups_;
   AdamWOptions o_;

@@ -133,6 +133,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.group = group.get();
   s.bucket_mb = plan.distributed.bucket_mb;
   s.every_rank_evaluates = sharded;
+  if (engine.dtype == "fp16") s.loss_scaling = train::LossScaleOptions{};  // GradScaler's defaults (docs/training.md)
   if (ep.comm) {
     auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
     if (!decoder || !decoder->expert_parallel())  // a plugin family that does not take expert_parallel

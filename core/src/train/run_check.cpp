@@ -13,6 +13,7 @@
 #include "axengine/kernel_op.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/plugin_loader.hpp"
+#include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
@@ -147,6 +148,26 @@ void check_output_dir(const RunConfig& cfg, const std::string& resume_from, bool
                            "continue it with --resume, start over in it with --overwrite, or set another run.output_dir"));
 }
 
+// fp16 trains with dynamic loss scaling (train/loss_scaler.hpp), which unscales and updates fp32 master weights, as
+// torch's GradScaler requires (it refuses fp16 gradients) and peft provides (it keeps adapters in fp32): LoRA factors
+// in fp16, new (lora.dtype = "compute") or read from an fp16 adapter (lora.init_from), are refused.
+void check_fp16_master_weights(const Engine& engine, const LoraConfig& lora) {
+  if (engine.dtype != "fp16") return;
+  const RunConfig& cfg = engine.config;
+  if (lora.init_from.empty()) {
+    if (lora.spec.dtype == "compute")
+      throw UsageError(ax::str(cfg.file, ": lora.dtype = \"compute\" with model.dtype = \"fp16\": fp16 trains with loss scaling "
+                               "on fp32 LoRA factors (master weights); set lora.dtype = \"fp32\" (the default)"));
+    return;
+  }
+  const std::string file = (std::filesystem::path(lora.init_from) / "adapter_model.safetensors").string();
+  if (!std::filesystem::exists(file)) return;  // the model check names what is missing
+  for (const auto& t : safetensors::File::open(file)->tensors())
+    if (t.scalar_type == at::kHalf)
+      throw UsageError(ax::str(cfg.file, ": lora.init_from ", file, " holds fp16 factors ('", t.name, "'); model.dtype = \"fp16\" "
+                               "trains with loss scaling on fp32 LoRA factors (master weights): convert the adapter to fp32"));
+}
+
 }  // namespace
 
 RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
@@ -168,6 +189,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_kernel_lists(engine);
   check_optimizer(engine, p.train);
   check_init_from(cfg, p.lora, engine.dtype);
+  check_fp16_master_weights(engine, p.lora);
 
   p.model.dir = cfg.model.path;
   p.model.dtype = engine.dtype;

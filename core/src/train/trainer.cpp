@@ -173,6 +173,10 @@ class Loop {
   Clock::time_point t0_;
   Profiler profiler_;
   at::Tensor found_inf_;  // float scalar on the device: 1 from the first non-finite step on (skips every later step)
+  // fp16: dynamic loss scaling (loss_scaler.hpp). A step whose gradients are not finite is skipped and the scale
+  // backs off; found_inf_ then stays 0 (only a non-finite loss sets it).
+  std::unique_ptr<LossScaler> scaler_;
+  void start_loss_scaling();
   std::deque<PendingStep> pending_;
   std::size_t lag_ = 0;   // steps left unread behind the running one: 1 on CUDA, 0 on the CPU (nothing to overlap)
   Clock::time_point last_read_;
@@ -319,6 +323,9 @@ void Loop::maybe_resume() {
     p.copy_(it->second);
   }
   opt_->load_state_dict(ck.optimizer);
+  if (scaler_ && st.loss_scale) scaler_->load(*st.loss_scale);
+  else if (scaler_ && writer_) log::warn(ax::str("resume: ", dir, " holds no loss scale (not an fp16 run's): it starts again at ", scaler_->options().init_scale));
+  else if (st.loss_scale && writer_) log::warn(ax::str("resume: ", dir, " is an fp16 run's; its loss scale is not used (this run is not fp16)"));
   if (auto it = ck.rng.find("cpu"); it != ck.rng.end()) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(it->second);
@@ -454,7 +461,8 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
     RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
     losses.push_back(out.loss.detach().reshape({}));
-    (out.loss / static_cast<double>(ga)).backward();
+    at::Tensor mean_part = out.loss / static_cast<double>(ga);
+    (scaler_ ? scaler_->scale(mean_part) : mean_part).backward();
   }
   at::NoGradGuard no_grad;
   at::Tensor loss_vec = at::stack(losses).to(at::kDouble);
@@ -465,9 +473,25 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
     s_.group->all_reduce_sum(loss_vec);
     loss_vec = loss_vec / static_cast<double>(world());
   }
+  // fp16: the gradients back to their true size, and whether this step's are finite (skip and back off if not).
+  at::Tensor step_inf;
+  if (scaler_) {
+    std::vector<at::Tensor> grads;
+    for (auto& [name, prm] : params_)
+      if (prm.grad().defined()) grads.push_back(prm.mutable_grad());
+    step_inf = scaler_->unscale(grads);
+    // Expert parallelism: each rank holds other experts' gradients; the step is skipped everywhere or nowhere.
+    if (s_.expert_group) {
+      s_.expert_group->all_reduce_sum(step_inf);
+      step_inf.clamp_max_(1);
+    }
+  }
   at::Tensor norm = grad_norm();  // fp32 scalar on the device
-  at::Tensor bad = at::logical_not(at::logical_and(at::isfinite(loss_vec).all(), at::isfinite(norm))).to(at::kFloat);
+  // What stops the run: a non-finite loss, or (without loss scaling, which skips such steps) gradient norm.
+  at::Tensor bad = scaler_ ? at::logical_not(at::isfinite(loss_vec).all()).to(at::kFloat)
+                           : at::logical_not(at::logical_and(at::isfinite(loss_vec).all(), at::isfinite(norm))).to(at::kFloat);
   found_inf_.copy_(at::maximum(found_inf_, bad.to(found_inf_.device())));
+  const at::Tensor skip = scaler_ ? at::maximum(found_inf_, step_inf) : found_inf_;
   if (s_.train.max_grad_norm > 0) {
     // Clipped to max_grad_norm when above it: the factor max / (norm + 1e-6) in double, applied in the
     // gradients' dtype (as a host scalar would be), 1 when the norm is within bounds.
@@ -478,10 +502,29 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
       if (prm.grad().defined()) grads.push_back(prm.mutable_grad());
     if (!grads.empty()) at::_foreach_mul_(grads, coef);
   }
-  if (lr_device.defined()) dynamic_cast<DeviceLrOptimizer&>(*opt_).step_device_lr(lr_device, found_inf_);
-  else opt_->step(lr, found_inf_);
+  if (lr_device.defined()) dynamic_cast<DeviceLrOptimizer&>(*opt_).step_device_lr(lr_device, skip);
+  else opt_->step(lr, skip);
   opt_->zero_grad();
-  return at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
+  at::Tensor stats = at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
+  if (!scaler_) return stats;
+  // [..., skipped, the scale this step ran with]: read before the update changes it.
+  at::Tensor scaled = at::cat({stats, step_inf.to(at::kDouble).reshape({1}), scaler_->scale_tensor().to(at::kDouble).reshape({1})});
+  scaler_->update(step_inf);
+  return scaled;
+}
+
+// fp16 training: the loss scaler, once the parameters are known (they must be fp32 master weights, which
+// GradScaler unscales; fp16 factors would also lose every update below their precision).
+void Loop::start_loss_scaling() {
+  if (!s_.loss_scaling) return;
+  for (const auto& [name, p] : params_)
+    if (p.scalar_type() != at::kFloat)
+      throw UsageError(ax::str("fp16 training with loss scaling needs fp32 trainable parameters (master weights), but '", name,
+                               "' is ", c10::toString(p.scalar_type()), " (lora.dtype = \"fp32\", the default)"));
+  scaler_ = std::make_unique<LossScaler>(*s_.loss_scaling, device_);
+  const LossScaleOptions& o = scaler_->options();
+  log::info(ax::str("fp16: dynamic loss scaling (initial scale ", o.init_scale, ", x", o.growth_factor, " after ", o.growth_interval,
+                    " finite steps, x", o.backoff_factor, " and the step skipped when gradients are not finite)"));
 }
 
 // Waits for the buckets the last backward started (and starts the rest). Said once: how many buckets
@@ -551,7 +594,16 @@ void Loop::record(const PendingStep& p) {
     loss_sum += h[j];
   }
   const double norm = h[ga];
-  if (!std::isfinite(norm) || h[ga + 1] != 0) non_finite(ax::str("gradient norm (", norm, ")"), p.step + 1);
+  // fp16 loss scaling: [..., skipped, scale]. A skipped step's gradients were not finite: no update, the scale backs off.
+  const bool skipped = scaler_ && h[ga + 2] != 0;
+  if ((!std::isfinite(norm) && !skipped) || h[ga + 1] != 0) non_finite(ax::str("gradient norm (", norm, ")"), p.step + 1);
+  if (skipped) {
+    const std::string line = ax::str("step ", p.step + 1, ": gradients not finite at loss scale ", h[ga + 3],
+                                     " (fp16): optimizer step skipped, the scale backs off to ",
+                                     h[ga + 3] * scaler_->options().backoff_factor);
+    if (progress_) progress_->finish();  // the progress bar's line ends before the warning
+    log::warn(line);
+  }
   const double loss = loss_sum / static_cast<double>(ga);
   grad_norm_ = norm;
   lr_ = p.lr;
@@ -570,11 +622,16 @@ void Loop::record(const PendingStep& p) {
   double tps = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
   double eta = train_time_ / static_cast<double>(step + 1 - start_step_) * static_cast<double>(total_steps_ - step - 1);
   double epoch = p.pass >= 0 ? static_cast<double>(p.pass) : static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch_);
-  nlohmann::json rec{{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_}, {"grad_norm", grad_norm_},
+  nlohmann::json rec{{"step", step + 1}, {"epoch", epoch}, {"loss", loss}, {"lr", lr_},
+                     {"grad_norm", std::isfinite(grad_norm_) ? nlohmann::json(grad_norm_) : nlohmann::json()},
                      {"tokens", p.tokens}, {"trainable_tokens", p.trainable}, {"tokens_seen", tokens_seen_},
                      {"trainable_tokens_seen", trainable_seen_}, {"tokens_per_s", tps}, {"elapsed_s", seconds_since(t0_)},
                      {"peak_memory_bytes", static_cast<int64_t>(peak_memory(s_.device))}};
   if (p.data_wait_s >= 0) rec["data_wait_s"] = p.data_wait_s;  // streamed: the host's wait for the step's rows
+  if (scaler_) {  // fp16: the scale this step ran with, and whether its update was skipped
+    rec["loss_scale"] = h[ga + 3];
+    rec["skipped"] = skipped;
+  }
   log_record(std::move(rec));
   if (progress_) progress_->update(step + 1, epoch, loss, lr_, tps, eta);
 }
@@ -738,6 +795,7 @@ std::string Loop::save(int64_t step) {
   pl.state.config = s_.config->file;
   pl.state.tokens_seen = tokens_seen_;
   pl.state.trainable_tokens_seen = trainable_seen_;
+  if (scaler_) pl.state.loss_scale = scaler_->state();
   if (s_.data.stream)
     pl.state.data_stream = stream_state(stream_cursor_, s_.data_config.sequence_len,
                                         s_.train.micro_batch_size * s_.train.grad_accum * world());
@@ -766,6 +824,7 @@ TrainSummary Loop::run() {
   if (s_.device.is_cuda()) c10::getDeviceAllocator(at::kCUDA)->resetPeakStats(static_cast<c10::DeviceIndex>(s_.device.index));
   writer_ = rank() == 0;
   build_optimizer();
+  start_loss_scaling();
   plan();
   choose_executor();
   maybe_resume();

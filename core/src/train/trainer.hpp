@@ -15,6 +15,7 @@
 #include "data/prepare.hpp"
 #include "train/checkpoint.hpp"
 #include "train/dist_group.hpp"
+#include "train/loss_scaler.hpp"
 #include "train/train_config.hpp"
 
 namespace ax::train {
@@ -53,6 +54,9 @@ struct TrainerSetup {
   // shard_base (train/dist_shard_base.hpp): a forward needs every rank (each gathers the layers' shards), so
   // every rank runs the forward passes of an evaluation, as under expert parallelism.
   bool every_rank_evaluates = false;
+  // fp16 (run.cpp sets it when the compute dtype is fp16): dynamic loss scaling (train/loss_scaler.hpp). The
+  // trainable parameters must be fp32 (master weights).
+  std::optional<LossScaleOptions> loss_scaling;
 };
 
 struct TrainSummary {

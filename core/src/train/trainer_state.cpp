@@ -22,6 +22,7 @@ nlohmann::json TrainerState::to_json() const {
   if (tokens_seen) j["tokens_seen"] = *tokens_seen;
   if (trainable_tokens_seen) j["trainable_tokens_seen"] = *trainable_tokens_seen;
   if (data_stream) j["data_stream"] = *data_stream;
+  if (loss_scale) j["loss_scale"] = {{"scale", static_cast<double>(loss_scale->scale)}, {"growth_tracker", loss_scale->growth_tracker}};
   return j;
 }
 
@@ -32,12 +33,13 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   if (!j.is_object()) throw UsageError(str(file, ": not a JSON object"));
   static const char* kFields[] = {"step",  "epoch",   "step_in_epoch",  "steps_per_epoch", "total_steps",
                                   "seed",  "lr_next", "best_eval_loss", "config", "tokens_seen",
-                                  "trainable_tokens_seen", "data_stream"};
+                                  "trainable_tokens_seen", "data_stream", "loss_scale"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : kFields) known |= it.key() == f;
     if (!known) throw bad(it.key(), "is unknown (a trainer state holds: step, epoch, step_in_epoch, steps_per_epoch, "
-                                    "total_steps, seed, lr_next, best_eval_loss, config, tokens_seen, trainable_tokens_seen, data_stream)");
+                                    "total_steps, seed, lr_next, best_eval_loss, config, tokens_seen, trainable_tokens_seen, data_stream, "
+                                    "loss_scale)");
   }
   auto field = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) throw bad(key, "is missing");
@@ -84,6 +86,20 @@ TrainerState parse_trainer_state(const nlohmann::json& j, const std::string& fil
   if (auto it = j.find("data_stream"); it != j.end()) {  // its fields are checked when a streamed run resumes from it
     if (!it->is_object()) throw bad("data_stream", "must be an object (a streamed run's data cursor)");
     s.data_stream = *it;
+  }
+  if (auto it = j.find("loss_scale"); it != j.end()) {
+    const auto& ls = *it;
+    if (!ls.is_object() || ls.size() != 2 || !ls.contains("scale") || !ls.contains("growth_tracker"))
+      throw bad("loss_scale", str("= ", ls.dump(), " is not {\"scale\": ..., \"growth_tracker\": ...}"));
+    const auto& sc = ls["scale"];
+    const double v = sc.is_number() ? sc.get<double>() : -1;
+    // A float32 value, as the scaler holds it: anything else would not come back bitwise.
+    if (!sc.is_number() || !std::isfinite(v) || !(v > 0) || static_cast<double>(static_cast<float>(v)) != v)
+      throw bad("loss_scale.scale", str("= ", sc.dump(), " is not a finite float32 value > 0"));
+    const auto& gt = ls["growth_tracker"];
+    if (!gt.is_number_integer() || gt.get<int64_t>() < 0 || gt.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw bad("loss_scale.growth_tracker", str("= ", gt.dump(), " is not an integer in [0, 2^31 - 1]"));
+    s.loss_scale = LossScaleState{static_cast<float>(v), static_cast<int32_t>(gt.get<int64_t>())};
   }
   if (j.contains("tokens_seen")) s.tokens_seen = integer("tokens_seen", 0, kMax);
   if (j.contains("trainable_tokens_seen")) s.trainable_tokens_seen = integer("trainable_tokens_seen", 0, kMax);

@@ -10,6 +10,13 @@
 
 namespace ax::train {
 
+// fp16 runs' dynamic loss scale (train/loss_scaler.hpp), as torch.amp.GradScaler.state_dict() holds it: the scale (a
+// float32 value) and the finite steps in a row since it last changed.
+struct LossScaleState {
+  float scale = 0;
+  int32_t growth_tracker = 0;
+};
+
 struct TrainerState {
   int64_t step = 0;             // optimizer steps done, in [1, total_steps]
   int64_t epoch = 0;            // step / steps_per_epoch
@@ -27,6 +34,8 @@ struct TrainerState {
   // A streamed run's data position ({"cursor": StreamCursor, "sequence_len", "rows_per_step"}): where the next
   // step's rows start. Absent for map-style runs, whose cursor is the step.
   std::optional<nlohmann::json> data_stream;
+  // An fp16 run's loss scaler ({"scale", "growth_tracker"}); absent in other runs.
+  std::optional<LossScaleState> loss_scale;
 
   nlohmann::json to_json() const;
 };

@@ -167,3 +167,32 @@ TEST_CASE("compile: GPU: without static_shapes each packed shape is its own grap
     CHECK(graphed[i] == doctest::Approx(eager[i]).epsilon(2e-3));
   }
 }
+
+// GPU: fp16 trains with dynamic loss scaling (core/src/train/loss_scaler.hpp), which lives in the step the graph
+// captures: its scale and growth tracker are device tensors updated in place, so a replay scales, unscales, skips
+// and backs off exactly as an eager step. The initial scale 2^16 overflows the first steps' fp16 gradients of
+// this model at least sometimes; the graphed run must skip the same steps with the same scales as the eager one.
+TEST_CASE("compile: GPU: fp16 with loss scaling: a graphed run skips and rescales as the eager run does") {
+  if (no_cuda()) return;
+  auto dir = ax::test::setup_run("compile_gpu_fp16", "max_steps = 40\n");
+  std::string log_eager, log_graph;
+  const std::vector<std::string> fp16{"model.dtype=\"fp16\""};
+  std::vector<std::string> graphs{"compile.enabled=true", "compile.cuda_graphs=true", "compile.static_shapes=true",
+                                  "compile.warmup_steps=1"};
+  graphs.insert(graphs.end(), fp16.begin(), fp16.end());
+  const std::vector<double> eager = cli_losses(dir, "eager", fp16, log_eager);
+  const std::vector<double> graphed = cli_losses(dir, "graphed", graphs, log_graph);
+  CHECK(log_graph.find("fp16: dynamic loss scaling") != std::string::npos);
+  CHECK(log_graph.find("captured the training step in CUDA graph 1") != std::string::npos);
+  CHECK(log_graph.find("steps run eagerly") == std::string::npos);
+  const auto e = ax::test::step_records(dir / "eager" / "metrics.jsonl");
+  const auto g = ax::test::step_records(dir / "graphed" / "metrics.jsonl");
+  REQUIRE(e.size() == 40);
+  REQUIRE(g.size() == 40);
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    CAPTURE(i);
+    CHECK(g[i]["loss_scale"] == e[i]["loss_scale"]);
+    CHECK(g[i]["skipped"] == e[i]["skipped"]);
+    CHECK(graphed[i] == doctest::Approx(eager[i]).epsilon(2e-3));
+  }
+}
