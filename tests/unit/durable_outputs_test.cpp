@@ -143,7 +143,7 @@ TEST_CASE("durable outputs: on a full tmpfs, metrics.jsonl and the TensorBoard e
 TEST_CASE("durable outputs: a run whose disk fills up stops with an error and leaves whole records (real ENOSPC, tmpfs)") {
   // 40 steps log ~25 KiB of records and events into a 16 KiB output_dir: they fill it before the end, the run
   // says so and tries to save (which a full disk refuses too, naming the checkpoint): exit 1, nothing torn.
-  auto dir = ax::test::setup_run("run_tmpfs", "max_steps = 40\nwarmup_steps = 0\n[checkpoint]\nevery_minutes = 0\n");
+  auto dir = ax::test::setup_run("run_tmpfs", "max_steps = 40\n[checkpoint]\nevery_minutes = 0\n");
   const fs::path out = dir / "out";
   const std::vector<std::string> args{"run", "--config", (dir / "run.toml").string()};
   const int rc = on_small_tmpfs(out, "16k", [&] { return ax::test::run(args, dir / "run.log"); });

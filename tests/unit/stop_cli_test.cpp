@@ -102,18 +102,19 @@ TEST_CASE("stop: a second signal stops at once, without a checkpoint") {
 }
 
 TEST_CASE("stop: checkpoint.every_minutes saves on the clock (injected: AXENGINE_TEST_CLOCK_STEP_S), reset by every save") {
-  auto dir = ax::test::setup_run("stop_minutes", "max_steps = 7\n[checkpoint]\nkeep_last = 10\nevery_minutes = 1\n");
-  const EnvVars clock{{"AXENGINE_TEST_CLOCK_STEP_S", "25"}};  // 25 s a step: due after 3 steps
-  REQUIRE(ax::test::run(run_args(dir, "a", false), dir / "a.log", clock) == 0);
+  auto dir = ax::test::setup_run("stop_minutes", "max_steps = 7\n[checkpoint]\nkeep_last = 10\n");
+  const EnvVars clock{{"AXENGINE_TEST_CLOCK_STEP_S", "25"}};  // 25 s a step: every_minutes = 1 is due after 3 steps
+  REQUIRE(ax::test::run(run_args(dir, "a", false, {"checkpoint.every_minutes=1"}), dir / "a.log", clock) == 0);
   CHECK(ax::test::checkpoint_steps(dir / "a") == std::vector<int>{3, 6, 7});
   // Saves by every_steps restart the clock: with one every 2 steps, 60 s never pass.
-  REQUIRE(ax::test::run(run_args(dir, "b", false, {"checkpoint.every_steps=2"}), dir / "b.log", clock) == 0);
+  REQUIRE(ax::test::run(run_args(dir, "b", false, {"checkpoint.every_minutes=1", "checkpoint.every_steps=2"}), dir / "b.log", clock) == 0);
   CHECK(ax::test::checkpoint_steps(dir / "b") == std::vector<int>{2, 4, 6, 7});
   REQUIRE(ax::test::run(run_args(dir, "c", false, {"checkpoint.every_minutes=0"}), dir / "c.log", clock) == 0);
   CHECK(ax::test::checkpoint_steps(dir / "c") == std::vector<int>{7});
-  // The default (30 minutes) saves nothing extra in a short run; a negative value is refused by validate too.
+  // The default is 30 minutes: 10 minutes a step make it due every 3 steps. A negative value is refused, by
+  // validate too.
   REQUIRE(ax::test::run(run_args(dir, "d", false), dir / "d.log", {{"AXENGINE_TEST_CLOCK_STEP_S", "600"}}) == 0);
-  CHECK(ax::test::checkpoint_steps(dir / "d") == std::vector<int>{7});
+  CHECK(ax::test::checkpoint_steps(dir / "d") == std::vector<int>{3, 6, 7});
   for (const char* command : {"validate", "run"}) {
     CAPTURE(command);
     CHECK(ax::test::run({command, "--config", (dir / "run.toml").string(), "--set", "run.output_dir=e", "--set", "checkpoint.every_minutes=-1"},
