@@ -11,7 +11,7 @@ source "$here/env.sh"
 debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
       libboost1.74-dev libboost-program-options1.74-dev libboost-filesystem1.74-dev libboost-system1.74-dev
       libtomlplusplus-dev libspdlog-dev libfmt-dev doctest-dev libtbb-dev
-      nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+      nlohmann-json3-dev libpcre2-dev libutf8proc-dev libxxhash-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev)  # the last three: the mm_cpt plugin's image codecs
 missing=()
 for p in "${debs[@]}"; do

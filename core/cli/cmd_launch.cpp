@@ -3,9 +3,14 @@
 // MASTER_ADDR, MASTER_PORT), for people without Python; `torchrun --no-python axengine run ...` is the same.
 // When one rank fails, the others are given --grace-s to stop on their own (they see the broken group and say
 // so), then SIGTERM, then SIGKILL: the launcher never waits forever. docs/distributed.md.
+// A SIGINT, SIGTERM or SIGUSR1 to the launcher is passed to every rank, which stop together after the current
+// step with a checkpoint (docs/training.md, "Stopping a run"); a second one is passed on too (the ranks stop at
+// once), and SIGKILL follows 10 s later. The ranks run in a process group of their own, so that a terminal's
+// Ctrl-C reaches them once, through the launcher, and they get SIGTERM should the launcher die.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,8 +34,22 @@ namespace {
 namespace po = boost::program_options;
 using Clock = std::chrono::steady_clock;
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_signal(int sig) { g_stop_signal = sig; }
+volatile std::sig_atomic_t g_stop_signal = 0;  // the first
+volatile std::sig_atomic_t g_last_signal = 0;
+volatile std::sig_atomic_t g_signals = 0;      // how many came
+void on_signal(int sig) {
+  if (!g_stop_signal) g_stop_signal = sig;
+  g_last_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+// How a rank ends when it stops on a signal passed on: 128 + the signal (after its checkpoint), or killed by
+// it (before its training loop began, or by a second one).
+bool stopped_by_signal(int status) {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1})
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig) || (WIFSIGNALED(status) && WTERMSIG(status) == sig)) return true;
+  return false;
+}
 
 // A port nobody listens on now (the kernel's pick for port 0); rank 0 binds it a moment later.
 int free_port() {
@@ -114,6 +133,8 @@ int run_launch(const std::vector<std::string>& all) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  const pid_t launcher = ::getpid();
 
   std::vector<Rank> ranks;
   for (int64_t local = 0; local < nproc; ++local) {
@@ -122,6 +143,9 @@ int run_launch(const std::vector<std::string>& all) {
     r.pid = ::fork();
     if (r.pid < 0) throw ax::RuntimeError(ax::str("launch: fork failed: ", std::strerror(errno)));
     if (r.pid == 0) {
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(128 + SIGTERM);  // the launcher died before prctl took effect
       ::setenv("RANK", std::to_string(r.rank).c_str(), 1);
       ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
@@ -143,6 +167,8 @@ int run_launch(const std::vector<std::string>& all) {
   int exit_code = 0;
   std::optional<Clock::time_point> failed_at;
   bool termed = false, killed = false;
+  std::optional<Clock::time_point> kill_at;  // after a second signal
+  int forwarded = 0;
   std::size_t running = ranks.size();
   while (running > 0) {
     int status = 0;
@@ -153,7 +179,9 @@ int run_launch(const std::vector<std::string>& all) {
         r.running = false;
         --running;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok) {
+        if (!ok && forwarded > 0 && stopped_by_signal(status)) {
+          ax::log::info(ax::str("launch: rank ", r.rank, " (pid ", pid, ") stopped: it ", describe_status(status)));
+        } else if (!ok) {
           ax::log::error(ax::str("launch: rank ", r.rank, " (pid ", pid, ") ", describe_status(status)));
           if (!failed_at) {
             failed_at = Clock::now();
@@ -164,10 +192,24 @@ int run_launch(const std::vector<std::string>& all) {
       }
       continue;
     }
-    if (g_stop_signal && !failed_at) {
-      ax::log::error(ax::str("launch: got signal ", static_cast<int>(g_stop_signal), "; stopping the ranks"));
-      failed_at = Clock::now() - std::chrono::seconds(grace);
-      exit_code = 128 + g_stop_signal;
+    while (forwarded < g_signals) {  // each signal that came, passed on once
+      const int sig = g_last_signal;
+      ++forwarded;
+      if (forwarded == 1) {
+        ax::log::warn(ax::str("launch: got ", strsignal(sig), "; passing it to the ranks: they stop after the current step with a "
+                              "checkpoint (another signal stops them at once)"));
+        if (exit_code == 0) exit_code = 128 + g_stop_signal;
+      } else {
+        ax::log::warn(ax::str("launch: got another signal (", strsignal(sig), "); passing it on: the ranks stop at once"));
+        if (!kill_at) kill_at = Clock::now() + std::chrono::seconds(10);
+      }
+      for (const auto& r : ranks)
+        if (r.running) ::kill(r.pid, sig);
+    }
+    if (kill_at && Clock::now() >= *kill_at && !killed) {
+      killed = true;
+      for (const auto& r : ranks)
+        if (r.running) ::kill(r.pid, SIGKILL);
     }
     if (failed_at) {
       const double waited = std::chrono::duration<double>(Clock::now() - *failed_at).count();

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "axengine/config.hpp"
+#include "axengine/dir_lock.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/models.hpp"
@@ -41,6 +42,9 @@ int run_merge_lora(const std::vector<std::string>& args) {
   if (model.empty()) throw ax::UsageError("merge-lora: --model is required (or a --config with model.path)");
   for (const char* k : {"adapter", "out"})
     if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
+  // One merge into --out at a time (both would write the same .tmp- sibling): refused naming the other process.
+  const std::string out = vm["out"].as<std::string>();
+  ax::DirLock lock(ax::lock_file_beside(out), "merge-lora --out " + out);
   ax::merge_lora_dir(engine->registry, model, vm["adapter"].as<std::string>(), vm["out"].as<std::string>(),
                      vm["dtype"].as<std::string>(), weights);
   std::cout << "wrote merged model to " << vm["out"].as<std::string>() << "\n";

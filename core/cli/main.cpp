@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include "axengine/error.hpp"
+#include "axengine/interrupted.hpp"
 #include "axengine/log.hpp"
 #include "axengine/version.hpp"
 #include "command.hpp"
@@ -53,7 +54,8 @@ void print_usage(std::ostream& os) {
     for (std::size_t i = c.name.size(); i < 18; ++i) os << ' ';
     os << c.summary << "\n";
   }
-  os << "\nexit codes: 0 ok, 1 runtime failure, 2 usage or config error\n";
+  os << "\nexit codes: 0 ok, 1 runtime failure, 2 usage or config error, 128 + N stopped by signal N (run: 130 SIGINT,\n"
+     << "143 SIGTERM, 138 SIGUSR1, after a checkpoint)\n";
 }
 
 }  // namespace
@@ -79,6 +81,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
     return it->run(args);
+  } catch (const ax::Interrupted& e) {
+    ax::log::warn(e.what());
+    return 128 + e.signal;
   } catch (const ax::UsageError& e) {
     ax::log::error(e.what());
     return ax::kExitUsage;

@@ -40,6 +40,7 @@ set(AX_FUZZ_CORE_SOURCES
   plugins/elf_section.cpp
   registry.cpp
   safetensors.cpp
+  stop_signal.cpp
   strings.cpp
   tokenizer/bpe.cpp
   tokenizer/decoders.cpp

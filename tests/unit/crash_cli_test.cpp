@@ -93,7 +93,11 @@ TEST_CASE("crash points: a run killed at each point of the checkpoint, adapter a
     return a;
   };
   REQUIRE(ax::test::run(args("ref", false), dir / "ref.log", {{"AXENGINE_TEST_CRASH_TRACE", (dir / "ref.trace").string()}}) == 0);
-  const auto trace = ax::test::lines_of(dir / "ref.trace");
+  auto trace = ax::test::lines_of(dir / "ref.trace");
+  // The phases of a step and of an eval are points too (stop_cli_test.cpp raises signals there); a kill there
+  // is a kill between two checkpoints, which the writers' points below cover.
+  trace.erase(std::remove_if(trace.begin(), trace.end(), [](const std::string& p) { return writer_of(p) == "step" || writer_of(p) == "eval"; }),
+              trace.end());
   const auto points = count_points(trace);
   std::set<std::string> writers;
   for (const auto& [p, n] : points) writers.insert(writer_of(p));

@@ -1,8 +1,12 @@
 #include "data/prepare.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <memory>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -10,6 +14,9 @@
 
 #include <ATen/ATen.h>
 #include <tbb/parallel_for.h>
+// Header-only (XXH_INLINE_ALL): nothing to link, the Debian package libxxhash-dev is needed at build time only.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "axengine/error.hpp"
 #include "axengine/log.hpp"
@@ -58,8 +65,32 @@ std::string hash128(const std::string& text) {
   return hex64(a) + hex64(mix_seed(b, a));
 }
 
-// Every string value of the entry that names an existing file contributes its size and mtime, so editing
-// a data file invalidates its cache without the engine knowing which keys a (plugin) type reads.
+// XXH3-128 of a file's bytes (hex), "" when it cannot be read (the dataset type's open() then says why). The
+// key must be known before the cache can be looked up, so this is a read of its own ahead of tokenising (XXH3
+// hashes faster than a disk reads; the tokeniser's read then finds the file in the page cache): a file edited in place keeping its
+// size and mtime (a tool that restores the mtime, an mtime-preserving copy) would otherwise be served stale.
+std::string content_hash(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  XXH3_128bits_reset(state.get());
+  std::vector<char> buf(std::size_t(1) << 20);
+  ssize_t n;
+  while ((n = ::read(fd, buf.data(), buf.size())) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return "";
+    }
+    XXH3_128bits_update(state.get(), buf.data(), static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  const XXH128_hash_t h = XXH3_128bits_digest(state.get());
+  return hex64(h.high64) + hex64(h.low64);
+}
+
+// Every string value of the entry that names an existing file contributes its size and a hash of its bytes,
+// so editing a data file invalidates its cache without the engine knowing which keys a (plugin) type reads.
 void describe_files(const toml::table& entry, const std::string& base_dir, std::ostringstream& os) {
   for (const auto& [k, v] : entry) {
     const auto* s = v.as_string();
@@ -75,8 +106,8 @@ void describe_files(const toml::table& entry, const std::string& base_dir, std::
     for (const auto& p : paths) {
       struct stat st {};
       if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      os << "file " << k.str() << " " << fs::absolute(p).lexically_normal().string() << " " << st.st_size << " "
-         << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << "\n";
+      os << "file " << k.str() << " " << fs::absolute(p).lexically_normal().string() << " " << st.st_size << " xxh3 "
+         << content_hash(p) << "\n";
     }
   }
 }

@@ -1,6 +1,6 @@
 // From [[datasets]] to tokenised train/eval samples: each entry is opened through its registered type,
-// tokenised in parallel (oneTBB), cached on disk under a hash of (entry, data files' size and mtime,
-// tokenizer fingerprint), and split into train/eval (eval_path, or a seeded eval_fraction).
+// tokenised in parallel (oneTBB), cached on disk under a hash of (entry, data files' size and content hash
+// (XXH3-128 of their bytes), tokenizer fingerprint), and split into train/eval (eval_path, or a seeded eval_fraction).
 #pragma once
 #include <cstdint>
 #include <memory>

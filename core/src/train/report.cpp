@@ -9,6 +9,7 @@
 
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
+#include "train/append_record.hpp"
 
 namespace fs = std::filesystem;
 
@@ -134,8 +135,11 @@ void MetricsLog::load(const std::string& dir, int64_t up_to_step) {
 
 void MetricsLog::append(const std::string& dir, const nlohmann::json& record) {
   records.push_back(record);
-  std::ofstream out(metrics_path(dir), std::ios::app);
-  out << record.dump() << "\n";
+  append_to_file(dir, record);
+}
+
+void MetricsLog::append_to_file(const std::string& dir, const nlohmann::json& record) const {
+  append_record(metrics_path(dir), record.dump() + "\n", "metrics");
 }
 
 void MetricsLog::rewrite(const std::string& dir) const {

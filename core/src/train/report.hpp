@@ -15,8 +15,13 @@ struct MetricsLog {
   std::vector<nlohmann::json> records;  // {"step", "loss", "lr", ...} and {"step", "eval_loss", "exact_match"}
 
   // Loads <dir>/metrics.jsonl keeping records with step <= up_to_step (a resumed run drops what it will redo).
+  // A line that is not a whole JSON record (cut short by a kill, or by a writer that could not cut it back) is
+  // skipped.
   void load(const std::string& output_dir, int64_t up_to_step);
-  void append(const std::string& output_dir, const nlohmann::json& record);  // to memory and to the file
+  // To memory and to the file; to the file only. A write that fails (a full disk) leaves the file as it was
+  // and throws WriteError (append_record.hpp).
+  void append(const std::string& output_dir, const nlohmann::json& record);
+  void append_to_file(const std::string& output_dir, const nlohmann::json& record) const;
   void rewrite(const std::string& output_dir) const;
 };
 

@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <ATen/Context.h>
 #include <ATen/DeviceAccelerator.h>
 
+#include "axengine/dir_lock.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
@@ -47,6 +49,10 @@ std::vector<std::string> run_output_names() { return {"checkpoints", "metrics.js
 void prepare_from_config(Engine& engine) {
   auto tok = tokenizer_for(engine.config);
   auto dc = data::read_data_config(engine.config);
+  // One prepare at a time in a cache dir (runs reading and adding to it need no lock: each cache file is
+  // written to a temp file of its own and renamed).
+  std::optional<DirLock> lock;
+  if (dc.cache) lock.emplace((std::filesystem::path(dc.cache_dir) / kDirLockFile).string(), ax::str("data.cache_dir ", dc.cache_dir));
   auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, train::model_vocab_size(engine.config.model.path));
   log::info(data::describe(prepared));
   for (const auto& s : prepared.sources)
@@ -88,6 +94,11 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   if (group) group->barrier();
   log::info(data::describe(plan.data));
   if (plan.device_problem) throw UsageError(*plan.device_problem);
+  // One writer per output_dir, from before anything is written into it (--overwrite's removal included) to the
+  // end: a second run, --resume or --overwrite started meanwhile is refused naming this process.
+  std::optional<DirLock> lock;
+  if (writer)
+    lock.emplace((std::filesystem::path(cfg.run.output_dir) / kDirLockFile).string(), ax::str("run.output_dir ", cfg.run.output_dir));
   if (options.overwrite && writer) {  // only what a run writes: anything else the person keeps in output_dir stays
     for (const auto& name : run_output_names()) {
       const std::filesystem::path p = std::filesystem::path(cfg.run.output_dir) / name;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axengine/dataset.hpp"
+#include "axengine/dir_lock.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
 #include "axengine/kernel_op.hpp"
@@ -143,7 +144,11 @@ void check_output_dir(const RunConfig& cfg, const std::string& resume_from, bool
                              resume_from, "\"); give one of them"));
   const fs::path out(cfg.run.output_dir);
   std::error_code ec;
-  if (!resume_from.empty() || overwrite || !fs::is_directory(out, ec) || fs::is_empty(out, ec)) return;
+  if (!resume_from.empty() || overwrite || !fs::is_directory(out, ec)) return;
+  // The lock file a run killed before writing anything left (axengine/dir_lock.hpp) does not count.
+  bool empty = true;
+  for (const auto& e : fs::directory_iterator(out, ec)) empty &= e.path().filename() == kDirLockFile;
+  if (empty) return;
   throw UsageError(ax::str(cfg.file, ": run.output_dir ", out.string(), " is not empty (a previous run's output?); "
                            "continue it with --resume, start over in it with --overwrite, or set another run.output_dir"));
 }

@@ -12,10 +12,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "train/append_record.hpp"
 #include "train/checkpoint_manifest.hpp"
 
 namespace fs = std::filesystem;
@@ -168,26 +168,14 @@ TensorBoardLog::TensorBoardLog(const std::string& output_dir, const std::vector<
   // Not write_file_atomic: the file is rebuilt from metrics.jsonl at every start, so a crash mid-write costs
   // nothing, and a file still being written is what TensorBoard expects to read.
   path_ = (fs::path(output_dir) / file_name(now)).string();
-  std::ofstream out(path_, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out.flush()) {
-    log::warn(ax::str("cannot write the TensorBoard event file ", path_, ": training goes on without it"));
-    path_.clear();
-  }
+  append_record(path_, bytes, "tensorboard", /*truncate=*/true);
 }
 
 void TensorBoardLog::append(const nlohmann::json& record) {
   if (path_.empty()) return;
   std::string bytes = record_event(record, now_unix());
   if (bytes.empty()) return;
-  std::ofstream out(path_, std::ios::binary | std::ios::app);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  // A full disk must not stop training over a log (metrics.jsonl and the checkpoints say what matters): say it
-  // once and stop writing this file.
-  if (!out.flush()) {
-    log::warn(ax::str("cannot append to the TensorBoard event file ", path_, ": no more TensorBoard events this run"));
-    path_.clear();
-  }
+  append_record(path_, bytes, "tensorboard");
 }
 
 }  // namespace ax::train

@@ -37,9 +37,11 @@ class TensorBoardLog {
  public:
   // Removes the event files earlier runs left in `output_dir` (events.out.tfevents.*: they may hold steps this
   // run redoes) and, when `enabled`, starts a new one holding `records` (those a resumed run keeps).
+  // Write errors throw WriteError (append_record.hpp), the file left without a torn record.
   TensorBoardLog(const std::string& output_dir, const std::vector<nlohmann::json>& records, bool enabled);
   // Appends one record's Event and closes the file again: a crash loses at most the record being written, and a
-  // truncated last record is what TensorBoard's reader expects of a file still being written.
+  // truncated last record is what TensorBoard's reader expects of a file still being written. A write that
+  // fails (a full disk) is cut back and throws WriteError.
   void append(const nlohmann::json& record);
   const std::string& path() const { return path_; }  // "" when disabled
 

@@ -1,5 +1,7 @@
 #include "train/train_config.hpp"
 
+#include <cmath>
+
 #include "axengine/strings.hpp"
 #include "train/optimizers.hpp"
 
@@ -34,6 +36,9 @@ void bind_train(TableBinder& t, TrainConfig& c) {
 
 void bind_checkpoint(TableBinder& t, CheckpointConfig& c) {
   t.bounded("every_steps", c.every_steps, 0, INT64_MAX, "save a checkpoint every N steps (0 = only at the end)");
+  t.field("every_minutes", c.every_minutes, "also save one at the first step boundary when this many minutes have passed since the last checkpoint (or the start), so a long run always has a recent one; 0 = off. Distributed: rank 0's clock decides, for all ranks");
+  if (!(c.every_minutes >= 0) || !std::isfinite(c.every_minutes))
+    t.fail(t.table() ? t.table()->get("every_minutes") : nullptr, "'checkpoint.every_minutes' must be a number of minutes >= 0 (0 = off)");
   t.bounded("keep_last", c.keep_last, 1, 1 << 20, "checkpoints kept; older ones are deleted after a newer one is complete");
   t.field("resume_from", c.resume_from, "\"latest\" (the newest checkpoint in output_dir that verifies; a fresh start when there is none) or a checkpoint directory (relative to the config file); `run --resume` = \"latest\"");
 }

@@ -29,6 +29,7 @@ struct TrainConfig {
 
 struct CheckpointConfig {
   int64_t every_steps = 0;
+  double every_minutes = 30;  // 0 = off
   int64_t keep_last = 3;
   std::string resume_from;  // "" | "latest" | a checkpoint directory
 };

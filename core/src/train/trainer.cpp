@@ -1,10 +1,13 @@
 #include "train/trainer.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -21,8 +24,10 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Event.h>
 
+#include "axengine/crash_point.hpp"
 #include "axengine/error.hpp"
 #include "axengine/executor.hpp"
+#include "axengine/interrupted.hpp"
 #include "axengine/log.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/profiler.hpp"
@@ -30,6 +35,8 @@
 #include "axengine/strings.hpp"
 #include "data/packing.hpp"
 #include "data/static_shapes.hpp"
+#include "stop_signal.hpp"
+#include "train/append_record.hpp"
 #include "train/checkpoint.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_reducer.hpp"
@@ -85,6 +92,46 @@ int64_t intra_op_threads(int64_t requested) {
   return cores;
 }
 
+// What a rank asks of the others at a step boundary (a distributed run decides these together: each rank's
+// requests ride in its step's all-reduce, summed, so every rank reads the same sums with that step's
+// statistics and acts at the same boundary). Alone, the process reads its own at each boundary.
+enum Flag : int64_t { kSigInt, kSigTerm, kSigUsr1, kWriteFailed, kSaveDue, kFlags };
+
+// checkpoint.every_minutes: seconds since the last checkpoint (or the start) on the steady clock, or, under the
+// test hook AXENGINE_TEST_CLOCK_STEP_S=<s>, on a clock that advances s seconds at each step boundary, so that a
+// test of time-based saves does not depend on how fast the machine is.
+class SaveClock {
+ public:
+  explicit SaveClock(double every_minutes) : every_s_(every_minutes * 60) {
+    if (const char* v = std::getenv("AXENGINE_TEST_CLOCK_STEP_S"); v && *v) {
+      char* end = nullptr;
+      step_s_ = std::strtod(v, &end);
+      if (*end || !(step_s_ >= 0)) throw UsageError(ax::str("AXENGINE_TEST_CLOCK_STEP_S='", v, "': expected seconds >= 0"));
+    }
+    reset();
+  }
+  void step_done() { fake_s_ += step_s_ > 0 ? step_s_ : 0; }
+  void reset() {
+    since_ = Clock::now();
+    fake_s_ = 0;
+  }
+  bool due() const { return every_s_ > 0 && (step_s_ >= 0 ? fake_s_ : seconds_since(since_)) >= every_s_; }
+
+ private:
+  double every_s_;
+  double step_s_ = -1;  // < 0: the real clock
+  double fake_s_ = 0;
+  Clock::time_point since_;
+};
+
+// What the loop must do at a step boundary, besides what the config schedules.
+struct Requests {
+  int signal = 0;             // stop on this signal (SIGINT, SIGTERM, SIGUSR1), after a checkpoint
+  bool write_failed = false;  // stop after a checkpoint: metrics.jsonl or the TensorBoard events could not be written
+  bool save_due = false;      // checkpoint.every_minutes have passed since the last checkpoint
+  bool stop() const { return signal != 0 || write_failed; }
+};
+
 // What a step leaves for the host: its micro-batch losses, the gradient norm and the sticky "not finite"
 // flag, copied without blocking into pinned host memory behind an event, read once the GPU got there. The
 // loop reads a step while the next one runs (CUDA), so nothing in a step waits for the GPU.
@@ -95,7 +142,8 @@ struct PendingStep {
   double lr = 0;
   Clock::time_point started;
   at::Tensor host;                  // double [grad_accum + 2]: losses..., grad norm, found_inf
-  std::optional<c10::Event> ready;  // CUDA: recorded after the copy
+  at::Tensor flags;                 // with a group: double [kFlags], the ranks' requests summed
+  std::optional<c10::Event> ready;  // CUDA: recorded after the copies
 };
 
 struct EvalResult {
@@ -121,7 +169,7 @@ class LoopStep final : public StepProgram {
 
 class Loop {
  public:
-  explicit Loop(TrainerSetup& s) : s_(s), out_dir_(s.config->run.output_dir) {}
+  explicit Loop(TrainerSetup& s) : s_(s), out_dir_(s.config->run.output_dir), clock_(s.checkpoint.every_minutes) {}
 
   TrainSummary run();
 
@@ -143,6 +191,10 @@ class Loop {
   std::string save(int64_t step);
   void eval_and_log(int64_t step);
   void log_record(nlohmann::json record);
+  void write_records();
+  std::array<double, kFlags> local_flags() const;
+  Requests requests() const;
+  [[noreturn]] void stop_at(int64_t step, const Requests& r);
   std::vector<std::pair<std::string, std::string>> summary_rows(bool final) const;
   [[noreturn]] void non_finite(const std::string& what, int64_t step);
   void profile_before(int64_t step);
@@ -164,7 +216,16 @@ class Loop {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, start_step_ = 0;
   Schedule schedule_;
   MetricsLog metrics_;
-  std::optional<TensorBoardLog> tensorboard_;  // follows metrics_: started once the records a resume keeps are known
+  std::optional<TensorBoardLog> tensorboard_;  // follows metrics_: started with the first step's record
+  // metrics_.records[0, written_) are in metrics.jsonl and the events. Nothing is written before the first step
+  // is recorded (an eval at step 0 waits in memory): a run that fails before it (a kernel refused at the first
+  // forward) leaves output_dir as it found it, and its rerun is not refused as "not empty".
+  std::size_t written_ = 0;
+  bool outputs_open_ = false;
+  std::string write_failed_;  // the first failed write of metrics.jsonl or the events: the run stops with a checkpoint
+  SaveClock clock_;
+  std::array<double, kFlags> agreed_{};  // with a group: the sums read so far (sticky until acted on)
+  at::Tensor flags_dev_, flags_sum_;     // with a group: this rank's requests for the step enqueued, the sums
   std::unique_ptr<Progress> progress_;
   TrainSummary sum_;
   double best_eval_ = NAN, last_eval_ = NAN, last_em_ = NAN;
@@ -299,7 +360,6 @@ void Loop::maybe_resume() {
     if (!writer_) return;
     std::error_code ec;
     fs::remove(fs::path(out_dir_) / "metrics.jsonl", ec);
-    tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
     return;
   }
   LoadedCheckpoint& ck = *loaded;
@@ -346,7 +406,7 @@ void Loop::maybe_resume() {
   if (!writer_) return;
   metrics_.load(out_dir_, start_step_);
   metrics_.rewrite(out_dir_);
-  tensorboard_.emplace(out_dir_, metrics_.records, s_.train.tensorboard);
+  written_ = metrics_.records.size();
   log::info(ax::str("resumed from ", dir, " at step ", start_step_,
                     s_.data.stream ? ax::str(" (pass ", s_.data.stream->cursor().pass, " over the shards)")
                                    : ax::str(" (epoch ", start_step_ / steps_per_epoch_, ")")));
@@ -433,15 +493,27 @@ PendingStep Loop::stream_step(PendingStep p) {
 PendingStep Loop::enqueue(PendingStep p, const std::vector<Batch>& batches) {
   const int64_t step = p.step;
   p.lr = schedule_.at(step);
+  if (s_.group) {  // this rank's requests go with the step's all-reduce (device_step): a copy, no host sync
+    const auto flags = local_flags();
+    at::Tensor h = at::tensor(at::ArrayRef<double>(flags.data(), flags.size()), at::kDouble);
+    flags_dev_.copy_(device_.is_cuda() ? h.pin_memory() : h, /*non_blocking=*/true);
+  }
   at::Tensor stats = executor_->step(program_, batches, p.lr);
   if (stats.is_cpu()) {
     p.host = stats;
+    if (s_.group) p.flags = flags_sum_.clone();
   } else {
-    p.host = at::empty(stats.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+    auto pinned = at::TensorOptions().dtype(at::kDouble).pinned_memory(true);
+    p.host = at::empty(stats.sizes(), pinned);
     p.host.copy_(stats, /*non_blocking=*/true);
+    if (s_.group) {
+      p.flags = at::empty({kFlags}, pinned);
+      p.flags.copy_(flags_sum_, /*non_blocking=*/true);
+    }
     p.ready.emplace(device_.type());
     p.ready->record(at::accelerator::getCurrentStream(device_.index()));
   }
+  crash_point("step", "enqueued");
   return p;
 }
 
@@ -460,18 +532,22 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
     Batch b = host_batch.to(device_);
     RECORD_USER_SCOPE("axengine::forward_backward");
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
+    crash_point("step", "forward");
     losses.push_back(out.loss.detach().reshape({}));
     at::Tensor mean_part = out.loss / static_cast<double>(ga);
     (scaler_ ? scaler_->scale(mean_part) : mean_part).backward();
+    crash_point("step", "backward");
   }
   at::NoGradGuard no_grad;
   at::Tensor loss_vec = at::stack(losses).to(at::kDouble);
   if (s_.group) {
     reduce_gradients();  // every rank then holds the same mean gradient: the norm and the clip are global
     // The step's losses: the mean over the ranks of each micro-batch's (what one process with
-    // grad_accum x world micro-batches averages).
-    s_.group->all_reduce_sum(loss_vec);
-    loss_vec = loss_vec / static_cast<double>(world());
+    // grad_accum x world micro-batches averages); with them, the ranks' requests (stop, save), summed.
+    at::Tensor both = at::cat({loss_vec, flags_dev_});
+    s_.group->all_reduce_sum(both);
+    loss_vec = both.narrow(0, 0, ga) / static_cast<double>(world());
+    flags_sum_.copy_(both.narrow(0, ga, kFlags));
   }
   // fp16: the gradients back to their true size, and whether this step's are finite (skip and back off if not).
   at::Tensor step_inf;
@@ -505,6 +581,7 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
   if (lr_device.defined()) dynamic_cast<DeviceLrOptimizer&>(*opt_).step_device_lr(lr_device, skip);
   else opt_->step(lr, skip);
   opt_->zero_grad();
+  crash_point("step", "optimizer");
   at::Tensor stats = at::cat({loss_vec, norm.to(at::kDouble).reshape({1}), found_inf_.to(at::kDouble).reshape({1})});
   if (!scaler_) return stats;
   // [..., skipped, the scale this step ran with]: read before the update changes it.
@@ -605,6 +682,10 @@ void Loop::record(const PendingStep& p) {
     log::warn(line);
   }
   const double loss = loss_sum / static_cast<double>(ga);
+  if (p.flags.defined()) {
+    const double* f = p.flags.data_ptr<double>();
+    for (int64_t i = 0; i < kFlags; ++i) agreed_[i] = std::max(agreed_[i], f[i]);
+  }
   grad_norm_ = norm;
   lr_ = p.lr;
   // The step's time runs from when it was enqueued, or from when the previous one was read (it could not
@@ -634,6 +715,7 @@ void Loop::record(const PendingStep& p) {
   }
   log_record(std::move(rec));
   if (progress_) progress_->update(step + 1, epoch, loss, lr_, tps, eta);
+  crash_point("step", "recorded");
 }
 
 // To metrics.jsonl and the TensorBoard events, stamped with the wall-clock time (Unix seconds): TensorBoard's
@@ -641,8 +723,66 @@ void Loop::record(const PendingStep& p) {
 void Loop::log_record(nlohmann::json record) {
   if (!writer_) return;
   record["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  metrics_.append(out_dir_, record);
-  if (tensorboard_) tensorboard_->append(record);
+  const bool step_record = record.contains("loss");
+  metrics_.records.push_back(std::move(record));
+  if (step_record || outputs_open_) write_records();
+}
+
+// The records not yet on file, to metrics.jsonl and the events (opened with the first step's record). A write
+// that fails leaves no torn record (append_record.hpp); it is said once, and the run stops with a checkpoint at
+// the next step boundary, which rewrites metrics.jsonl whole from memory.
+void Loop::write_records() {
+  if (!write_failed_.empty()) return;
+  try {
+    if (!outputs_open_) {
+      outputs_open_ = true;
+      tensorboard_.emplace(out_dir_, std::vector<nlohmann::json>(metrics_.records.begin(), metrics_.records.begin() + written_),
+                           s_.train.tensorboard);
+    }
+    for (; written_ < metrics_.records.size(); ++written_) {
+      metrics_.append_to_file(out_dir_, metrics_.records[written_]);
+      tensorboard_->append(metrics_.records[written_]);
+    }
+  } catch (const WriteError& e) {
+    write_failed_ = e.what();
+    log::warn(ax::str(write_failed_, ": stopping the run with a checkpoint at the end of this step"));
+  }
+}
+
+// This rank's requests now: a stop signal received, a failed log write, a time-based save due (rank 0's clock).
+std::array<double, kFlags> Loop::local_flags() const {
+  std::array<double, kFlags> f{};
+  const int sig = stop_signal();
+  f[kSigInt] = sig == SIGINT;
+  f[kSigTerm] = sig == SIGTERM;
+  f[kSigUsr1] = sig == SIGUSR1;
+  f[kWriteFailed] = !write_failed_.empty();
+  f[kSaveDue] = writer_ && clock_.due();
+  return f;
+}
+
+// What to do at this boundary: alone, this process's own requests; with a group, the sums every rank has read
+// (a rank that got no signal itself stops on the others', with the code of the first of theirs).
+Requests Loop::requests() const {
+  const std::array<double, kFlags> f = s_.group ? agreed_ : local_flags();
+  Requests r;
+  for (auto [slot, sig] : {std::pair{kSigTerm, SIGTERM}, {kSigInt, SIGINT}, {kSigUsr1, SIGUSR1}})
+    if (f[slot] > 0 && !r.signal) r.signal = sig;
+  if (r.signal && stop_signal()) r.signal = stop_signal();
+  r.write_failed = f[kWriteFailed] > 0;
+  r.save_due = f[kSaveDue] > 0;
+  return r;
+}
+
+// After the checkpoint of `step`: the run ends, as asked (a signal) or forced (a log that could not be written).
+void Loop::stop_at(int64_t step, const Requests& r) {
+  if (progress_) progress_->finish();
+  if (r.write_failed)
+    throw RuntimeError(ax::str(writer_ ? write_failed_ : std::string("rank 0 could not write metrics.jsonl or the TensorBoard events"),
+                               "; stopped at step ", step, " with checkpoint ", last_ckpt_,
+                               ": free space (or fix the error) and continue with --resume"));
+  throw Interrupted(r.signal, ax::str("interrupted at step ", step, " by ", signal_name(r.signal), "; resume with --resume (checkpoint ",
+                                      last_ckpt_, ")"));
 }
 
 void Loop::non_finite(const std::string& what, int64_t step) {
@@ -679,6 +819,7 @@ EvalResult Loop::evaluate() {
     r.ran = true;
     r.loss = loss_sum / weight;
   }
+  crash_point("eval", "loss");
 
   if (!s_.eval.exact_match) return r;
   if (!dynamic_cast<CausalLmDecode*>(s_.model)) {  // a plugin family without KV-cached decode
@@ -750,7 +891,11 @@ void Loop::eval_and_log(int64_t step) {
 
 std::vector<std::pair<std::string, std::string>> Loop::summary_rows(bool final) const {
   std::vector<std::pair<std::string, std::string>> rows;
-  rows.emplace_back("status", final ? "finished" : "in progress");
+  const Requests stop = requests();
+  rows.emplace_back("status", final               ? "finished"
+                              : stop.signal       ? ax::str("interrupted by ", signal_name(stop.signal), "; resume with --resume")
+                              : stop.write_failed ? "stopped: a log could not be written; resume with --resume"
+                                                  : "in progress");
   rows.emplace_back("steps", ax::str(sum_.steps, " / ", total_steps_));
   rows.emplace_back("device", ax::str(s_.device.arch_name(), s_.device.is_cuda() ? " (" + s_.device.name + ")" : ""));
   if (!sum_.losses.empty()) rows.emplace_back("final train loss", ax::str(sum_.losses.back()));
@@ -807,11 +952,15 @@ std::string Loop::save(int64_t step) {
   if (s_.group) s_.group->barrier();
   if (writer_) {
     last_ckpt_ = save_checkpoint(out_dir_, step, pl, s_.checkpoint.keep_last);
+    write_records();  // the events too (a resume that runs no step has not opened them yet)
     metrics_.rewrite(out_dir_);
+    written_ = metrics_.records.size();
     write_report(out_dir_, metrics_, s_.title, summary_rows(step == total_steps_));
     if (progress_) progress_->message(ax::str("checkpoint ", last_ckpt_));
   }
   if (s_.group) s_.group->barrier();
+  clock_.reset();
+  agreed_[kSaveDue] = 0;
   return last_ckpt_;
 }
 
@@ -858,7 +1007,15 @@ TrainSummary Loop::run() {
   if (start_step_ == 0 && s_.eval.every_steps > 0) eval_and_log(0);
 
   found_inf_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  if (s_.group) {
+    flags_dev_ = at::zeros({kFlags}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    flags_sum_ = at::zeros({kFlags}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  }
   lag_ = device_.is_cuda() ? 1 : 0;
+  // From here a stop signal is a request (stop_signal.hpp): acted on at the next step boundary. Before, it ends
+  // the process as usual: there is nothing to save yet.
+  StopSignals stop_signals;
+  clock_.reset();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     profile_before(step);
     try {
@@ -875,17 +1032,25 @@ TrainSummary Loop::run() {
     }
     profile_after(step);
     finish_steps(lag_);
+    clock_.step_done();
+    // Every rank takes the same branches here: the schedule is the step's, the requests the ranks' sums.
+    const Requests req = requests();
     bool last = step + 1 == total_steps_;
     bool eval_now = s_.eval.every_steps > 0 && (step + 1) % s_.eval.every_steps == 0 && !last;
-    bool save_now = s_.checkpoint.every_steps > 0 && (step + 1) % s_.checkpoint.every_steps == 0 && !last;
+    bool save_now = ((s_.checkpoint.every_steps > 0 && (step + 1) % s_.checkpoint.every_steps == 0) || req.save_due || req.stop()) && !last;
     if (eval_now || save_now || last) finish_steps(0);  // both read the parameters of this very step
+    // A stop keeps this step's eval (the resumed run starts after it and would not redo it).
     if (eval_now) eval_and_log(step + 1);
     if (save_now) save(step + 1);
+    if (req.stop() && !last) stop_at(step + 1, req);
+    crash_point("step", "boundary");
   }
   finish_steps(0);
   if (sum_.steps > start_step_ || last_ckpt_.empty()) eval_and_log(total_steps_);
   if (progress_) progress_->finish();
   sum_.last_checkpoint = save(total_steps_);
+  if (const Requests r = requests(); r.write_failed) stop_at(total_steps_, r);
+  if (stop_signal()) log::warn(ax::str(signal_name(stop_signal()), " came during the last step: the run finished at step ", total_steps_));
   progress_.reset();
   sum_.wall_s = seconds_since(t0_);
   sum_.tokens_per_s = train_time_ > 0 ? static_cast<double>(tokens_timed_) / train_time_ : 0;
