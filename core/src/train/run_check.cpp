@@ -114,13 +114,12 @@ void check_optimizer(const Engine& engine, const TrainConfig& train) {
   throw UsageError(ax::str(engine.config.file, ": train.optimizer \"", train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
 }
 
-// The backend of every op the model calls, as selection will pick it for this device, dtype and weight format.
-// Nothing fitting is an error at start, strict or not (without strict, `reference` was tried and cannot serve
-// the query either, e.g. a weight format it lacks).
+// The backend of every call the model makes (its plan: op, weight format, layout), as selection will pick it
+// for this device and dtype. Nothing fitting is an error at start, strict or not (without strict, `reference`
+// was tried and cannot serve the query either, e.g. a weight format it lacks).
 std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& model) {
   std::vector<Resolution> out;
-  for (auto& r : engine.resolve_all()) {
-    if (!model.ops.empty() && std::find(model.ops.begin(), model.ops.end(), r.op) == model.ops.end()) continue;
+  for (auto& r : kernel_plan(engine, model)) {
     if (r.chosen.empty()) {
       std::vector<std::string> why;
       for (const auto& c : r.candidates) why.push_back(ax::str(c.backend, ": ", c.verdict));
@@ -149,6 +148,32 @@ void check_output_dir(const RunConfig& cfg, const std::string& resume_from, bool
 
 }  // namespace
 
+ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train) {
+  const RunConfig& cfg = engine.config;
+  ModelLoadOptions o;
+  o.dir = cfg.model.path;
+  o.dtype = engine.dtype;
+  o.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
+  o.kernels = engine.kernel_set();
+  o.activation_checkpointing = train.activation_checkpointing;
+  o.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
+  if (lora.init_from.empty()) o.lora = lora.spec;
+  else o.adapter_dir = lora.init_from;
+  return o;
+}
+
+ModelCheck check_run_model(const Engine& engine, const ModelLoadOptions& options) {
+  try {
+    return check_model(engine.registry, options);
+  } catch (const UsageError& e) {
+    throw UsageError(ax::str(engine.config.file, ": ", e.what()));  // which run's model it is
+  }
+}
+
+std::vector<Resolution> kernel_plan(const Engine& engine, const ModelCheck& model) {
+  return model.ops.empty() ? engine.resolve_all() : engine.resolve_calls(model.ops, model.quantize);
+}
+
 RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
   RunPlan p;
@@ -169,19 +194,8 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_optimizer(engine, p.train);
   check_init_from(cfg, p.lora, engine.dtype);
 
-  p.model.dir = cfg.model.path;
-  p.model.dtype = engine.dtype;
-  p.model.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
-  p.model.kernels = engine.kernel_set();
-  p.model.activation_checkpointing = p.train.activation_checkpointing;
-  p.model.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
-  if (p.lora.init_from.empty()) p.model.lora = p.lora.spec;
-  else p.model.adapter_dir = p.lora.init_from;
-  try {
-    p.model_check = check_model(engine.registry, p.model);
-  } catch (const UsageError& e) {
-    throw UsageError(ax::str(cfg.file, ": ", e.what()));  // which run's model it is
-  }
+  p.model = model_load_options(engine, p.lora, p.train);
+  p.model_check = check_run_model(engine, p.model);
   p.backends = check_backends(engine, p.model_check);
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
