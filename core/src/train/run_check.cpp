@@ -1,6 +1,9 @@
 #include "train/run_check.hpp"
 
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -133,6 +136,44 @@ std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& m
   return out;
 }
 
+// run.output_dir must be a directory the run can create and write: not empty, no NUL (the C APIs would cut the
+// path there and write elsewhere), not an existing file, and under a writable, real filesystem (not /proc,
+// /sys and the like, where mkdir fails or writes mean something else). Checked on its nearest existing
+// ancestor, without creating anything.
+void check_output_dir_usable(const RunConfig& cfg) {
+  const std::string& dir = cfg.run.output_dir;
+  const toml::node* at = node_at(cfg, "run.output_dir");
+  auto fail = [&](const std::string& why) { config_fail(cfg.file, at, ax::str("run.output_dir ", why)); };
+  if (dir.empty()) fail("is empty (a directory for checkpoints, metrics.jsonl and report.html)");
+  if (dir.find('\0') != std::string::npos) fail(ax::str("contains a NUL byte (\"", dir.substr(0, dir.find('\0')), "\\0...\")"));
+  std::error_code ec;
+  fs::path probe = fs::path(dir);
+  while (!fs::exists(fs::symlink_status(probe, ec))) {
+    if (!probe.has_parent_path() || probe.parent_path() == probe) {
+      probe = ".";  // a relative path none of whose parts exists: created in the working directory
+      break;
+    }
+    probe = probe.parent_path();
+  }
+  if (!fs::is_directory(probe, ec))
+    fail(probe == fs::path(dir) ? ax::str(dir, " exists and is not a directory")
+                                : ax::str(dir, " cannot be created: ", probe.string(), " is not a directory"));
+  struct statfs fsinfo {};
+  if (::statfs(probe.c_str(), &fsinfo) == 0) {
+    // Kernel filesystems that hold no files of ours: mkdir fails there, or a write means something else.
+    static const std::pair<unsigned long, const char*> pseudo[] = {
+        {0x9fa0, "proc"}, {0x62656572, "sysfs"}, {0x27e0eb, "cgroup"}, {0x63677270, "cgroup2"}, {0x1cd1, "devpts"},
+        {0x64626720, "debugfs"}, {0x74726163, "tracefs"}, {0x73636673, "securityfs"}, {0x62656570, "configfs"},
+        {0xcafe4a11, "bpf"}, {0x6165676c, "pstore"}, {0xde5e81e4, "efivarfs"}, {0x42494e4d, "binfmt_misc"}};
+    for (const auto& [magic, name] : pseudo)
+      if (static_cast<unsigned long>(fsinfo.f_type) == magic)
+        fail(ax::str(dir, " is on ", probe.string(), ", a ", name, " filesystem, which holds no files of a run"));
+  }
+  struct statvfs vfs {};
+  if (::statvfs(probe.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) fail(ax::str(dir, " is on a read-only filesystem (", probe.string(), ")"));
+  if (::access(probe.c_str(), W_OK | X_OK) != 0) fail(ax::str(dir, ": ", probe.string(), " is not writable by this user"));
+}
+
 // A fresh start into a directory holding anything would mix two runs (old checkpoints pruned among new ones,
 // a report over both): refused unless --overwrite says to replace it. Resuming continues what is there.
 void check_output_dir(const RunConfig& cfg, const std::string& resume_from, bool overwrite) {
@@ -189,6 +230,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   if (p.checkpoint.resume_from != "latest") p.checkpoint.resume_from = data::resolve_against(cfg.dir, p.checkpoint.resume_from);
 
   check_model_path(cfg);
+  check_output_dir_usable(cfg);
   check_dataset_entries(engine);
   check_kernel_lists(engine);
   check_optimizer(engine, p.train);
