@@ -4,6 +4,7 @@
 #include "axengine/engine.hpp"
 #include "axengine/op_spec.hpp"
 #include "axengine/strings.hpp"
+#include "axengine/training.hpp"
 #include "command.hpp"
 
 namespace {
@@ -37,7 +38,8 @@ int run_plugins(const std::vector<std::string>& args) {
   if (args.empty() || (args[0] != "list" && args[0] != "explain")) {
     if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
       std::cout << "usage: " << usage << "\n  list     plugins found, their providers, why any was refused\n"
-                << "  explain  op -> chosen backend for the config's device, and why others were passed over\n";
+                << "  explain  op -> chosen backend for each call the config's model makes (every op without\n"
+                << "           [model] path) on the config's device, and why others were passed over\n";
       return 0;
     }
     throw ax::UsageError("plugins: expected 'list' or 'explain' (usage: " + usage + ")");
@@ -53,7 +55,7 @@ int run_plugins(const std::vector<std::string>& args) {
   if (sub == "explain") {
     if (!vm.count("config")) throw ax::UsageError("plugins explain: --config FILE is required");
     auto engine = ax::Engine::start(vm["config"].as<std::string>(), sets);
-    std::cout << ax::format_resolution_table(engine->resolve_all(), engine->device);
+    std::cout << ax::explain_kernels(*engine);
     return 0;
   }
   ax::StartOptions start;  // without --config: every default (and the --set overrides)

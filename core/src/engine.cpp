@@ -9,6 +9,7 @@
 #include "axengine/kernel_op.hpp"
 #include "axengine/op_spec.hpp"
 #include "axengine/log.hpp"
+#include "axengine/model_check.hpp"
 #include "axengine/strings.hpp"
 #include "models/bnb_config.hpp"
 #include "models/hf_config.hpp"
@@ -60,11 +61,18 @@ bool prequantised(const ModelSection& m) {
 
 }  // namespace
 
+std::vector<Resolution> Engine::resolve_calls(const std::vector<OpCall>& calls, const std::string& quantize) const {
+  std::vector<Resolution> out;
+  for (const auto& c : calls) out.push_back(resolve_backend(registry, config.kernels, c.op, KernelQuery{device, dtype, c.format, c.layout}));
+  if (!quantize.empty()) out.push_back(resolve_quantizer(registry, KernelQuery{device, "", quantize, ""}));
+  return out;
+}
+
 std::vector<Resolution> Engine::resolve_all() const {
-  // What a model of this config asks for (models/decoder.cpp): linear.lora for lm_head (always dense) and for
-  // the projections in weight_format, moe.mlp in weight_format (ENK, the HF layout), and the quantizer that
-  // packs the base. moe.experts and dequant are left out: no model calls them (moe.mlp backends run their own
-  // expert kernels, every backend dequantises inside), and [kernels] refuses lists for them (config.cpp).
+  // No model to ask what it calls: every op a model may call, linear.lora dense (lm_head) and in weight_format,
+  // moe.mlp in weight_format (ENK, the HF layout), and the quantizer that packs the base. moe.experts and dequant
+  // are left out: no model calls them (moe.mlp backends run their own expert kernels, every backend dequantises
+  // inside), and [kernels] refuses lists for them (config.cpp).
   // A pre-quantised checkpoint holds nf4 projections under weight_format dense or nf4, and needs no quantizer.
   const bool stored_nf4 = config.model.weight_format == "dense" && prequantised(config.model);
   const std::string fmt = stored_nf4 ? "nf4" : config.model.weight_format;

@@ -14,6 +14,8 @@
 
 namespace ax {
 
+struct OpCall;  // model_check.hpp
+
 struct StartOptions {
   std::string config_file;                // "" = no file: every default, then the overrides
   std::vector<std::string> overrides;     // --set KEY=VALUE
@@ -38,8 +40,12 @@ class Engine {
   Registry registry;
   std::unique_ptr<PluginLoader> plugins;
 
-  // The resolution of every op a model of this config calls, per weight format it holds (linear.lora: dense
-  // for lm_head and model.weight_format for the rest), plus the quantizer when the format is not dense.
+  // The resolution of every call in a model's plan (ModelCheck::ops: op, weight format and layout, in this
+  // engine's compute dtype), then of the quantizer for `quantize` when it is not empty: what `validate`, `run`
+  // and `plugins explain` show and kernels.strict checks.
+  std::vector<Resolution> resolve_calls(const std::vector<OpCall>& calls, const std::string& quantize) const;
+  // Without a model to ask (a config naming none, a family without ModelFamilyCheck): every registered op, in
+  // the formats model.weight_format implies (linear.lora: dense and that format), plus the quantizer.
   std::vector<Resolution> resolve_all() const;
   std::shared_ptr<KernelSet> kernel_set() const;
 

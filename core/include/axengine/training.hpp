@@ -19,7 +19,8 @@ struct TrainOptions {
 // What a run writes into output_dir, relative to it: what --overwrite removes.
 std::vector<std::string> run_output_names();
 
-// Prints the kernel resolution table, runs check_run's checks, loads the model (+ LoRA), trains, prints the summary.
+// Runs check_run's checks, prints the kernel resolution table of the model's calls, loads the model (+ LoRA),
+// trains, prints the summary.
 void train_from_config(Engine& engine, const TrainOptions& options);
 
 // `axengine validate`: everything `run` checks before its first step — it is the same function run calls first —
@@ -28,6 +29,11 @@ void train_from_config(Engine& engine, const TrainOptions& options);
 // names, the checkpoint to resume. Throws UsageError / ConfigError naming the file and key (exit 2). Returns the
 // lines validate prints: what would run, and a note when run would stop on this machine (an arch override).
 std::vector<std::string> check_run(const Engine& engine, const TrainOptions& options);
+
+// `axengine plugins explain`: the kernel resolution table of every call the config's model makes (the plan
+// `validate` and kernels.strict check: op, weight format, layout), or of every op when the config names no model.
+// Throws UsageError for a model the run would refuse (its file and key named).
+std::string explain_kernels(const Engine& engine);
 
 // Tokenises every [[datasets]] entry into the prepared-data cache (what `run` would reuse) and reports it.
 void prepare_from_config(Engine& engine);

@@ -21,7 +21,8 @@
 // 5.0: Batch::input_ids_host and Batch::extras_host (host copies a device forward builds its tables from);
 //      to_device_async; ModelLoadOptions::expert_parallel and the ExpertComm interface (expert_parallel.hpp).
 // 6.0: Sample::materialise (a streamed sample's costly extras, made by the rank that trains it).
-#define AXENGINE_PLUGIN_ABI_MAJOR 6
+// 7.0: ModelCheck::ops holds OpCalls (op, weight format, layout) and ModelCheck::quantize is new (model_check.hpp).
+#define AXENGINE_PLUGIN_ABI_MAJOR 7
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

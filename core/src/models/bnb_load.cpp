@@ -74,13 +74,19 @@ BnbQuantState read_bnb_quant_state(const safetensors::Checkpoint& ckpt, const st
   return parse_bnb_quant_state(text, where);
 }
 
-ops::WeightTensor read_bnb_nf4(const safetensors::Checkpoint& ckpt, const std::string& key,
-                               const std::vector<int64_t>& shape, at::Tensor& nested_code) {
+BnbQuantState check_bnb_weight(const safetensors::Checkpoint& ckpt, const std::string& key, const std::vector<int64_t>& shape) {
   const BnbQuantState s = read_bnb_quant_state(ckpt, key);
   const std::string state = key + kStateNf4;
   if (s.shape != shape)
     throw UsageError(str(ckpt.file_of(state), ": tensor '", state, "' gives the weight shape ", shape_str(s.shape),
                          " but the model config implies ", shape_str(shape)));
+  ckpt.info(key);  // the packed codes themselves: missing names the tensor
+  return s;
+}
+
+ops::WeightTensor read_bnb_nf4(const safetensors::Checkpoint& ckpt, const std::string& key,
+                               const std::vector<int64_t>& shape, at::Tensor& nested_code) {
+  const BnbQuantState s = check_bnb_weight(ckpt, key, shape);
   const Fields f{ckpt, key};
   const int64_t n = s.numel(), nblocks = n / s.blocksize;  // parse_bnb_quant_state: n % blocksize == 0
   ops::WeightTensor w;

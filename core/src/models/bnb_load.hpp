@@ -21,6 +21,10 @@ std::vector<std::string> bnb_field_keys(const safetensors::Checkpoint& ckpt, con
 // The quant state JSON of packed weight `key`, parsed.
 BnbQuantState read_bnb_quant_state(const safetensors::Checkpoint& ckpt, const std::string& key);
 
+// Packed weight `key` against the logical `shape` the config implies, from its quant state (a small JSON
+// tensor) and the headers: what read_bnb_nf4 checks before it reads the packed fields. Returns the state.
+BnbQuantState check_bnb_weight(const safetensors::Checkpoint& ckpt, const std::string& key, const std::vector<int64_t>& shape);
+
 // Packed weight `key` as an nf4 WeightTensor on the CPU. `shape` is the logical shape the config implies.
 // The double-quant code is checked against ops::bnb_dynamic_map() and then shared: `nested_code` (undefined
 // at first) is set by the first double-quantised weight and given to every later one.

@@ -17,6 +17,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/bnb_load.hpp"
+#include "models/decoder_plan.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
@@ -42,74 +43,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return "[" + join(v, ", ") + "]";
 }
 
-// The weights in transformers 5 naming (fused experts), with shapes.
-std::vector<std::pair<std::string, std::vector<int64_t>>> internal_tensors(const HfConfig& c) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    std::string p = layer_prefix(i);
-    out.push_back({p + "input_layernorm.weight", {H}});
-    out.push_back({p + "post_attention_layernorm.weight", {H}});
-    out.push_back({p + "self_attn.q_proj.weight", {Hq * D, H}});
-    out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
-    out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
-    out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
-    if (c.qkv_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
-      out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
-      out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
-    }
-    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {D}});
-      out.push_back({p + "self_attn.k_norm.weight", {D}});
-    }
-    if (c.qk_norm_full) {
-      out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
-      out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
-    }
-    if (c.sandwich_norms) {
-      out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
-      out.push_back({p + "post_feedforward_layernorm.weight", {H}});
-    }
-    if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
-    if (c.is_gpt_oss()) {
-      gpt_oss_moe_tensors(c, p, out);
-    } else if (c.is_moe_layer(i)) {
-      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
-      out.push_back({p + "mlp.gate.weight", {E, H}});
-      out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
-      out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
-    } else {
-      const int64_t I = c.intermediate_size;
-      out.push_back({p + "mlp.gate_proj.weight", {I, H}});
-      out.push_back({p + "mlp.up_proj.weight", {I, H}});
-      out.push_back({p + "mlp.down_proj.weight", {H, I}});
-      if (c.mlp_bias) {
-        out.push_back({p + "mlp.gate_proj.bias", {I}});
-        out.push_back({p + "mlp.up_proj.bias", {I}});
-        out.push_back({p + "mlp.down_proj.bias", {H}});
-      }
-    }
-  }
-  out.push_back({"model.norm.weight", {H}});
-  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
-  return out;
-}
-
-// Per-expert key names as transformers save_pretrained writes them (the reverse of its conversion mapping).
-struct ExpertKeys {
-  std::string router, gate, up, down;  // with {e} left for the expert index
-};
-ExpertKeys expert_keys(const HfConfig& c, const std::string& p, bool block_sparse) {
-  if (c.model_type == "mixtral") {
-    std::string m = p + (block_sparse ? "block_sparse_moe." : "mlp.");
-    return {m + "gate.weight", m + "experts.{e}.w1.weight", m + "experts.{e}.w3.weight", m + "experts.{e}.w2.weight"};
-  }
-  return {p + "mlp.gate.weight", p + "mlp.experts.{e}.gate_proj.weight", p + "mlp.experts.{e}.up_proj.weight",
-          p + "mlp.experts.{e}.down_proj.weight"};
-}
 // Tokens per expert, int64 [E]. Not at::bincount: on CUDA it reads the largest index back to size its
 // output (a host sync per MoE layer); the counts are integers, so the sum is exact in any order.
 at::Tensor expert_counts(const at::Tensor& expert_idx, int64_t E) {
@@ -142,11 +75,6 @@ at::Tensor mrope_freqs(const at::Tensor& pos3, const at::Tensor& inv_freq, const
   return at::cat(parts, -1);
 }
 
-std::string with_expert(std::string pattern, int64_t e) {
-  auto pos = pattern.find("{e}");
-  return pattern.replace(pos, 3, std::to_string(e));
-}
-
 // Storage bytes of `ts`, each storage counted once (views and tied weights share one).
 int64_t tensor_bytes(const std::vector<at::Tensor>& ts) {
   std::set<const void*> seen;
@@ -162,49 +90,8 @@ std::string bytes_per_param(int64_t bytes, int64_t params) {
   return buf;
 }
 
-// The [model] weight keys against a pre-quantised checkpoint: unset ("dense", the default) or "nf4" takes it as
-// stored; "nf4" with quant keys that contradict it, or another format (a second quantisation), is an error.
-void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const std::string& source) {
-  auto yes = [](bool v) { return v ? "true" : "false"; };
-  if (p.format != "dense" && p.format != "nf4")
-    throw UsageError(str(source, ": the checkpoint is pre-quantised in nf4 (bitsandbytes); model.weight_format = \"",
-                         p.format, "\" would quantise it a second time. Leave weight_format unset (or \"nf4\") to use "
-                         "it as stored"));
-  if (p.format == "nf4" && p.double_quant != b.double_quant)
-    throw UsageError(str(source, ": quantization_config.bnb_4bit_use_double_quant is ", yes(b.double_quant),
-                         " but the config has model.double_quant = ", yes(p.double_quant),
-                         " (set it to match, or leave weight_format unset to take the checkpoint as stored)"));
-}
 
 }  // namespace
-
-std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& c) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  for (auto& [name, shape] : internal_tensors(c)) {
-    if (c.is_gpt_oss()) {  // fused experts under their own names; two of them transposed
-      out.push_back({name, gpt_oss_checkpoint_shape(name, shape)});
-      continue;
-    }
-    auto pos = name.find("mlp.experts.");
-    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
-    if (pos == std::string::npos && !router) {
-      out.push_back({name, shape});
-      continue;
-    }
-    std::string p = name.substr(0, name.find("mlp."));
-    ExpertKeys k = expert_keys(c, p, true);
-    const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
-    if (router) out.push_back({k.router, shape});
-    else if (name.find("gate_up_proj") != std::string::npos)
-      for (int64_t e = 0; e < E; ++e) {
-        out.push_back({with_expert(k.gate, e), {I, H}});
-        out.push_back({with_expert(k.up, e), {I, H}});
-      }
-    else
-      for (int64_t e = 0; e < E; ++e) out.push_back({with_expert(k.down, e), {H, I}});
-  }
-  return out;
-}
 
 DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                            std::shared_ptr<KernelSet> kernels, const WeightPolicy& policy,
@@ -212,31 +99,19 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     : cfg_(std::move(cfg)), dtype_(dtype), device_(device), kernels_(std::move(kernels)), ep_(std::move(expert_parallel)) {
   if (!kernels_) throw RuntimeError("DecoderModel: no KernelSet given");
   untie_stored_head(cfg_, ckpt);  // a stored head that differs from the embeddings is kept, as transformers does
+  // Every tensor against the config from the headers, as `validate` checks it, before anything is allocated.
+  check_checkpoint(cfg_, ckpt);
   init_expert_parallel();  // models/expert_parallel.cpp: ep_first_, ep_local_ (all experts without it)
   const auto tensors = internal_tensors(cfg_);
-  std::vector<std::string> modules;
-  for (const auto& [name, shape] : tensors)
-    if (is_projection(name)) modules.push_back(module_path(name));
-  const WeightPlan plan(policy, modules);
-  // A bitsandbytes 4-bit checkpoint (docs/weights.md, "Pre-quantised checkpoints") is taken as it is stored:
-  // its packed projections stay nf4 whatever the policy, and nothing else is packed at load.
+  const WeightPlan plan = weight_plan(cfg_, policy);
   const BnbConfig& bnb = cfg_.quant;
-  if (bnb.present) check_prequantised_policy(policy, bnb, cfg_.source);
   std::shared_ptr<ops::Quantizer> quantizer;
-  if (plan.format() != ops::WeightFormat::dense && !bnb.present) quantizer = kernels_->quantizer(policy.format);
+  if (!quantize_format(cfg_, plan).empty()) quantizer = kernels_->quantizer(quantize_format(cfg_, plan));
   std::set<std::string> used;
   at::Tensor nested_code, nested_code_dev;  // the double-quant code, one per checkpoint (on the CPU) and device
   // In the checkpoint's dtype on the device: a packed projection is quantised from exactly the stored values.
   auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
-    const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
-    if (!bnb.present && bnb_packed(ckpt, key))
-      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' is packed by bitsandbytes (it has a quant state) but ",
-                           cfg_.source, " has no bitsandbytes 4-bit quantization_config"));
-    if (info.shape != shape)
-      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ",
-                           cfg_.source, " implies ", shape_str(shape)));
-    if (!at::isFloatingType(info.scalar_type))
-      throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
+    check_tensor_header(cfg_, ckpt, key, shape);
     used.insert(key);
     return ckpt.get(key).to(device_);
   };
@@ -342,64 +217,42 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   };
   for (auto& [name, shape] : tensors) {
     layer_done_unless(layer_of(name));
-    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
-    bool experts = name.find("mlp.experts.") != std::string::npos;
-    if (cfg_.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK here
-      if (gpt_oss_transposed(name) && (ckpt.has(name + "_blocks") || ckpt.has(name + "_scales"))) {
-        if (!cfg_.mxfp4_experts)
-          throw UsageError(str(ckpt.source(), ": tensor '", name, "' is stored as MXFP4 blocks/scales but ", cfg_.source,
-                               " has no quantization_config with quant_method mxfp4"));
-        ops::WeightTensor q = read_gpt_oss_mxfp4(ckpt, name, shape, cfg_.source);  // packed, as stored
-        used.insert(name + "_blocks");
-        used.insert(name + "_scales");
-        hold_packed(name, std::move(q));
-        continue;
-      }
-      hold(name, local_experts(gpt_oss_from_checkpoint(name, take(name, gpt_oss_checkpoint_shape(name, shape)))), 0);
+    const TensorSource src = tensor_source(cfg_, ckpt, name, shape);  // the layout check_checkpoint checked
+    const bool experts = name.find("mlp.experts.") != std::string::npos;  // fused [E, ...]: this rank's share
+    if (src.mxfp4) {  // gpt_oss: packed, as stored
+      ops::WeightTensor q = read_gpt_oss_mxfp4(ckpt, name, shape, cfg_.source);
+      used.insert(name + "_blocks");
+      used.insert(name + "_scales");
+      hold_packed(name, std::move(q));
       continue;
     }
-    if (!router && !experts) {
-      if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
-      else hold(name, take(name, shape), 0);
+    if (src.bnb && !src.per_expert) {
+      hold_packed(name, read_packed(src.keys[0].first, shape));
       continue;
     }
-    std::string p = name.substr(0, name.find("mlp."));
-    // Fused (transformers 5 / converted) or per-expert (HF hub layout; Mixtral under block_sparse_moe).
-    bool block_sparse = cfg_.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
-    ExpertKeys k = expert_keys(cfg_, p, block_sparse);
-    if (router) {
-      if (bnb.present && bnb_packed(ckpt, k.router)) hold_packed(name, read_packed(k.router, shape));
-      else hold(name, take(k.router, shape), 0);
-      continue;
-    }
-    if (ckpt.has(name)) {
-      if (bnb.present && bnb_packed(ckpt, name)) hold_packed(name, read_packed(name, shape));
-      else hold(name, local_experts(take(name, shape)), 0);
-      continue;
-    }
-    const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size, H = cfg_.hidden_size;
-    // Per-expert weights packed by bitsandbytes: one nf4 weight of the fused shape, in the same order as the
-    // dense path stacks them (gate then up of each expert).
-    const std::string first = name.find("gate_up_proj") != std::string::npos ? with_expert(k.gate, 0) : with_expert(k.down, 0);
-    if (bnb.present && bnb_packed(ckpt, first)) {
+    if (src.bnb) {
+      // Per-expert weights packed by bitsandbytes: one nf4 weight of the fused shape, in the same order as the
+      // dense path stacks them (gate then up of each expert).
       std::vector<ops::WeightTensor> parts;
-      for (int64_t e = 0; e < E; ++e) {
-        if (name.find("gate_up_proj") != std::string::npos) {
-          parts.push_back(read_packed(with_expert(k.gate, e), {I, H}));
-          parts.push_back(read_packed(with_expert(k.up, e), {I, H}));
-        } else {
-          parts.push_back(read_packed(with_expert(k.down, e), {H, I}));
-        }
-      }
+      for (const auto& [key, key_shape] : src.keys) parts.push_back(read_packed(key, key_shape));
       hold_packed(name, concat_nf4(parts, shape, str(ckpt.source(), ": '", name, "'")));
       continue;
     }
-    std::vector<at::Tensor> parts;  // this rank's experts only (all of them without expert parallelism)
-    if (name.find("gate_up_proj") != std::string::npos) {
-      for (int64_t e = ep_first_; e < ep_first_ + ep_local_; ++e)
-        parts.push_back(at::cat({take(with_expert(k.gate, e), {I, H}), take(with_expert(k.up, e), {I, H})}, 0));
-    } else {
-      for (int64_t e = ep_first_; e < ep_first_ + ep_local_; ++e) parts.push_back(take(with_expert(k.down, e), {H, I}));
+    if (!src.per_expert) {
+      const auto& [key, key_shape] = src.keys[0];
+      at::Tensor t = take(key, key_shape);
+      if (src.transposed) t = gpt_oss_from_checkpoint(name, t);  // the expert matrices into ENK
+      hold(name, experts ? local_experts(std::move(t)) : std::move(t), 0);
+      continue;
+    }
+    // Per-expert dense weights: this rank's experts only (all of them without expert parallelism), each
+    // expert's keys (gate and up, or down) one after another in src.keys.
+    const int64_t per = static_cast<int64_t>(src.keys.size()) / cfg_.num_experts;
+    std::vector<at::Tensor> parts;
+    for (int64_t e = ep_first_; e < ep_first_ + ep_local_; ++e) {
+      std::vector<at::Tensor> pieces;
+      for (int64_t j = 0; j < per; ++j) pieces.push_back(take(src.keys[e * per + j].first, src.keys[e * per + j].second));
+      parts.push_back(per == 1 ? pieces[0] : at::cat(pieces, 0));
     }
     at::Tensor stacked = at::stack(parts, 0).contiguous();
     const int64_t part_bytes = tensor_bytes(parts);
@@ -435,13 +288,20 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
                   stats_.bytes, " bytes, peak ", stats_.peak_bytes, " while loading"));
     if (!stats_.kept.empty()) log::info(str("  kept in ", ops::dtype_name(dtype_), ": ", join(stats_.kept, ", ")));
   }
-  // Every (op, format) the projections need resolves now: kernels.strict fails the load, not a later step.
-  if (cfg_.attention_sinks) kernels_->get<ops::Attention>(ops::dtype_name(dtype_), "", "sinks");
-  for (const auto& [n, wt] : frozen_) {
-    const std::string fmt = ops::to_string(wt.format);
-    if (n.find("mlp.experts.") != std::string::npos) kernels_->get<ops::MoeMlp>(ops::dtype_name(dtype_), fmt, "ENK");
-    else kernels_->get<ops::LinearLora>(ops::dtype_name(dtype_), fmt);
+  // Every kernel call the model makes (decoder_plan.hpp: the plan validate, `plugins explain` and kernels.strict
+  // check) resolves now: a missing backend fails the load, not a later step. The plan comes from the formats
+  // check_checkpoint's headers predict; the ones held must be those, or validate checked another model.
+  std::map<std::string, ops::WeightFormat> held;
+  for (const auto& [n, wt] : frozen_) held[n] = wt.format;
+  const auto predicted = held_formats(cfg_, plan, ckpt);
+  if (held != predicted) {
+    std::vector<std::string> diff;
+    for (const auto& [n, f] : held)
+      if (!predicted.count(n) || predicted.at(n) != f)
+        diff.push_back(str(n, " held ", ops::to_string(f), ", predicted ", predicted.count(n) ? ops::to_string(predicted.at(n)) : "none"));
+    throw RuntimeError(str("DecoderModel: the formats held differ from held_formats (", join(diff, "; "), ")"));
   }
+  for (const auto& c : decoder_calls(cfg_, held)) kernels_->get_backend(c.op, ops::dtype_name(dtype_), c.format, c.layout);
 }
 
 const at::Tensor& DecoderModel::w(const std::string& name) const {
@@ -472,7 +332,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, co
 
 at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targets) {
   const ops::WeightTensor& head = projection("lm_head.weight");
-  if (!head.is_dense() || lora_.find("lm_head") || weights_.count("lm_head.bias")) return {};
+  if (!fused_loss_applies(head.format, lora_.find("lm_head") != nullptr, weights_.count("lm_head.bias") != 0)) return {};
   ops::LinearCeArgs a;
   a.h = h;
   a.weight = head.values;
@@ -614,13 +474,13 @@ std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::Scala
 }
 
 std::shared_ptr<ops::Attention> DecoderModel::attention_backend() {
-  if (!attention_chain_) attention_chain_ = attention_chain_of(*kernels_, dtype_, cfg_.attention_sinks ? "sinks" : "");
+  if (!attention_chain_) attention_chain_ = attention_chain_of(*kernels_, dtype_, attention_layout(cfg_));
   return attention_chain_;
 }
 
 at::Tensor DecoderModel::dense_mlp(int64_t i, const at::Tensor& x) {
   const std::string p = layer_prefix(i) + "mlp.";
-  if (cfg_.mlp_act == "gelu_pytorch_tanh")  // gemma3_text: gelu(gate) * up, plain ATen (no fused op for it)
+  if (!swiglu_mlp(cfg_))  // gemma3_text: gelu(gate) * up, plain ATen (no fused op for it)
     return linear(at::gelu(linear(x, p + "gate_proj"), "tanh") * linear(x, p + "up_proj"), p + "down_proj");
   ops::SwigluArgs a;
   a.gate = linear(x, p + "gate_proj");

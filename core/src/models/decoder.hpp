@@ -19,6 +19,7 @@
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
+#include "models/decoder_checkpoint.hpp"
 #include "models/hf_config.hpp"
 #include "models/layer_residency.hpp"
 #include "models/lora.hpp"
@@ -173,9 +174,6 @@ class DecoderModel : public Model, public CausalLmDecode {
 // fallbacks as one chain (ops::attention_chain). Callers keep it: the chain logs each fallback once.
 std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout);
 
-// The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
-// init-model and inspect).
-std::vector<std::pair<std::string, std::vector<int64_t>>> expected_checkpoint_tensors(const HfConfig& cfg);
 // Every place a LoRA adapter can go in a model of this config.
 std::vector<LoraSite> lora_sites(const HfConfig& cfg);
 

@@ -35,7 +35,9 @@ at::Tensor gpt_oss_to_checkpoint(const std::string& name, const at::Tensor& t);
 // transformers dequantises to [E, N, K] and transposes to its dense [E, K, N], so the packed tensors are
 // already in our ENK layout with blocks along K: exactly ops::WeightTensor's mxfp4 (axis 2, first element
 // in the low nibble). The codes are only reshaped to [E, N, K/2], never decoded. Shapes that disagree with
-// the config are a UsageError naming the tensor.
+// the config are a UsageError naming the tensor; check_gpt_oss_mxfp4 is that check alone (the headers).
+void check_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::string& source);
 ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name,
                                      const std::vector<int64_t>& shape, const std::string& source);
 

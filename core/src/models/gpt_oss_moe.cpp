@@ -59,8 +59,8 @@ std::string dims(const std::vector<int64_t>& s) {
 }
 }  // namespace
 
-ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name,
-                                     const std::vector<int64_t>& shape, const std::string& source) {
+void check_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::string& source) {
   const int64_t E = shape[0], N = shape[1], K = shape[2];
   const std::string bk = name + "_blocks", sk = name + "_scales";
   for (const auto& key : {bk, sk})
@@ -81,6 +81,13 @@ ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const 
                            " implies ", dims(want), " (", key == bk ? "[experts, rows, K/32 blocks, 16 bytes]"
                                                                      : "[experts, rows, K/32 blocks]", ")"));
   }
+}
+
+ops::WeightTensor read_gpt_oss_mxfp4(const safetensors::Checkpoint& ckpt, const std::string& name,
+                                     const std::vector<int64_t>& shape, const std::string& source) {
+  check_gpt_oss_mxfp4(ckpt, name, shape, source);
+  const int64_t E = shape[0], N = shape[1], K = shape[2];
+  const std::string bk = name + "_blocks", sk = name + "_scales";
   ops::WeightTensor w;
   w.format = ops::WeightFormat::mxfp4;
   w.shape = shape;

@@ -290,6 +290,22 @@ FamilyDefaults family_defaults(const std::string& t) {
   return {};  // llama
 }
 
+// Upper bounds on the sizes, checked before anything is sized by them (per-layer tables here, the tensor lists
+// of the checkpoint check): every shape product stays inside int64, and no per-layer loop runs 10^9 times.
+// The exact sizes are then checked against the checkpoint's tensors (models/decoder_checkpoint.hpp).
+void check_size_bounds(const HfConfig& c, const Reader& r) {
+  constexpr int64_t kMaxLayers = int64_t(1) << 16, kMaxDim = (int64_t(1) << 31) - 1;
+  if (c.num_layers > kMaxLayers)
+    throw r.bad("num_hidden_layers", str("is ", c.num_layers, ", more than ", kMaxLayers, " (no checkpoint has that many layers)"));
+  for (const auto& [key, v] : {std::pair{"vocab_size", c.vocab_size}, std::pair{"hidden_size", c.hidden_size},
+                               std::pair{"num_attention_heads", c.num_heads}, std::pair{"num_key_value_heads", c.num_kv_heads},
+                               std::pair{"head_dim", c.head_dim}, std::pair{"intermediate_size", c.intermediate_size},
+                               std::pair{"moe_intermediate_size", c.moe_intermediate_size},
+                               std::pair{c.model_type == "mixtral" || c.model_type == "gpt_oss" ? "num_local_experts" : "num_experts",
+                                         c.num_experts}})
+    if (v > kMaxDim) throw r.bad(key, str("is ", v, ", more than ", kMaxDim));
+}
+
 }  // namespace
 
 bool HfConfig::is_moe_layer(int64_t layer) const {
@@ -337,6 +353,7 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2 != 0) throw r.bad("head_dim", str("must be even for RoPE, got ", c.head_dim));
+  check_size_bounds(c, r);
   c.rms_norm_eps = r.number_or("rms_norm_eps", d.rms_norm_eps);
   // The config class's default_theta where the config gives none (transformers 5: MixtralConfig 1e6,
   // GptOssConfig 150000 and, with no rope keys at all, its default YaRN parameters).
@@ -476,6 +493,10 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   } else {
     c.quant = parse_bnb_config(j, source);
   }
+  check_size_bounds(c, r);  // the expert sizes, read since
+  // transformers divides by sqrt(mean(x²) + eps): eps <= 0 gives inf or NaN on an all-zero row (padding).
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+    throw r.bad("rms_norm_eps", str("must be a finite number > 0, got ", c.rms_norm_eps));
   if (c.rope.type == "dynamic" && c.head_dim <= 2)
     throw r.bad("head_dim", "must be > 2 for rope_type dynamic (its base exponent is d/(d-2))");
   // Defensive: parameters that pass each key's check must still give finite frequencies, or every forward is

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axengine/model.hpp"
+#include "axengine/model_check.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
@@ -60,6 +61,17 @@ struct VlConfig {
 // Throws UsageError naming `source` and the key (text keys as "text_config.<key>" when nested).
 VlConfig parse_qwen2_5_vl_config(const nlohmann::json& j, const std::string& source);
 
+// The checkpoint's language model under the names the qwen2 decoder reads (model.layers.*, ...: transformers 4
+// and 5.23's save_pretrained write those, transformers 5's module tree model.language_model.*), and its
+// vision tower under visual.* (from visual.* or model.visual.*).
+safetensors::Checkpoint vl_text_view(const safetensors::Checkpoint& ckpt);
+safetensors::Checkpoint vl_vision_view(const safetensors::Checkpoint& ckpt);
+// The tower's tensors (under `prefix`) against its config, from the headers: the block count first (so a config
+// claiming more blocks than stored is refused before anything is listed: check_vision_blocks), then each
+// tensor's presence, shape and dtype, with the messages the tower's load gives.
+void check_vision_blocks(const VisionConfig& v, const safetensors::Checkpoint& ckpt, const std::string& prefix);
+void check_vision_checkpoint(const VisionConfig& v, const safetensors::Checkpoint& ckpt, const std::string& prefix);
+
 // The image grids of a batch, on the host: image i has grid_thw[i] = {t, h, w} in patches.
 using Grids = std::vector<std::array<int64_t, 3>>;
 Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // validates shape, values, merge
@@ -90,6 +102,9 @@ class VisionTower {
   at::Tensor forward(const at::Tensor& pixel_values, const Grids& grids) const;
   const std::vector<std::pair<std::string, at::Tensor>>& weights() const { return named_; }  // checkpoint names
   const std::vector<std::string>& used_keys() const { return used_; }
+  // Every kernel call of forward (what the constructor resolves and the family's check lists): its linears
+  // (dense, with bias), RMSNorms, the window/full attention (non-causal, no sinks) and the SwiGLU MLP.
+  static std::vector<OpCall> calls();
 
  private:
   const at::Tensor& w(const std::string& name) const;

@@ -10,6 +10,7 @@
 #include "axengine/models.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/strings.hpp"
+#include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
 #include "models/qwen2_5_vl.hpp"
 
@@ -62,26 +63,22 @@ at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, co
   return out;
 }
 
-namespace {
-
 // Checkpoint layouts: transformers 4 (and 5.23's save_pretrained) writes model.layers.*, model.embed_tokens.*,
 // model.norm.*, lm_head.*, visual.*; transformers 5's module tree is model.language_model.*, model.visual.*.
-safetensors::Checkpoint text_view(const safetensors::Checkpoint& ckpt) {
+safetensors::Checkpoint vl_text_view(const safetensors::Checkpoint& ckpt) {
   return ckpt.renamed([](const std::string& n) -> std::optional<std::string> {
     if (n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0) return std::nullopt;
     if (n.rfind("model.language_model.", 0) == 0) return "model." + n.substr(21);
     return n;
   });
 }
-safetensors::Checkpoint vision_view(const safetensors::Checkpoint& ckpt) {
+safetensors::Checkpoint vl_vision_view(const safetensors::Checkpoint& ckpt) {
   return ckpt.renamed([](const std::string& n) -> std::optional<std::string> {
     if (n.rfind("visual.", 0) == 0) return n;
     if (n.rfind("model.visual.", 0) == 0) return n.substr(6);
     return std::nullopt;
   });
 }
-
-}  // namespace
 
 std::vector<LoraSite> Qwen25VlModel::vl_lora_sites(const HfConfig& text) {
   std::vector<LoraSite> sites = models::lora_sites(text);
@@ -92,12 +89,12 @@ std::vector<LoraSite> Qwen25VlModel::vl_lora_sites(const HfConfig& text) {
 Qwen25VlModel::Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                              std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
     : cfg_(std::move(cfg)), device_(device) {
-  safetensors::Checkpoint vis = vision_view(ckpt);
+  safetensors::Checkpoint vis = vl_vision_view(ckpt);
   vision_ = std::make_unique<VisionTower>(cfg_.vision, vis, "visual.", dtype, device, kernels);
   std::set<std::string> used(vision_->used_keys().begin(), vision_->used_keys().end());
   for (const auto& n : vis.names())
     if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the qwen2_5_vl vision tower"));
-  text_ = std::make_unique<DecoderModel>(cfg_.text, text_view(ckpt), dtype, device, std::move(kernels), weights);
+  text_ = std::make_unique<DecoderModel>(cfg_.text, vl_text_view(ckpt), dtype, device, std::move(kernels), weights);
 }
 
 ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
@@ -206,13 +203,19 @@ class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
   ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
     VlConfig cfg = parse_qwen2_5_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
     auto dtype = model_dtype(o);
-    safetensors::Checkpoint::open_dir(o.dir);
+    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+    // What the model's load checks and resolves, in its order: the tower, then the language model.
+    check_vision_checkpoint(cfg.vision, vl_vision_view(ckpt), "visual.");
+    const DecoderPlan text = plan_decoder(cfg.text, vl_text_view(ckpt), o.weights);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     ModelCheck out;
     out.family = "qwen2_5_vl";
     out.summary = str("qwen2_5_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
                       " blocks");
-    out.ops = {"linear.lora", "rms_norm", "swiglu", "attention"};
+    out.ops = text.calls;
+    for (const auto& c : VisionTower::calls()) out.ops.push_back(c);
+    out.ops = ordered_calls(std::move(out.ops));
+    out.quantize = text.quantize;
     if (o.lora) {
       refuse_vision_targets(*o.lora);
       out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, "qwen2", Qwen25VlModel::vl_lora_sites(cfg.text)).size());

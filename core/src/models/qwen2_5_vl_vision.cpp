@@ -5,6 +5,7 @@
 // square, get_vision_window_index), runs blocks with windowed attention (full attention over each image frame
 // at fullatt_block_indexes), merges each block's four patches into one token and restores the image order.
 #include <algorithm>
+#include <cctype>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -132,15 +133,44 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> vision_checkpoint_tens
   return want;
 }
 
-VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
-                         at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels)
-    : cfg_(cfg), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
-  for (const auto& [name, shape] : vision_checkpoint_tensors(cfg_)) {
+void check_vision_blocks(const VisionConfig& v, const safetensors::Checkpoint& ckpt, const std::string& prefix) {
+  // One past the highest index under <prefix>blocks.<i>. (a gap is a missing tensor, found by the tensor check).
+  int64_t present = 0;
+  const std::string head = prefix + "blocks.";
+  for (const auto& n : ckpt.names()) {
+    if (n.compare(0, head.size(), head) != 0) continue;
+    std::size_t k = head.size();
+    int64_t i = 0;
+    while (k < n.size() && std::isdigit(static_cast<unsigned char>(n[k])) && i < (int64_t(1) << 40)) i = i * 10 + (n[k++] - '0');
+    if (k > head.size() && k < n.size() && n[k] == '.') present = std::max(present, i + 1);
+  }
+  if (v.depth > present)
+    throw UsageError(str("'vision_config.depth' is ", v.depth, " but ", ckpt.source(), " holds ",
+                         present == 0 ? str("no vision block (no tensor under ", head, ")")
+                                      : str("vision blocks 0 to ", present - 1, " only (no tensor under ", head, present, ".)")));
+}
+
+void check_vision_checkpoint(const VisionConfig& v, const safetensors::Checkpoint& ckpt, const std::string& prefix) {
+  check_vision_blocks(v, ckpt, prefix);
+  for (const auto& [name, shape] : vision_checkpoint_tensors(v)) {
     const std::string key = prefix + name;
     const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
     if (info.shape != shape)
       throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", dims(info.shape), " but the vision config implies ", dims(shape)));
     if (!at::isFloatingType(info.scalar_type)) throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
+  }
+}
+
+std::vector<OpCall> VisionTower::calls() {
+  return {{"attention", "", ""}, {"linear.lora", "dense", ""}, {"rms_norm", "", ""}, {"swiglu", "", ""}};
+}
+
+VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
+                         at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels)
+    : cfg_(cfg), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
+  check_vision_checkpoint(cfg_, ckpt, prefix);
+  for (const auto& [name, shape] : vision_checkpoint_tensors(cfg_)) {
+    const std::string key = prefix + name;
     at::Tensor t = ckpt.get(key).to(device_, dtype_);
     used_.push_back(key);
     // The Conv3d with stride = kernel over exactly one patch is a matmul with the flattened kernel.
@@ -153,7 +183,7 @@ VisionTower::VisionTower(const VisionConfig& cfg, const safetensors::Checkpoint&
     named_.emplace_back(key, padded.is_same(use) ? t : unpadded(name, padded, cfg_.intermediate_size));
     weights_[name] = padded;
   }
-  kernels_->get<ops::Attention>(ops::dtype_name(dtype_));
+  for (const auto& c : calls()) kernels_->get_backend(c.op, ops::dtype_name(dtype_), c.format, c.layout);
 }
 
 const at::Tensor& VisionTower::w(const std::string& name) const {

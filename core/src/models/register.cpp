@@ -11,6 +11,7 @@
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/strings.hpp"
 #include "models/decoder.hpp"
+#include "models/decoder_plan.hpp"
 #include "models/qwen2_5_vl.hpp"
 
 namespace ax::models {
@@ -56,15 +57,17 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
   ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
     HfConfig cfg = parse_config(hf_config, o);
     auto dtype = parse_model_dtype(o);
-    safetensors::Checkpoint::open_dir(o.dir);
+    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+    // The checkpoint against the config, the weight plan, and every call DecoderModel will resolve and make
+    // (models/decoder_plan.hpp: what its constructor resolves too).
+    const DecoderPlan plan = plan_decoder(cfg, ckpt, o.weights);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     ModelCheck out;
     out.family = cfg.model_type;
     out.summary = str(cfg.model_type, ": ", cfg.num_layers, " layers, hidden ", cfg.hidden_size,
                       cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "");
-    // The ops DecoderModel's forward asks its KernelSet for.
-    out.ops = {"linear.lora", "norm_rope", "attention"};
-    if (cfg.num_experts > 0) out.ops.push_back("moe.mlp");  // the expert block (models/moe_mlp_block.cpp)
+    out.ops = plan.calls;
+    out.quantize = plan.quantize;
     if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, cfg.model_type, lora_sites(cfg)).size());
     if (!o.adapter_dir.empty())
       out.lora_modules = static_cast<int64_t>(load_peft(o.adapter_dir, cfg.model_type, lora_sites(cfg), *dtype, at::kCPU).modules.size());

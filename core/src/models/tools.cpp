@@ -203,6 +203,10 @@ std::string inspect_model_dir(const std::string& dir) {
     vl = models::parse_qwen2_5_vl_config(cfg_json, cfg_path);
   models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
   auto ckpt = safetensors::Checkpoint::open_dir(dir);
+  // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
+  // refused here, not listed.
+  models::check_checkpoint_sizes(c, vl ? models::vl_text_view(ckpt) : ckpt);
+  if (vl) models::check_vision_blocks(vl->vision, models::vl_vision_view(ckpt), "visual.");
   // A stored head that differs from the embeddings is what a load uses (models/tied_head.hpp).
   const std::string embed_key = vl && ckpt.has("model.language_model.embed_tokens.weight")
                                     ? "model.language_model.embed_tokens.weight" : "model.embed_tokens.weight";

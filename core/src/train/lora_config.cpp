@@ -19,7 +19,9 @@ void bind_lora(TableBinder& t, LoraConfig& c) {
   LoraSpec& s = c.spec;
   t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj or gate_proj/up_proj/down_proj)");
   t.bounded("r", s.r, 1, 4096, "adapter rank");
-  t.field("alpha", s.alpha, "scaling numerator: the update is (alpha / r) * B A");
+  // > 0: alpha = 0 scales the update and its gradients to zero (nothing would train); a negative alpha only flips
+  // the sign of B's updates, which peft does not check either but no recipe means.
+  t.positive("alpha", s.alpha, "scaling numerator (> 0): the update is (alpha / r) * B A");
   t.field("dropout", s.dropout, "dropout on the adapter's input while training (not on experts, as in peft)");
   t.field("rslora", s.rslora, "rank-stabilised scaling alpha / sqrt(r)");
   t.choice("dtype", s.dtype, {"fp32", "compute"}, "adapter weights in fp32 (mixed precision master weights) or in the compute dtype");

@@ -63,6 +63,12 @@ std::vector<std::string> check_run(const Engine& engine, const TrainOptions& opt
   return train::describe_plan(engine, train::plan_run(engine, options));
 }
 
+std::string explain_kernels(const Engine& engine) {
+  if (engine.config.model.path.empty()) return format_resolution_table(engine.resolve_all(), engine.device);
+  const ModelLoadOptions o = train::model_load_options(engine, train::read_lora_config(engine.config), train::read_train_config(engine.config));
+  return format_resolution_table(train::kernel_plan(engine, train::check_run_model(engine, o)), engine.device);
+}
+
 // Started by a launcher (torchrun, axengine launch; dist_config.hpp): this process joins the group as rank
 // RANK, on GPU LOCAL_RANK.
 std::unique_ptr<train::DistGroup> join_group(Engine& engine) {
@@ -83,7 +89,6 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
   auto group = join_group(engine);
   const bool writer = !group || group->rank() == 0;
-  if (writer) std::cout << format_resolution_table(engine.resolve_all(), engine.device) << std::flush;
 
   // Everything validate checks, before any weight is loaded; then nothing it found is read again. Rank 0
   // plans first (it tokenises into the prepared-data cache; the others then read it) and the others before
@@ -92,6 +97,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   train::RunPlan plan = train::plan_run(engine, options);
   if (group && writer) group->barrier();
   if (group) group->barrier();
+  if (writer) std::cout << format_resolution_table(plan.backends, engine.device) << std::flush;  // the model's calls
   log::info(data::describe(plan.data));
   if (plan.device_problem) throw UsageError(*plan.device_problem);
   // One writer per output_dir, from before anything is written into it (--overwrite's removal included) to the

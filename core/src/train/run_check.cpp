@@ -1,6 +1,9 @@
 #include "train/run_check.hpp"
 
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -116,13 +119,12 @@ void check_optimizer(const Engine& engine, const TrainConfig& train) {
   throw UsageError(ax::str(engine.config.file, ": train.optimizer \"", train.optimizer, "\" is not registered (known: ", join(names, ", "), ")"));
 }
 
-// The backend of every op the model calls, as selection will pick it for this device, dtype and weight format.
-// Nothing fitting is an error at start, strict or not (without strict, `reference` was tried and cannot serve
-// the query either, e.g. a weight format it lacks).
+// The backend of every call the model makes (its plan: op, weight format, layout), as selection will pick it
+// for this device and dtype. Nothing fitting is an error at start, strict or not (without strict, `reference`
+// was tried and cannot serve the query either, e.g. a weight format it lacks).
 std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& model) {
   std::vector<Resolution> out;
-  for (auto& r : engine.resolve_all()) {
-    if (!model.ops.empty() && std::find(model.ops.begin(), model.ops.end(), r.op) == model.ops.end()) continue;
+  for (auto& r : kernel_plan(engine, model)) {
     if (r.chosen.empty()) {
       std::vector<std::string> why;
       for (const auto& c : r.candidates) why.push_back(ax::str(c.backend, ": ", c.verdict));
@@ -134,6 +136,44 @@ std::vector<Resolution> check_backends(const Engine& engine, const ModelCheck& m
     out.push_back(std::move(r));
   }
   return out;
+}
+
+// run.output_dir must be a directory the run can create and write: not empty, no NUL (the C APIs would cut the
+// path there and write elsewhere), not an existing file, and under a writable, real filesystem (not /proc,
+// /sys and the like, where mkdir fails or writes mean something else). Checked on its nearest existing
+// ancestor, without creating anything.
+void check_output_dir_usable(const RunConfig& cfg) {
+  const std::string& dir = cfg.run.output_dir;
+  const toml::node* at = node_at(cfg, "run.output_dir");
+  auto fail = [&](const std::string& why) { config_fail(cfg.file, at, ax::str("run.output_dir ", why)); };
+  if (dir.empty()) fail("is empty (a directory for checkpoints, metrics.jsonl and report.html)");
+  if (dir.find('\0') != std::string::npos) fail(ax::str("contains a NUL byte (\"", dir.substr(0, dir.find('\0')), "\\0...\")"));
+  std::error_code ec;
+  fs::path probe = fs::path(dir);
+  while (!fs::exists(fs::symlink_status(probe, ec))) {
+    if (!probe.has_parent_path() || probe.parent_path() == probe) {
+      probe = ".";  // a relative path none of whose parts exists: created in the working directory
+      break;
+    }
+    probe = probe.parent_path();
+  }
+  if (!fs::is_directory(probe, ec))
+    fail(probe == fs::path(dir) ? ax::str(dir, " exists and is not a directory")
+                                : ax::str(dir, " cannot be created: ", probe.string(), " is not a directory"));
+  struct statfs fsinfo {};
+  if (::statfs(probe.c_str(), &fsinfo) == 0) {
+    // Kernel filesystems that hold no files of ours: mkdir fails there, or a write means something else.
+    static const std::pair<unsigned long, const char*> pseudo[] = {
+        {0x9fa0, "proc"}, {0x62656572, "sysfs"}, {0x27e0eb, "cgroup"}, {0x63677270, "cgroup2"}, {0x1cd1, "devpts"},
+        {0x64626720, "debugfs"}, {0x74726163, "tracefs"}, {0x73636673, "securityfs"}, {0x62656570, "configfs"},
+        {0xcafe4a11, "bpf"}, {0x6165676c, "pstore"}, {0xde5e81e4, "efivarfs"}, {0x42494e4d, "binfmt_misc"}};
+    for (const auto& [magic, name] : pseudo)
+      if (static_cast<unsigned long>(fsinfo.f_type) == magic)
+        fail(ax::str(dir, " is on ", probe.string(), ", a ", name, " filesystem, which holds no files of a run"));
+  }
+  struct statvfs vfs {};
+  if (::statvfs(probe.c_str(), &vfs) == 0 && (vfs.f_flag & ST_RDONLY)) fail(ax::str(dir, " is on a read-only filesystem (", probe.string(), ")"));
+  if (::access(probe.c_str(), W_OK | X_OK) != 0) fail(ax::str(dir, ": ", probe.string(), " is not writable by this user"));
 }
 
 // A fresh start into a directory holding anything would mix two runs (old checkpoints pruned among new ones,
@@ -175,6 +215,32 @@ void check_fp16_master_weights(const Engine& engine, const LoraConfig& lora) {
 
 }  // namespace
 
+ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train) {
+  const RunConfig& cfg = engine.config;
+  ModelLoadOptions o;
+  o.dir = cfg.model.path;
+  o.dtype = engine.dtype;
+  o.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
+  o.kernels = engine.kernel_set();
+  o.activation_checkpointing = train.activation_checkpointing;
+  o.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
+  if (lora.init_from.empty()) o.lora = lora.spec;
+  else o.adapter_dir = lora.init_from;
+  return o;
+}
+
+ModelCheck check_run_model(const Engine& engine, const ModelLoadOptions& options) {
+  try {
+    return check_model(engine.registry, options);
+  } catch (const UsageError& e) {
+    throw UsageError(ax::str(engine.config.file, ": ", e.what()));  // which run's model it is
+  }
+}
+
+std::vector<Resolution> kernel_plan(const Engine& engine, const ModelCheck& model) {
+  return model.ops.empty() ? engine.resolve_all() : engine.resolve_calls(model.ops, model.quantize);
+}
+
 RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   const RunConfig& cfg = engine.config;
   RunPlan p;
@@ -190,25 +256,15 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   if (p.checkpoint.resume_from != "latest") p.checkpoint.resume_from = data::resolve_against(cfg.dir, p.checkpoint.resume_from);
 
   check_model_path(cfg);
+  check_output_dir_usable(cfg);
   check_dataset_entries(engine);
   check_kernel_lists(engine);
   check_optimizer(engine, p.train);
   check_init_from(cfg, p.lora, engine.dtype);
   check_fp16_master_weights(engine, p.lora);
 
-  p.model.dir = cfg.model.path;
-  p.model.dtype = engine.dtype;
-  p.model.device = engine.device.is_cuda() ? ax::str("cuda:", engine.device.index) : "cpu";
-  p.model.kernels = engine.kernel_set();
-  p.model.activation_checkpointing = p.train.activation_checkpointing;
-  p.model.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
-  if (p.lora.init_from.empty()) p.model.lora = p.lora.spec;
-  else p.model.adapter_dir = p.lora.init_from;
-  try {
-    p.model_check = check_model(engine.registry, p.model);
-  } catch (const UsageError& e) {
-    throw UsageError(ax::str(cfg.file, ": ", e.what()));  // which run's model it is
-  }
+  p.model = model_load_options(engine, p.lora, p.train);
+  p.model_check = check_run_model(engine, p.model);
   p.backends = check_backends(engine, p.model_check);
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);

@@ -44,6 +44,15 @@ struct RunPlan {
   std::optional<std::string> device_problem;
 };
 
+// What load_model gets for this run's model: the config's model dir, the engine's dtype, device and kernels,
+// the weight policy, and the LoRA spec (or the adapter lora.init_from continues).
+ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train);
+// check_model for the run's model, its errors prefixed with the run config's file.
+ModelCheck check_run_model(const Engine& engine, const ModelLoadOptions& options);
+// The resolution of every call in the model's plan (ModelCheck::ops and the quantizer), or of every op when the
+// plan is unknown (a family without ModelFamilyCheck).
+std::vector<Resolution> kernel_plan(const Engine& engine, const ModelCheck& model);
+
 // Every check, in the order run meets them. Throws UsageError / ConfigError naming the file and key (exit 2).
 RunPlan plan_run(const Engine& engine, const TrainOptions& options);
 

@@ -1,6 +1,8 @@
 #include "train/train_config.hpp"
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "axengine/strings.hpp"
 #include "train/optimizers.hpp"
@@ -29,6 +31,13 @@ void bind_train(TableBinder& t, TrainConfig& c) {
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
   t.field("tensorboard", c.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars) into output_dir");
   t.bounded("cpu_threads", c.cpu_threads, 0, 4096, "intra-op CPU threads (0 = LibTorch's default); more than the cores this process may use is clamped to them, with a warning; small models on busy machines run fastest with 1");
+  // The optimizer applies these to fp32 (or narrower) parameters as scalars of their dtype: beyond a float's
+  // range c10 refuses the conversion in the first step, naming no key.
+  for (const auto& [key, v] : {std::pair{"lr", c.lr}, std::pair{"weight_decay", c.weight_decay}})
+    if (std::abs(v) > std::numeric_limits<float>::max())
+      t.fail(t.table() ? t.table()->get(key) : nullptr,
+             ax::str("'train.", key, "' is ", v, ", beyond what a float holds (", std::numeric_limits<float>::max(),
+                     "): the optimizer steps in fp32"));
   if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) t.fail(t.table() ? t.table()->get("min_lr_ratio") : nullptr, "'train.min_lr_ratio' must be in [0, 1]");
   if (c.weight_decay < 0) t.fail(t.table() ? t.table()->get("weight_decay") : nullptr, "'train.weight_decay' must be >= 0");
   if (c.max_grad_norm < 0) t.fail(t.table() ? t.table()->get("max_grad_norm") : nullptr, "'train.max_grad_norm' must be >= 0");

@@ -11,9 +11,13 @@
 #include <axengine/builtins.hpp>
 #include <axengine/ops/attention.hpp>
 #include <axengine/ops/dequant.hpp>
+#include <axengine/ops/linear_ce.hpp>
 #include <axengine/ops/linear_lora.hpp>
 #include <axengine/ops/moe_experts.hpp>
+#include <axengine/ops/moe_mlp.hpp>
 #include <axengine/ops/norm_rope.hpp>
+#include <axengine/ops/rms_norm.hpp>
+#include <axengine/ops/swiglu.hpp>
 #include <axengine/plugin.hpp>
 
 namespace axtest {
@@ -69,6 +73,38 @@ struct LinearLoraWrap : ax::ops::LinearLora {
   at::Tensor run_forward(const ax::ops::LinearLoraArgs& a) override { return reference<LinearLora>()->forward(a); }
   ax::ops::LinearLoraGrads run_backward(const ax::ops::LinearLoraArgs& a, const ax::ops::LinearLoraBackwardArgs& b) override {
     return reference<LinearLora>()->backward(a, b);
+  }
+};
+
+struct RmsNormWrap : ax::ops::RmsNorm {
+ protected:
+  ax::ops::RmsNormResult run_forward(const ax::ops::RmsNormArgs& a) override { return reference<RmsNorm>()->forward(a); }
+  ax::ops::RmsNormGrads run_backward(const ax::ops::RmsNormArgs& a, const ax::ops::RmsNormBackwardArgs& b) override {
+    return reference<RmsNorm>()->backward(a, b);
+  }
+};
+
+struct SwigluWrap : ax::ops::Swiglu {
+ protected:
+  at::Tensor run_forward(const ax::ops::SwigluArgs& a) override { return reference<Swiglu>()->forward(a); }
+  ax::ops::SwigluGrads run_backward(const ax::ops::SwigluArgs& a, const ax::ops::SwigluBackwardArgs& b) override {
+    return reference<Swiglu>()->backward(a, b);
+  }
+};
+
+struct LinearCeWrap : ax::ops::LinearCe {
+ protected:
+  ax::ops::LinearCeResult run_forward(const ax::ops::LinearCeArgs& a) override { return reference<LinearCe>()->forward(a); }
+  at::Tensor run_backward(const ax::ops::LinearCeArgs& a, const ax::ops::LinearCeBackwardArgs& b) override {
+    return reference<LinearCe>()->backward(a, b);
+  }
+};
+
+struct MoeMlpWrap : ax::ops::MoeMlp {
+ protected:
+  ax::ops::MoeMlpResult run_forward(const ax::ops::MoeMlpArgs& a) override { return reference<MoeMlp>()->forward(a); }
+  ax::ops::MoeMlpGrads run_backward(const ax::ops::MoeMlpArgs& a, const ax::ops::MoeMlpBackwardArgs& b) override {
+    return reference<MoeMlp>()->backward(a, b);
   }
 };
 

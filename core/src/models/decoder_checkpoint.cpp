@@ -1,0 +1,305 @@
+#include "models/decoder_checkpoint.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <tuple>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+#include "models/bnb_load.hpp"
+#include "models/gpt_oss.hpp"
+
+namespace ax::models {
+
+namespace {
+
+std::string layer_prefix(int64_t i) { return str("model.layers.", i, "."); }
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::vector<std::string> v;
+  for (auto d : s) v.push_back(std::to_string(d));
+  return "[" + join(v, ", ") + "]";
+}
+
+// The shape of plain 2-dim tensor `key` where the checkpoint holds one (a packed or missing one: null; the
+// tensor walk reports those).
+const std::vector<int64_t>* matrix(const HfConfig& c, const safetensors::Checkpoint& ckpt, const std::string& key) {
+  if (!ckpt.has(key) || (c.quant.present && bnb_packed(ckpt, key))) return nullptr;
+  const auto& s = ckpt.info(key).shape;
+  return s.size() == 2 ? &s : nullptr;
+}
+
+// The [model] weight keys against a pre-quantised checkpoint: unset ("dense", the default) or "nf4" takes it as
+// stored; "nf4" with quant keys that contradict it, or another format (a second quantisation), is an error.
+void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const std::string& source) {
+  auto yes = [](bool v) { return v ? "true" : "false"; };
+  if (p.format != "dense" && p.format != "nf4")
+    throw UsageError(str(source, ": the checkpoint is pre-quantised in nf4 (bitsandbytes); model.weight_format = \"",
+                         p.format, "\" would quantise it a second time. Leave weight_format unset (or \"nf4\") to use "
+                         "it as stored"));
+  if (p.format == "nf4" && p.double_quant != b.double_quant)
+    throw UsageError(str(source, ": quantization_config.bnb_4bit_use_double_quant is ", yes(b.double_quant),
+                         " but the config has model.double_quant = ", yes(p.double_quant),
+                         " (set it to match, or leave weight_format unset to take the checkpoint as stored)"));
+}
+
+}  // namespace
+
+TensorShapes internal_tensors(const HfConfig& c) {
+  TensorShapes out;
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = layer_prefix(i);
+    out.push_back({p + "input_layernorm.weight", {H}});
+    out.push_back({p + "post_attention_layernorm.weight", {H}});
+    out.push_back({p + "self_attn.q_proj.weight", {Hq * D, H}});
+    out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
+    out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
+    out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
+      out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
+      out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
+    }
+    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {D}});
+      out.push_back({p + "self_attn.k_norm.weight", {D}});
+    }
+    if (c.qk_norm_full) {
+      out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
+      out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
+    }
+    if (c.sandwich_norms) {
+      out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
+      out.push_back({p + "post_feedforward_layernorm.weight", {H}});
+    }
+    if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
+    if (c.is_gpt_oss()) {
+      gpt_oss_moe_tensors(c, p, out);
+    } else if (c.is_moe_layer(i)) {
+      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
+      out.push_back({p + "mlp.gate.weight", {E, H}});
+      out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
+      out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
+    } else {
+      const int64_t I = c.intermediate_size;
+      out.push_back({p + "mlp.gate_proj.weight", {I, H}});
+      out.push_back({p + "mlp.up_proj.weight", {I, H}});
+      out.push_back({p + "mlp.down_proj.weight", {H, I}});
+      if (c.mlp_bias) {
+        out.push_back({p + "mlp.gate_proj.bias", {I}});
+        out.push_back({p + "mlp.up_proj.bias", {I}});
+        out.push_back({p + "mlp.down_proj.bias", {H}});
+      }
+    }
+  }
+  out.push_back({"model.norm.weight", {H}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
+  return out;
+}
+
+
+ExpertKeys expert_keys(const HfConfig& c, const std::string& p, bool block_sparse) {
+  if (c.model_type == "mixtral") {
+    std::string m = p + (block_sparse ? "block_sparse_moe." : "mlp.");
+    return {m + "gate.weight", m + "experts.{e}.w1.weight", m + "experts.{e}.w3.weight", m + "experts.{e}.w2.weight"};
+  }
+  return {p + "mlp.gate.weight", p + "mlp.experts.{e}.gate_proj.weight", p + "mlp.experts.{e}.up_proj.weight",
+          p + "mlp.experts.{e}.down_proj.weight"};
+}
+
+std::string with_expert(std::string pattern, int64_t e) {
+  auto pos = pattern.find("{e}");
+  return pattern.replace(pos, 3, std::to_string(e));
+}
+
+TensorShapes expected_checkpoint_tensors(const HfConfig& c) {
+  TensorShapes out;
+  for (auto& [name, shape] : internal_tensors(c)) {
+    if (c.is_gpt_oss()) {  // fused experts under their own names; two of them transposed
+      out.push_back({name, gpt_oss_checkpoint_shape(name, shape)});
+      continue;
+    }
+    auto pos = name.find("mlp.experts.");
+    bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
+    if (pos == std::string::npos && !router) {
+      out.push_back({name, shape});
+      continue;
+    }
+    std::string p = name.substr(0, name.find("mlp."));
+    ExpertKeys k = expert_keys(c, p, true);
+    const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+    if (router) out.push_back({k.router, shape});
+    else if (name.find("gate_up_proj") != std::string::npos)
+      for (int64_t e = 0; e < E; ++e) {
+        out.push_back({with_expert(k.gate, e), {I, H}});
+        out.push_back({with_expert(k.up, e), {I, H}});
+      }
+    else
+      for (int64_t e = 0; e < E; ++e) out.push_back({with_expert(k.down, e), {H, I}});
+  }
+  return out;
+}
+
+TensorSource tensor_source(const HfConfig& c, const safetensors::Checkpoint& ckpt, const std::string& name,
+                           const std::vector<int64_t>& shape) {
+  TensorSource s;
+  const bool router = ends_with(name, "mlp.gate.weight");
+  const bool experts = name.find("mlp.experts.") != std::string::npos;
+  if (c.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK at load
+    s.transposed = gpt_oss_transposed(name);
+    s.mxfp4 = s.transposed && (ckpt.has(name + "_blocks") || ckpt.has(name + "_scales"));
+    s.keys = {{name, s.mxfp4 ? shape : gpt_oss_checkpoint_shape(name, shape)}};
+    return s;
+  }
+  if (!router && !experts) {
+    s.keys = {{name, shape}};
+    s.bnb = c.quant.present && bnb_packed(ckpt, name);
+    return s;
+  }
+  // Fused (transformers 5 / converted) or per-expert (HF hub layout; Mixtral under block_sparse_moe).
+  const std::string p = name.substr(0, name.find("mlp."));
+  const bool block_sparse = c.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
+  const ExpertKeys k = expert_keys(c, p, block_sparse);
+  const std::string key = router ? k.router : name;
+  if (router || ckpt.has(name)) {
+    s.keys = {{key, shape}};
+    s.bnb = c.quant.present && bnb_packed(ckpt, key);
+    return s;
+  }
+  s.per_expert = true;
+  const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  const bool gate_up = name.find("gate_up_proj") != std::string::npos;
+  for (int64_t e = 0; e < E; ++e) {
+    if (gate_up) {
+      s.keys.push_back({with_expert(k.gate, e), {I, H}});
+      s.keys.push_back({with_expert(k.up, e), {I, H}});
+    } else {
+      s.keys.push_back({with_expert(k.down, e), {H, I}});
+    }
+  }
+  s.bnb = c.quant.present && bnb_packed(ckpt, s.keys.front().first);
+  return s;
+}
+
+void check_tensor_header(const HfConfig& c, const safetensors::Checkpoint& ckpt, const std::string& key,
+                         const std::vector<int64_t>& shape) {
+  const auto& info = ckpt.info(key);  // throws naming the checkpoint and tensor
+  if (!c.quant.present && bnb_packed(ckpt, key))
+    throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' is packed by bitsandbytes (it has a quant state) but ",
+                         c.source, " has no bitsandbytes 4-bit quantization_config"));
+  if (info.shape != shape)
+    throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ", c.source,
+                         " implies ", shape_str(shape)));
+  if (!at::isFloatingType(info.scalar_type))
+    throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
+}
+
+void check_checkpoint_sizes(const HfConfig& c, const safetensors::Checkpoint& ckpt) {
+  // Layers: one past the highest index under model.layers.<i>. (a gap is a missing tensor, found later).
+  int64_t present = 0;
+  static const std::string head = "model.layers.";
+  for (const auto& n : ckpt.names()) {
+    if (n.compare(0, head.size(), head) != 0) continue;
+    std::size_t k = head.size();
+    int64_t i = 0;
+    while (k < n.size() && std::isdigit(static_cast<unsigned char>(n[k])) && i < (int64_t(1) << 40)) i = i * 10 + (n[k++] - '0');
+    if (k > head.size() && k < n.size() && n[k] == '.') present = std::max(present, i + 1);
+  }
+  if (c.num_layers > present)
+    throw UsageError(str(c.source, ": 'num_hidden_layers' is ", c.num_layers, " but ", ckpt.source(), " holds ",
+                         present == 0 ? std::string("no layer (no tensor under model.layers.)")
+                                      : str("layers 0 to ", present - 1, " only (no tensor under model.layers.", present, ".)")));
+  const std::string embed = "model.embed_tokens.weight";
+  if (const auto* s = matrix(c, ckpt, embed)) {
+    if ((*s)[0] != c.vocab_size)
+      throw UsageError(str(c.source, ": 'vocab_size' is ", c.vocab_size, " but ", ckpt.file_of(embed), ": tensor '", embed,
+                           "' has ", (*s)[0], " rows"));
+    if ((*s)[1] != c.hidden_size)
+      throw UsageError(str(c.source, ": 'hidden_size' is ", c.hidden_size, " but ", ckpt.file_of(embed), ": tensor '", embed,
+                           "' has ", (*s)[1], " columns"));
+  }
+  // Heads × head_dim: the rows of layer 0's q and k projections.
+  for (const auto& [proj, heads, key] : {std::tuple{"q_proj", c.num_heads, "num_attention_heads"},
+                                         std::tuple{"k_proj", c.num_kv_heads, "num_key_value_heads"}}) {
+    const std::string name = layer_prefix(0) + "self_attn." + proj + ".weight";
+    const auto* s = matrix(c, ckpt, name);
+    // [rows, hidden] with other rows: the heads or head_dim; another shape is the tensor's fault (the walk says).
+    if (!s || (*s)[1] != c.hidden_size || (*s)[0] == heads * c.head_dim) continue;
+    throw UsageError(str(c.source, ": '", key, "' x 'head_dim' is ", heads, " x ", c.head_dim, " = ", heads * c.head_dim,
+                         " but ", ckpt.file_of(name), ": tensor '", name, "' has ", (*s)[0], " rows",
+                         (*s)[0] % heads == 0 ? str(" (head_dim ", (*s)[0] / heads, "?)") : std::string()));
+  }
+  // Experts: the router rows of the first MoE layer.
+  for (int64_t i = 0; i < c.num_layers && c.num_experts > 0; ++i) {
+    if (!c.is_gpt_oss() && !c.is_moe_layer(i)) continue;
+    const std::string p = layer_prefix(i);
+    const std::string router = c.is_gpt_oss() ? p + "mlp.router.weight" : tensor_source(c, ckpt, p + "mlp.gate.weight", {}).keys[0].first;
+    if (const auto* s = matrix(c, ckpt, router); s && (*s)[0] != c.num_experts)
+      throw UsageError(str(c.source, ": '", c.model_type == "mixtral" || c.is_gpt_oss() ? "num_local_experts" : "num_experts",
+                           "' is ", c.num_experts, " but ", ckpt.file_of(router), ": tensor '", router, "' (the router) has ",
+                           (*s)[0], " rows"));
+    break;
+  }
+}
+
+void check_checkpoint(const HfConfig& c, const safetensors::Checkpoint& ckpt) {
+  check_checkpoint_sizes(c, ckpt);
+  for (const auto& [name, shape] : internal_tensors(c)) {
+    const TensorSource s = tensor_source(c, ckpt, name, shape);
+    if (s.mxfp4) {
+      if (!c.mxfp4_experts)
+        throw UsageError(str(ckpt.source(), ": tensor '", name, "' is stored as MXFP4 blocks/scales but ", c.source,
+                             " has no quantization_config with quant_method mxfp4"));
+      check_gpt_oss_mxfp4(ckpt, name, shape, c.source);
+      continue;
+    }
+    if (s.bnb) {  // the logical shape from each quant state (a few bytes of JSON), the packed fields by name
+      for (const auto& [key, key_shape] : s.keys) check_bnb_weight(ckpt, key, key_shape);
+      continue;
+    }
+    for (const auto& [key, key_shape] : s.keys) check_tensor_header(c, ckpt, key, key_shape);
+  }
+}
+
+WeightPlan weight_plan(const HfConfig& c, const WeightPolicy& policy) {
+  std::vector<std::string> modules;
+  for (const auto& [name, shape] : internal_tensors(c))
+    if (is_projection(name)) modules.push_back(module_path(name));
+  WeightPlan plan(policy, modules);
+  // A bitsandbytes 4-bit checkpoint (docs/weights.md, "Pre-quantised checkpoints") is taken as it is stored:
+  // its packed projections stay nf4 whatever the policy, and nothing else is packed at load.
+  if (c.quant.present) check_prequantised_policy(policy, c.quant, c.source);
+  return plan;
+}
+
+std::map<std::string, ops::WeightFormat> held_formats(const HfConfig& c, const WeightPlan& plan,
+                                                      const safetensors::Checkpoint& ckpt) {
+  std::map<std::string, ops::WeightFormat> out;
+  out["lm_head.weight"] = ops::WeightFormat::dense;  // by policy; the embeddings when tied; dequantised when packed
+  for (const auto& [name, shape] : internal_tensors(c)) {
+    if (!is_projection(name) || name == "lm_head.weight") continue;
+    const TensorSource s = tensor_source(c, ckpt, name, shape);
+    if (s.bnb || s.mxfp4) {  // as stored, unless skip_modules keeps it dense (dequantised at load)
+      bool skip = false;
+      for (const auto& entry : plan.policy().skip_modules) skip = skip || skip_entry_matches(module_path(name), entry);
+      out[name] = skip ? ops::WeightFormat::dense : s.mxfp4 ? ops::WeightFormat::mxfp4 : ops::WeightFormat::nf4;
+      continue;
+    }
+    // Stored dense: packed at load where the plan admits it; a pre-quantised checkpoint packs nothing more.
+    std::string why;
+    plan.spec_for(name, shape, why);
+    out[name] = why.empty() && !c.quant.present ? plan.format() : ops::WeightFormat::dense;
+  }
+  return out;
+}
+
+}  // namespace ax::models
