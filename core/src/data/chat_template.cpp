@@ -18,12 +18,12 @@
 
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "data/types.hpp"
-#include "input_file.hpp"
 
 namespace ax::data {
 namespace {
