@@ -12,7 +12,8 @@ debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
       libboost1.74-dev libboost-program-options1.74-dev libboost-filesystem1.74-dev libboost-system1.74-dev
       libtomlplusplus-dev libspdlog-dev libfmt-dev doctest-dev libtbb-dev
       nlohmann-json3-dev libpcre2-dev libutf8proc-dev libxxhash-dev
-      libjpeg62-turbo-dev libpng-dev libwebp-dev)  # the last three: the mm_cpt plugin's image codecs
+      libjpeg62-turbo-dev libpng-dev libwebp-dev  # the mm_cpt plugin's image codecs
+      libedit-dev)                                # axengine chat's line editing on a terminal
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

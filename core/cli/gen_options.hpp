@@ -22,6 +22,11 @@ inline void add_generation_options(boost::program_options::options_description& 
       "seed", po::value<uint64_t>()->default_value(0), "sampling seed (prompt or turn i uses seed + i)")(
       "stop", po::value<std::vector<std::string>>()->composing(),
       "stop string (repeatable): the answer ends where its text contains one, which is cut from it")(
+      "template-kwargs", po::value<std::vector<std::string>>()->composing(),
+      "chat template variables: a JSON object or key=value, repeatable (e.g. enable_thinking=false); default: "
+      "the training run's template_kwargs when --adapter (or a merged --model) records them")(
+      "max-prompt-tokens", po::value<int64_t>()->default_value(0),
+      "longest prompt accepted, in tokens (a chat: the whole conversation); 0 = the model's max_position_embeddings")(
       "device", po::value<std::string>(), "cpu or cuda (default: CUDA when available)")(
       "dtype", po::value<std::string>(), "compute dtype: fp32, bf16, fp16 (default: bf16 on CUDA, fp32 on CPU)")(
       "config,c", po::value<std::string>(), "a run config: its plugins, [kernels] and [device] tables apply")(
@@ -42,6 +47,8 @@ inline GenerationJob generation_job(const std::string& command, const boost::pro
   j.sampling.top_k = vm["top-k"].as<int64_t>();
   j.sampling.seed = vm["seed"].as<uint64_t>();
   if (vm.count("stop")) j.stop = vm["stop"].as<std::vector<std::string>>();
+  if (vm.count("template-kwargs")) j.template_kwargs = ax::parse_template_kwargs(vm["template-kwargs"].as<std::vector<std::string>>());
+  j.max_prompt_tokens = vm["max-prompt-tokens"].as<int64_t>();
   if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
   if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
   if (vm.count("device")) start.overrides.push_back("device.type=" + vm["device"].as<std::string>());

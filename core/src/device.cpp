@@ -47,6 +47,19 @@ std::optional<PhysicalGpu> physical_gpu(int index) {
   return PhysicalGpu{p.major * 10 + p.minor, p.name};
 }
 
+std::optional<std::uint64_t> gpu_total_memory(int index) {
+  if (!at::hasCUDA()) return std::nullopt;  // also starts the runtime, which initialises the driver
+  using GetFn = int (*)(int*, int);
+  using MemFn = int (*)(std::size_t*, int);
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  auto get = reinterpret_cast<GetFn>(driver ? dlsym(driver, "cuDeviceGet") : nullptr);
+  auto mem = reinterpret_cast<MemFn>(driver ? dlsym(driver, "cuDeviceTotalMem_v2") : nullptr);
+  int dev = 0;
+  std::size_t bytes = 0;
+  if (!get || !mem || get(&dev, index) != 0 || mem(&bytes, dev) != 0) return std::nullopt;
+  return bytes;
+}
+
 std::optional<std::string> run_device_problem(const DeviceInfo& device, const std::string& type) {
   if (!device.is_cuda() || device.arch_source == "detected") return std::nullopt;
   const std::string asked = device.arch_source == "AXENGINE_ARCH" ? str("AXENGINE_ARCH=", ax::arch_name(device.arch))

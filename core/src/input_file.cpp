@@ -1,4 +1,4 @@
-#include "input_file.hpp"
+#include "axengine/input_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -24,7 +24,8 @@ const char* kind_of(mode_t mode) {
 }
 
 UsageError not_regular(const std::string& path, const std::string& what, mode_t mode) {
-  return UsageError(str(path, ": not a regular file (", kind_of(mode), ")", what.empty() ? "" : "; expected a ", what));
+  const bool vowel = !what.empty() && std::strchr("aeiou", what[0]) != nullptr;
+  return UsageError(str(path, ": not a regular file (", kind_of(mode), ")", what.empty() ? "" : vowel ? "; expected an " : "; expected a ", what));
 }
 
 UsageError cannot_open(const std::string& path, const std::string& what, int err) {

@@ -18,9 +18,9 @@
 
 #include "axengine/crash_point.hpp"
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
-#include "input_file.hpp"
 
 namespace ax::safetensors {
 namespace fs = std::filesystem;

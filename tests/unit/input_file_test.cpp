@@ -17,12 +17,12 @@
 #include "axengine/config.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/models.hpp"
 #include "axengine/plugin_loader.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/safetensors.hpp"
 #include "data/jsonl.hpp"
-#include "input_file.hpp"
 #include "test_util.hpp"
 #include "tiny_model.hpp"
 

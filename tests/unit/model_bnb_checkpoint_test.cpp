@@ -19,6 +19,7 @@
 #include "axengine/safetensors.hpp"
 #include "axengine/selection.hpp"
 #include "models/bnb_load.hpp"
+#include "models/training_record.hpp"
 #include "unit/test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -359,5 +360,33 @@ TEST_CASE("bnb checkpoint: a run's kernel plan asks for nf4 kernels and no quant
   }
   CHECK(nf4_linear);
   CHECK_FALSE(quantizer);  // nothing is packed at load
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("bnb checkpoint: an adapter trained on a pre-quantised base merges onto it from its training record, "
+          "and is refused on a dense base") {
+  Env env;
+  const fs::path dir = ax::test::scratch_dir("bnb_record_merge");
+  const fs::path src = case_dir("qwen3_nf4_dq");
+  fs::copy(src / "adapter", dir / "adapter", fs::copy_options::recursive);
+  // What `run` records for this base: the weight keys unset (the checkpoint is packed as stored) and the base
+  // held in nf4.
+  ax::models::TrainingRecord rec;
+  rec.base_model = src.string();
+  rec.base_format = env.load(src)->weight_stats().format;
+  REQUIRE(rec.base_format == "nf4");
+  rec.dtype = "fp32";
+  ax::models::write_training_record((dir / "adapter").string(), rec);
+  ax::merge_lora_dir(env.reg, "", (dir / "adapter").string(), (dir / "merged").string(), "");
+  const auto golden = read_all(src / "golden.safetensors");
+  auto merged = env.load(dir / "merged");
+  CHECK(merged->weight_stats().format == "dense");
+  // peft's logits with the adapter on the 4-bit base (scripts/goldens/make_bnb_checkpoint_goldens.py)
+  CHECK(at::allclose(logits_of(*merged, golden.at("input_ids")), golden.at("logits_adapter"), 1e-4, 1e-5));
+  // A dense model of the same architecture (the merged one) is not the base the adapter learned on.
+  CHECK_THROWS_WITH_AS(ax::merge_lora_dir(env.reg, (dir / "merged").string(), (dir / "adapter").string(),
+                                          (dir / "again").string(), ""),
+                       doctest::Contains("the adapter was trained on a base held in nf4"), ax::UsageError);
+  CHECK_FALSE(fs::exists(dir / "again"));
   ax::test::remove_tree(dir);
 }

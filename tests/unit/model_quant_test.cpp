@@ -10,6 +10,8 @@
 #include <regex>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <nlohmann/json.hpp>
 
 #include "axengine/builtins.hpp"
 #include "axengine/config.hpp"
@@ -19,6 +21,7 @@
 #include "axengine/ops/quant.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/selection.hpp"
+#include "models/training_record.hpp"
 #include "models/weight_policy.hpp"
 #include "unit/cli_util.hpp"
 #include "unit/test_paths.hpp"
@@ -279,7 +282,7 @@ TEST_CASE("qlora: a quantizer is a provider and a plugin one is preferred over r
   CHECK_THROWS_WITH_AS(none.quantizer("nf4"), doctest::Contains("no quantizer for it"), ax::UsageError);
 }
 
-TEST_CASE("cli: a QLoRA run trains a tiny llama on an nf4 base and merge-lora makes it dense") {
+TEST_CASE("cli: a QLoRA run trains a tiny llama on an nf4 base; merge-lora rebuilds that base from the adapter's training record") {
   auto dir = ax::test::setup_run("cli_qlora", "max_steps = 12\n");
   const std::string cfg = (dir / "run.toml").string();
   {  // the weight keys go into the file: merge-lora --config reads them from there
@@ -307,16 +310,117 @@ TEST_CASE("cli: a QLoRA run trains a tiny llama on an nf4 base and merge-lora ma
   REQUIRE(steps.size() == 12);
   CHECK(steps.back()["loss"].get<double>() < steps.front()["loss"].get<double>());
 
-  // merge-lora with the run's config rebuilds the nf4 base and writes a dense model.
+  // The adapter carries its training record beside the peft files.
   auto adapter = dir / "out" / "checkpoints" / "step-00000012";
-  rc = ax::test::run({"merge-lora", "--config", cfg, "--adapter", adapter.string(), "--out", (dir / "merged").string()},
-                     dir / "merge.log");
-  const std::string merge_log = ax::test::slurp(dir / "merge.log");
+  const auto record = nlohmann::json::parse(ax::test::slurp(adapter / "axengine_training.json"));
+  CHECK(record["weights"]["weight_format"] == "nf4");
+  CHECK(record["weights"]["double_quant"] == true);
+  CHECK(record["weights"]["quant_blocksize"] == 64);
+  CHECK(record["base_format"] == "nf4");
+  CHECK(record["base_model"] == fs::absolute(dir / "model").lexically_normal().string());
+  CHECK((record["dtype"] == "fp32" || record["dtype"] == "bf16"));  // the run's compute dtype: CPU or GPU
+  CHECK(nlohmann::json::parse(ax::test::slurp(adapter / "adapter_config.json"))["peft_type"] == "LORA");
+
+  // The model training ran: the adapter on the packed base.
+  Env env;
+  ax::ModelLoadOptions o;
+  o.dir = (dir / "model").string();
+  o.kernels = std::make_shared<ax::KernelSet>(env.reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+  o.adapter_dir = adapter.string();
+  o.weights = policy("nf4", 64, true);
+  const ax::Batch b = batch(200);
+  const at::Tensor trained = ax::load_model(env.reg, o)->forward(b, true).logits.detach();
+  auto merged_logits = [&](const fs::path& merged) { return env.load(merged, {})->forward(b, true).logits.detach(); };
+  // fp32 on the CPU: the merged dense weight is dequant(W) + scaling * B A, one rounding away from the packed
+  // model's dequant(W) x + scaling * B (A x) (docs/weights.md, "Adapters and merging").
+  constexpr double kMergeTolerance = 1e-4;
+
+  // 1. No --config: the record says how the base was packed (and which base it is: no --model either).
+  rc = ax::test::run({"merge-lora", "--adapter", adapter.string(), "--out", (dir / "merged").string()}, dir / "merge.log");
+  std::string merge_log = ax::test::slurp(dir / "merge.log");
   INFO(merge_log);
   REQUIRE(rc == 0);
   CHECK(merge_log.find("(nf4 base, dequantised)") != std::string::npos);
   auto merged = ax::safetensors::File::open((dir / "merged" / "model.safetensors").string());
   for (const auto& t : merged->tensors()) CHECK((t.scalar_type == at::kFloat));
+  const double err_record = (merged_logits(dir / "merged") - trained).abs().max().item<double>();
+  CHECK(err_record <= kMergeTolerance);
+  const auto what = nlohmann::json::parse(ax::test::slurp(dir / "merged" / "axengine_merge.json"));
+  CHECK(what["weights"]["weight_format"] == "nf4");
+  CHECK(what["base_format"] == "nf4");
+  CHECK(what["dtype"] == "float32");
+  CHECK(what["adapter"] == fs::absolute(adapter).lexically_normal().string());
+  CHECK(what["base_model"] == record["base_model"]);
+  CHECK(what["training"] == record);
+  CHECK(what["axengine_version"].is_string());
+
+  // 2. With the run's config: the same base, the same model.
+  rc = ax::test::run({"merge-lora", "--config", cfg, "--adapter", adapter.string(), "--out", (dir / "merged_cfg").string()},
+                     dir / "merge_cfg.log");
+  REQUIRE(rc == 0);
+  CHECK((merged_logits(dir / "merged_cfg") - trained).abs().max().item<double>() <= kMergeTolerance);
+
+  // 3. A config that packs the base otherwise is refused, naming both; nothing is written.
+  std::ofstream(dir / "dense.toml") << "[model]\npath = \"model\"\n";
+  rc = ax::test::run({"merge-lora", "--config", (dir / "dense.toml").string(), "--adapter", adapter.string(), "--out",
+                      (dir / "merged_dense").string()},
+                     dir / "merge_dense.log");
+  CHECK(rc == 2);
+  CHECK(ax::test::slurp(dir / "merge_dense.log").find("says the adapter was trained with weight_format nf4 (quant_blocksize 64, "
+                                                      "double_quant true), but --config gives dense") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "merged_dense"));
+
+  // 4. Without the record (an adapter from elsewhere) the base is taken as stored, with a warning: the dense
+  // merge the issue found, another model.
+  fs::remove(adapter / "axengine_training.json");
+  rc = ax::test::run({"merge-lora", "--model", (dir / "model").string(), "--adapter", adapter.string(), "--out",
+                      (dir / "merged_norecord").string()},
+                     dir / "merge_norecord.log");
+  REQUIRE(rc == 0);
+  CHECK(ax::test::slurp(dir / "merge_norecord.log").find("has no axengine_training.json") != std::string::npos);
+  const double err_dense = (merged_logits(dir / "merged_norecord") - trained).abs().max().item<double>();
+  MESSAGE("merged vs training-time logits, max |diff|: from the record ", err_record, ", onto the dense base ", err_dense);
+  CHECK(err_dense > 10 * kMergeTolerance);
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("merge-lora: the training record rebuilds an nf4, mxfp4 or nvfp4 base; an explicit policy that disagrees is refused") {
+  Env env;
+  auto dir = ax::test::scratch_dir("qlora_record_merge");
+  ax::test::make_tiny_llama(dir / "model");
+  const ax::Batch b = batch(200);
+  for (const auto& weights : {policy("nf4", 32), policy("mxfp4"), policy("nvfp4")}) {
+    CAPTURE(weights.format);
+    auto model = env.load(dir / "model", weights, all_linear_lora());
+    {
+      at::NoGradGuard ng;
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+      for (auto& [n, t] : model->trainable_parameters())
+        if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0, 0.5, gen);
+    }
+    const at::Tensor trained = model->forward(b, true).logits.detach();
+    const fs::path adapter = dir / ("adapter_" + weights.format);
+    model->save_adapter(adapter.string());
+    ax::models::TrainingRecord rec;  // what `run` writes beside every adapter
+    rec.base_model = (dir / "model").string();
+    rec.weights = weights;
+    rec.base_format = model->weight_stats().format;
+    rec.dtype = "fp32";
+    ax::models::write_training_record(adapter.string(), rec);
+
+    const fs::path out = dir / ("merged_" + weights.format);
+    ax::merge_lora_dir(env.reg, "", adapter.string(), out.string(), "fp32");  // base and policy from the record
+    CHECK((env.load(out, {})->forward(b, true).logits - trained).abs().max().item<double>() <= 1e-4);
+    const std::string refused = "says the adapter was trained with weight_format " + weights.format;
+    CHECK_THROWS_WITH_AS(ax::merge_lora_dir(env.reg, (dir / "model").string(), adapter.string(), (dir / "x").string(), "fp32",
+                                            ax::WeightPolicy{}),
+                         doctest::Contains(refused.c_str()), ax::UsageError);
+    ax::WeightPolicy other = weights;
+    other.skip_modules = {"o_proj"};
+    CHECK_THROWS_WITH_AS(ax::merge_lora_dir(env.reg, "", adapter.string(), (dir / "x").string(), "fp32", other),
+                         doctest::Contains("but --config gives"), ax::UsageError);
+    CHECK_FALSE(fs::exists(dir / "x"));
+  }
   ax::test::remove_tree(dir);
 }
 

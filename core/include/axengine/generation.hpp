@@ -3,9 +3,13 @@
 // the family's KV cache (axengine/decode.hpp). docs/generate.md.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace ax {
 
@@ -25,7 +29,17 @@ struct GenerationJob {
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop strings: cut from the text, they end the answer
   int64_t batch_size = 8;         // prompts decoded together
+  // Extra chat-template variables (apply_chat_template's keyword arguments, e.g. {"enable_thinking": false}).
+  // nullopt: those the training run rendered its chat_template data with (the adapter's training record, or a
+  // merged model's), else none.
+  std::optional<nlohmann::json> template_kwargs;
+  // Longest prompt (in tokens; a chat's whole conversation) accepted; 0: config.json's max_position_embeddings.
+  int64_t max_prompt_tokens = 0;
 };
+
+// --template-kwargs values: each a JSON object or key=value (the value read as JSON when it parses: false, 3,
+// "x"; else the text itself). Merged in order, later keys winning. UsageError for anything else.
+nlohmann::json parse_template_kwargs(const std::vector<std::string>& items);
 
 // How `generate` treats the rows: as given ("prompt" raw, "messages" through the chat template), every
 // "prompt" wrapped as one user message (chat), or no template at all (raw: "messages" rows refused).
@@ -36,10 +50,16 @@ enum class PromptMode { as_given, chat, raw };
 void generate_jsonl(Engine& engine, const GenerationJob& job, const std::string& input, const std::string& output,
                     PromptMode mode);
 
-// A conversation: each line of `in` is a user turn whose answer streams to `out`, then a newline; "/reset"
-// starts over, "/exit" or the end of `in` ends it. `prompt` (the terminal's) receives the banner and "> "
-// prompts; null when not interactive. UsageError when the model has no chat template.
-void chat_session(Engine& engine, const GenerationJob& job, const std::string& system, std::istream& in,
-                  std::ostream& out, std::ostream* prompt);
+// The next line of user input without its newline; nullopt at the end of input. The terminal's reader
+// (line editing, history: the CLI's) shows its own prompt.
+using ReadLine = std::function<std::optional<std::string>()>;
+
+// A conversation: each line `read_line` gives is a user turn whose answer streams to `out`, then a newline;
+// "/reset" starts over, "/exit" or the end of input ends it. `notes` (the terminal's) receives the banner and
+// what a turn that cannot be answered is refused for (a conversation longer than max_prompt_tokens: the turn is
+// dropped, the conversation kept); null when not interactive, where such a turn is a UsageError instead.
+// UsageError when the model has no chat template.
+void chat_session(Engine& engine, const GenerationJob& job, const std::string& system, const ReadLine& read_line,
+                  std::ostream& out, std::ostream* notes);
 
 }  // namespace ax

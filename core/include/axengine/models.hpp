@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,14 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
 std::string inspect_model_dir(const std::string& dir);
 
 // Folds a PEFT adapter into the base weights and writes an HF model dir (config.json, model.safetensors,
-// plus the tokenizer / generation files copied over). dtype: "fp32" | "bf16" | "fp16" | "" (as the base).
-// `weights`: the policy the adapter was trained under; a packed (QLoRA) base is packed the same way and
-// dequantised, so the adapter is folded into the base it learned against and the result is dense.
+// plus the tokenizer / generation files copied over, and axengine_merge.json: what was merged into what).
+// dtype: "fp32" | "bf16" | "fp16" | "" (as the base). `weights`: the policy the adapter was trained under (a run
+// config's [model] keys); nullopt takes it from the adapter's training record (axengine_training.json, which
+// `run` writes beside every adapter), which an explicit policy must agree with. A packed (QLoRA) base is packed
+// the same way and dequantised, so the adapter is folded into the base it learned against and the result is
+// dense. `model_dir` "" = the base the record names. UsageError for a policy or base the record contradicts.
 void merge_lora_dir(const Registry& registry, const std::string& model_dir, const std::string& adapter_dir,
-                    const std::string& out_dir, const std::string& dtype, const WeightPolicy& weights = {});
+                    const std::string& out_dir, const std::string& dtype,
+                    const std::optional<WeightPolicy>& weights = std::nullopt);
 
 }  // namespace ax

@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/model.hpp"
 #include "axengine/strings.hpp"
-#include "input_file.hpp"
 
 namespace fs = std::filesystem;
 

@@ -18,12 +18,13 @@
 
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
+#include "data/data_config.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "data/types.hpp"
-#include "input_file.hpp"
 
 namespace ax::data {
 namespace {
@@ -92,6 +93,22 @@ void bind_chat(TableBinder& t, ChatOptions& o) {
     }
   kw.finish();
 }
+
+}  // namespace
+
+std::vector<Json> chat_template_kwargs(const RunConfig& config) {
+  std::vector<Json> out;
+  for (const toml::table* entry : dataset_entries(config)) {
+    if (entry->get("type") == nullptr || entry->get("type")->value<std::string>() != "chat_template") continue;
+    Json kw = Json::object();
+    if (const toml::table* t = (*entry)["template_kwargs"].as_table())
+      for (const auto& [k, v] : *t) kw[std::string(k.str())] = toml_to_json(v);
+    out.push_back(std::move(kw));
+  }
+  return out;
+}
+
+namespace {
 
 bool is_file(const std::string& path) {
   struct stat st {};

@@ -7,12 +7,18 @@
 #include <utility>
 #include <vector>
 
+#include "axengine/config.hpp"
 #include "axengine/dataset.hpp"
 #include "jinja/jinja.hpp"
 
 namespace ax::data {
 
 using ByteSpan = std::pair<std::size_t, std::size_t>;  // [begin, end) of the rendered text
+
+// The template_kwargs of every chat_template [[datasets]] entry of `config`, in order ({} for an entry without),
+// as the dataset renders with them: what a generation prompted like the training data passes too (the run's
+// training record keeps them, models/training_record.hpp).
+std::vector<jinja::Json> chat_template_kwargs(const RunConfig& config);
 
 // End-of-turn markers a span is extended over when one directly follows an assistant message's content.
 const std::vector<std::string>& default_end_of_turn_markers();

@@ -9,9 +9,9 @@
 #include <tbb/parallel_for.h>
 
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
-#include "input_file.hpp"
 
 namespace ax::data {
 

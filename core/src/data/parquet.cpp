@@ -20,7 +20,7 @@
 #include <parquet/arrow/reader.h>
 #include <parquet/exception.h>
 
-#include "input_file.hpp"
+#include "axengine/input_file.hpp"
 #endif
 
 namespace ax::data {

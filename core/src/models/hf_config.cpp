@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
-#include "input_file.hpp"
 
 namespace ax::models {
 using nlohmann::json;

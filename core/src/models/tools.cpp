@@ -1,8 +1,6 @@
 // The model-directory tools behind `axengine init-model`, `inspect` and `merge-lora`.
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -14,6 +12,7 @@
 #include "atomic_dir.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/log.hpp"
 #include "axengine/models.hpp"
 #include "axengine/ops/quant_formats.hpp"
@@ -24,6 +23,7 @@
 #include "models/decoder.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/tied_head.hpp"
+#include "models/training_record.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax {
@@ -333,17 +333,22 @@ std::string inspect_model_dir(const std::string& dir) {
   return os.str();
 }
 
-void merge_lora_dir(const Registry& registry, const std::string& model_dir, const std::string& adapter_dir,
-                    const std::string& out_dir, const std::string& dtype, const WeightPolicy& weights) {
+void merge_lora_dir(const Registry& registry, const std::string& model_dir_arg, const std::string& adapter_dir,
+                    const std::string& out_dir, const std::string& dtype, const std::optional<WeightPolicy>& weights) {
   if (fs::exists(out_dir) && !fs::is_empty(out_dir))
     throw UsageError(str(out_dir, ": output directory exists and is not empty"));
+  // The base the adapter learned against, from its training record (models/training_record.hpp).
+  const models::MergePlan plan = models::plan_merge(model_dir_arg, adapter_dir, weights);
+  const std::string& model_dir = plan.model_dir;
   ModelLoadOptions o;
   o.dir = model_dir;
   o.dtype = "fp32";  // merge in fp32, cast once at the end
   o.adapter_dir = adapter_dir;
-  o.weights = weights;
+  o.weights = plan.weights;
   o.kernels = std::make_shared<KernelSet>(registry, KernelPreferences{}, DeviceInfo{});
   auto model = load_model(registry, o);
+  const std::string base_format = model->weight_stats().format;
+  models::check_trained_base(plan.record, adapter_dir, model_dir, base_format, "merge-lora");
   auto* dm = dynamic_cast<models::DecoderModel*>(model.get());
   if (!dm) throw UsageError(str(model_dir, ": merge-lora supports the built-in decoder families only"));
 
@@ -377,13 +382,12 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir, cons
                         "chat_template.jinja"}) {
     fs::path src = fs::path(model_dir) / f;
     if (!fs::exists(src)) continue;
-    std::ifstream in(src, std::ios::binary);
-    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    if (!in.good() && !in.eof()) throw RuntimeError(str(src.string(), ": cannot be read"));
-    safetensors::write_file_atomic((d / f).string(), text, w);  // fsynced like the rest, unlike a copy
+    // fsynced like the rest, unlike a copy; a FIFO is refused, not waited on
+    safetensors::write_file_atomic((d / f).string(), read_regular_file(src.string()), w);
   }
+  safetensors::write_file_atomic((d / models::kMergeRecordFile).string(),
+                                 models::merge_record_json(plan, adapter_dir, base_format, cfg["dtype"].get<std::string>()), w);
   out.commit();
-  const std::string base_format = model->weight_stats().format;
   log::info(str("merged ", adapter_dir, " into ", model_dir, base_format == "dense" ? "" : " (" + base_format + " base, dequantised)",
                 " -> ", out_dir));
 }

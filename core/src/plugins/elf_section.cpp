@@ -17,9 +17,9 @@
 
 #include "axengine/descriptor.hpp"
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/plugin.hpp"
 #include "axengine/strings.hpp"
-#include "input_file.hpp"
 
 namespace ax {
 namespace {

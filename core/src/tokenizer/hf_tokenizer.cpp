@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "axengine/error.hpp"
-#include "input_file.hpp"
+#include "axengine/input_file.hpp"
 #include "tokenizer/bpe.hpp"
 #include "tokenizer/components.hpp"
 #include "tokenizer/unicode.hpp"

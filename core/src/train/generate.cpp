@@ -49,6 +49,8 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
   if (o.max_new_tokens < 0) throw UsageError(str("max_new_tokens must be >= 0, got ", o.max_new_tokens));
   if (o.batch_size < 1) throw UsageError(str("batch size must be >= 1, got ", o.batch_size));
   if (!max_new.empty() && max_new.size() != prompts.size()) throw UsageError("generate: max_new must have one entry per prompt");
+  if (!o.prompt_eos_ids.empty() && o.prompt_eos_ids.size() != prompts.size())
+    throw UsageError("generate: prompt_eos_ids must have one entry per prompt");
   for (const auto& s : o.stop)
     if (s.empty()) throw UsageError("a stop string must not be empty");
   if ((!o.stop.empty() || stream) && !o.detokenize) throw UsageError("generate: stop strings and streaming need a detokenizer");
@@ -82,7 +84,8 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
         Generation& g = out[r.prompt];
         const int64_t tok = sample_token(logits[static_cast<int64_t>(k)], o.sampling, r.gen);
         g.tokens.push_back(static_cast<int32_t>(tok));
-        const bool eos = std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end();
+        auto in = [tok](const std::vector<int64_t>& ids) { return std::find(ids.begin(), ids.end(), tok) != ids.end(); };
+        const bool eos = in(o.eos_ids) || (!o.prompt_eos_ids.empty() && in(o.prompt_eos_ids[r.prompt]));
         if (eos) g.finish_reason = "eos";
         if (o.detokenize) {
           std::vector<int32_t> shown(g.tokens.begin(), g.tokens.end() - (eos ? 1 : 0));

@@ -17,6 +17,9 @@ struct GenerateOptions {
   int64_t max_new_tokens = 256;
   SamplingOptions sampling;
   std::vector<int64_t> eos_ids;   // a sequence ends at any of them (kept as its last token)
+  // More end ids for some prompts (empty, or one list per prompt): a prompt rendered through a chat template
+  // also ends at the template's end-of-turn token (chat_end_of_turn_ids, generate_io.hpp).
+  std::vector<std::vector<int64_t>> prompt_eos_ids;
   // A sequence ends when its decoded text contains one of these; the text is cut before it (the tokens stay).
   std::vector<std::string> stop;
   // Token ids -> text. Required for `stop` and for streaming; gives Generation::text.

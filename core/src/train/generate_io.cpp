@@ -1,11 +1,15 @@
 #include "train/generate_io.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "axengine/error.hpp"
+#include "axengine/generation.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
+#include "data/chat_template.hpp"
 
 namespace ax::train {
 namespace fs = std::filesystem;
@@ -13,10 +17,11 @@ using jinja::Json;
 
 namespace {
 
+// False when `p` does not exist; anything there but a regular file is refused (a FIFO is never opened).
 bool read_text(const fs::path& p, std::string& out) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return false;
-  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0 && errno == ENOENT) return false;
+  out = read_regular_file(p.string());
   return true;
 }
 
@@ -108,6 +113,11 @@ ChatPrompt ChatPrompt::load(const std::string& model_dir) {
   return p;
 }
 
+void ChatPrompt::set_template_kwargs(const Json& kwargs) {
+  if (!kwargs.is_object()) throw UsageError("template kwargs must be a JSON object");
+  for (const auto& [k, v] : kwargs.items()) special_[k] = v;
+}
+
 std::string ChatPrompt::render(const Json& messages, bool add_generation_prompt, const jinja::RenderOptions& options) const {
   try {
     return template_->render(jinja::chat_context(messages, Json(), add_generation_prompt, special_), options).text;
@@ -132,4 +142,71 @@ std::vector<int64_t> model_eos_ids(const std::string& model_dir) {
   return out;
 }
 
+std::vector<int64_t> chat_end_of_turn_ids(const ChatPrompt& chat, const Tokenizer& tokenizer) {
+  static const std::string probe = "axengine end-of-turn probe";
+  const Json messages = Json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", probe}}});
+  std::string text;
+  try {
+    text = chat.render(messages, false);
+  } catch (const UsageError&) {  // a template that wants another conversation: nothing derived
+    return {};
+  }
+  std::vector<data::ByteSpan> spans;
+  try {
+    spans = data::find_assistant_spans(text, messages, data::default_end_of_turn_markers());
+  } catch (const std::exception&) {  // the template rewrote the reply
+    return {};
+  }
+  if (spans.size() != 1 || spans[0].second - spans[0].first <= probe.size()) return {};
+  const std::string marker = text.substr(spans[0].first + probe.size(), spans[0].second - spans[0].first - probe.size());
+  const auto ids = tokenizer.encode(marker, false);
+  if (ids.size() != 1) return {};
+  return {ids[0]};
+}
+
+int64_t model_max_positions(const std::string& model_dir) {
+  const Json j = read_json(fs::path(model_dir) / "config.json");
+  if (!j.is_object()) return 0;
+  for (const Json* c : {&j, j.contains("text_config") ? &j["text_config"] : nullptr}) {
+    if (!c || !c->is_object()) continue;
+    auto it = c->find("max_position_embeddings");
+    if (it != c->end() && it->is_number_integer() && it->get<int64_t>() > 0) return it->get<int64_t>();
+  }
+  return 0;
+}
+
 }  // namespace ax::train
+
+namespace ax {
+
+nlohmann::json parse_template_kwargs(const std::vector<std::string>& items) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& item : items) {
+    const auto first = item.find_first_not_of(" \t");
+    if (first != std::string::npos && item[first] == '{') {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(item);
+      } catch (const nlohmann::json::exception& e) {
+        throw UsageError(str("--template-kwargs '", item, "': not valid JSON: ", e.what()));
+      }
+      if (!j.is_object()) throw UsageError(str("--template-kwargs '", item, "': must be a JSON object"));
+      for (const auto& [k, v] : j.items()) out[k] = v;
+      continue;
+    }
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError(str("--template-kwargs '", item, "': expected a JSON object or key=value (e.g. enable_thinking=false)"));
+    const std::string value = item.substr(eq + 1);
+    nlohmann::json v;
+    try {
+      v = nlohmann::json::parse(value);
+    } catch (const nlohmann::json::exception&) {
+      v = value;  // a bare word: the string itself
+    }
+    out[item.substr(0, eq)] = v;
+  }
+  return out;
+}
+
+}  // namespace ax

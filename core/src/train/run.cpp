@@ -17,8 +17,11 @@
 #include "axengine/models.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
+#include "axengine/version.hpp"
+#include "data/chat_template.hpp"
 #include "data/prepare.hpp"
 #include "models/decoder.hpp"
+#include "models/training_record.hpp"
 #include "train/dist_config.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_group.hpp"
@@ -40,6 +43,20 @@ std::string fmt(double v, int prec = 4) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
   return buf;
+}
+
+models::TrainingRecord training_record(const Engine& engine, const WeightPolicy& weights, const std::string& base_format) {
+  const RunConfig& cfg = engine.config;
+  models::TrainingRecord r;
+  std::error_code ec;
+  r.base_model = std::filesystem::absolute(cfg.model.path, ec).lexically_normal().string();
+  r.weights = weights;
+  r.base_format = base_format;
+  r.dtype = engine.dtype;
+  for (const auto& kw : data::chat_template_kwargs(cfg)) r.template_kwargs.emplace_back(kw);
+  r.run_config = cfg.file.empty() ? std::string() : std::filesystem::absolute(cfg.file, ec).lexically_normal().string();
+  r.axengine_version = kVersion;
+  return r;
 }
 
 }  // namespace
@@ -144,7 +161,13 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   s.kernels = plan.model.kernels;
   s.eos_id = tok->eos_id();
   s.pad_id = tok->pad_id() >= 0 ? tok->pad_id() : (tok->eos_id() >= 0 ? tok->eos_id() : 0);
-  s.write_adapter = [&model](const std::string& dir) { model->save_adapter(dir); };
+  // Every checkpoint's adapter carries what it was trained with (merge-lora rebuilds that base, generate
+  // prompts as the data was rendered).
+  const models::TrainingRecord record = training_record(engine, plan.model.weights, model->weight_stats().format);
+  s.write_adapter = [&model, &record](const std::string& dir) {
+    model->save_adapter(dir);
+    models::write_training_record(dir, record);
+  };
   s.decode = [&tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
   s.title = ax::str("axengine: ", cfg.file);
   s.group = group.get();

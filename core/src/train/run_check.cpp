@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,9 @@
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
 #include "axengine/kernel_op.hpp"
+#include "axengine/log.hpp"
+#include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_ce.hpp"
 #include "axengine/optimizer.hpp"
 #include "axengine/plugin_loader.hpp"
 #include "axengine/safetensors.hpp"
@@ -24,6 +28,8 @@
 #include "models/hf_config.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_shard_base.hpp"
+#include "train/memory_estimate.hpp"
+#include "train/progress.hpp"
 #include "device_probe.hpp"
 
 namespace fs = std::filesystem;
@@ -213,6 +219,53 @@ void check_fp16_master_weights(const Engine& engine, const LoraConfig& lora) {
                                "trains with loss scaling on fp32 LoRA factors (master weights): convert the adapter to fp32"));
 }
 
+// data.sequence_len against the data and the device: rows mostly padding are warned about (every step computes
+// the padding: 514 tokens padded to 1,048,576 run for hours), and a sequence length whose activations cannot fit
+// the device's memory by the lower bound of memory_estimate.hpp is refused, with the estimate.
+void check_sequence_len(const Engine& engine, RunPlan& p) {
+  const RunConfig& cfg = engine.config;
+  const int64_t seq = p.data_config.sequence_len;
+  const auto& rows = p.steps.train_rows;
+  if (!p.data.stream && !rows.rows.empty()) {
+    const double fill = double(rows.tokens) / (double(rows.rows.size()) * double(seq));
+    if (fill < 0.05) {
+      std::size_t longest = 0;
+      for (const auto& sample : p.data.train) longest = std::max(longest, sample.input_ids.size());
+      char pct[32];
+      std::snprintf(pct, sizeof pct, "%.2g %%", 100 * fill);
+      log::warn(ax::str(cfg.file, ": data.sequence_len = ", seq, ": the packed rows are ", pct, " filled (", rows.tokens,
+                        " tokens in ", rows.rows.size(), " row(s) of ", seq, "; the longest sample has ", longest,
+                        " tokens): every step computes the padding too. Lower data.sequence_len"));
+    }
+  }
+  const nlohmann::json hf = models::read_json_file(cfg.model.path + "/config.json");
+  ActivationShape shape;
+  shape.rows = p.train.micro_batch_size;
+  shape.sequence_len = seq;
+  shape.dtype_bytes = engine.dtype == "fp32" ? 4 : 2;
+  shape.activation_checkpointing = p.train.activation_checkpointing;
+  // The backends selection picks for this device and dtype.
+  for (const auto& r : engine.resolve_all()) {
+    if (r.op == ops::LinearCe::kOp) shape.logits_whole = r.chosen == "reference";
+    if (r.op == ops::Attention::kOp) shape.attention_scores = r.chosen == "reference";
+  }
+  const auto need = estimate_activations(hf, shape);
+  const auto have = device_memory(engine.device);
+  if (!need) return;
+  const std::string estimate = ax::str("at least ", format_bytes(need->bytes), " of activations a micro-batch (", need->detail, ")");
+  if (!have) {
+    p.memory = estimate;
+    return;
+  }
+  p.memory = ax::str(estimate, "; ", format_bytes(have->bytes), " available (", have->source, ")");
+  if (need->bytes > have->bytes)
+    config_fail(cfg.file, node_at(cfg, "data.sequence_len"),
+                ax::str("data.sequence_len = ", seq, " (with train.micro_batch_size = ", shape.rows, ") needs ", estimate,
+                        ", more than the ", format_bytes(have->bytes), " available (", have->source,
+                        "): it cannot run here. Lower data.sequence_len or train.micro_batch_size",
+                        shape.activation_checkpointing ? "" : ", or set train.activation_checkpointing = true"));
+}
+
 }  // namespace
 
 ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train) {
@@ -271,6 +324,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
   check_eval_rows(cfg, p.eval, p.data.eval.size());
   p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), p.dist_env.world);
+  check_sequence_len(engine, p);
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
   if (p.resume) check_resume_fits(*p.resume, p.steps.steps_per_epoch, p.steps.total_steps, cfg.run.seed);
@@ -304,6 +358,7 @@ std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
   out.push_back(ax::str("kernels  ", engine.device.arch_name(), ": ", join(chosen, ", ")));
   if (p.resume) out.push_back(ax::str("resume   from ", p.resume->dir, " at step ", p.resume->state.step));
   else if (!p.checkpoint.resume_from.empty()) out.push_back("resume   no checkpoint yet: from step 0");
+  if (p.memory) out.push_back("memory   " + *p.memory);
   if (p.device_problem) out.push_back("note     run on this machine would stop: " + *p.device_problem);
   return out;
 }

@@ -39,6 +39,8 @@ struct RunPlan {
   StepPlan steps;
   std::optional<LoadedCheckpoint> resume;  // verified and fitting this run; none = from step 0
   std::vector<Resolution> backends;        // of the ops the model calls
+  // The activations of one micro-batch (a lower bound) against the device's memory, for validate's report.
+  std::optional<std::string> memory;
   // Why run cannot train on this machine (an arch override it does not match): run stops with it, validate
   // prints it as a note, since planning for another GPU is what the override is for.
   std::optional<std::string> device_problem;

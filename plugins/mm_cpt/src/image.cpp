@@ -1,11 +1,10 @@
 #include "image.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include <jpeglib.h>
@@ -13,6 +12,7 @@
 #include <webp/decode.h>
 
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::mm {
@@ -265,27 +265,13 @@ Image decode_image(const std::uint8_t* data, std::size_t size, const std::string
 }
 
 namespace {
-// Opens an image file: a missing or unreadable path, and anything but a regular file, are errors naming it (a
-// directory opens, reads nothing, and reports 2^63 - 1 bytes at its end).
-std::ifstream open_image_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(ax::str(path, ": cannot open the image file (missing or unreadable)"));
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw UsageError(ax::str(path, ": not an image file (a directory, or not a regular file)"));
-  return in;
-}
-
+// The whole image file. core's InputFile (axengine/input_file.hpp) refuses anything but a regular file, a FIFO
+// unopened (opening one waits for a writer: a row naming one would hang validate and run, skip or not), and
+// names the path: "x.jpg: cannot open image file: No such file or directory".
 std::vector<std::uint8_t> read_image_bytes(const std::string& path) {
-  std::ifstream in = open_image_file(path);
-  in.seekg(0, std::ios::end);
-  const std::streamoff n = in.tellg();
-  if (n < 0) throw UsageError(ax::str(path, ": cannot read the image file"));
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n));
-  in.seekg(0);
-  if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), n))
-    throw UsageError(ax::str(path, ": cannot read the image file"));
-  return bytes;
+  const InputFile f(path, "image file");
+  const std::string bytes = f.read_all();
+  return std::vector<std::uint8_t>(bytes.begin(), bytes.end());
 }
 }  // namespace
 
@@ -331,20 +317,18 @@ std::atomic<std::uint64_t> g_header_bytes{0};
 // is the answer the whole file gives, and a failure's message is the whole file's. With data parallelism every rank
 // reads every streamed image's header (mm_dataset.cpp), so this keeps that to 64 KiB a file.
 ImageHeader read_image_header_file(const std::string& path, const DecodeLimits& limits) {
-  constexpr std::streamsize kPrefix = 64 * 1024;
+  constexpr std::uint64_t kPrefix = 64 * 1024;
   {
-    std::ifstream in = open_image_file(path);
-    std::vector<std::uint8_t> head(static_cast<std::size_t>(kPrefix));
-    in.read(reinterpret_cast<char*>(head.data()), kPrefix);
-    const std::streamsize got = in.gcount();
-    g_header_bytes += static_cast<std::uint64_t>(got);
-    // A file shorter than the prefix is all read already.
-    if (got < kPrefix && in.eof()) return read_image_header(head.data(), static_cast<std::size_t>(got), path, limits);
-    if (got == kPrefix) {
-      try {
-        return read_image_header(head.data(), head.size(), path, limits);
-      } catch (const UsageError&) {  // the header runs past the prefix, or the file is bad: the whole file says which
-      }
+    const InputFile f(path, "image file");
+    const std::uint64_t got = std::min(f.size(), kPrefix);
+    const std::string head = f.read(0, got);
+    g_header_bytes += got;
+    const auto* data = reinterpret_cast<const std::uint8_t*>(head.data());
+    // A file no longer than the prefix is all read already.
+    if (f.size() <= kPrefix) return read_image_header(data, head.size(), path, limits);
+    try {
+      return read_image_header(data, head.size(), path, limits);
+    } catch (const UsageError&) {  // the header runs past the prefix, or the file is bad: the whole file says which
     }
   }
   const std::vector<std::uint8_t> bytes = read_image_bytes(path);

@@ -1,7 +1,6 @@
 #include "mm_dataset.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -10,6 +9,7 @@
 
 #include "axengine/config_binder.hpp"
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
 #include "image.hpp"
@@ -64,9 +64,9 @@ ProcessorConfig model_processor(const std::string& model_dir) {
   ProcessorConfig p;
   if (model_dir.empty()) return p;
   const fs::path file = fs::path(model_dir) / "preprocessor_config.json";
-  std::ifstream in(file);
-  if (!in) return p;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return p;
+  nlohmann::json j = nlohmann::json::parse(read_regular_file(file.string()), nullptr, false);
   if (!j.is_object()) throw UsageError(ax::str(file.string(), ": not a JSON object"));
   auto num = [&](const nlohmann::json& o, const char* k, int64_t& out) {
     auto it = o.find(k);

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::mm {
@@ -57,11 +57,7 @@ void parse_rows(const std::string& text, std::uint32_t file_index, const std::st
 Rows read_rows(const std::string& path) {
   Rows out;
   for (const auto& p : expand_paths(path)) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw UsageError(ax::str(p, ": cannot open the data file"));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    const std::string text = ss.str();
+    const std::string text = read_regular_file(p, "data file");  // a FIFO is refused unopened, not waited on
     const auto first = text.find_first_not_of(" \t\r\n");
     out.files.push_back(RowFile{p, first != std::string::npos && text[first] == '['});
     parse_rows(text, static_cast<std::uint32_t>(out.files.size() - 1), p, out);

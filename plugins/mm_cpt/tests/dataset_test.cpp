@@ -124,7 +124,7 @@ TEST_CASE("mm_cpt dataset: placeholder/image count mismatches and bad images nam
     std::ofstream(dir / "one.jsonl") << l << "\n";
     return error_of([&] { open(dir, toml::parse("type = \"mm_cpt\"\npath = \"one.jsonl\"\nmin_pixels = 3136\nmax_pixels = 12544\n")); });
   };
-  CHECK(only(3).find("one.jsonl:1: " + (dir / "img/nope.jpg").string() + ": cannot open the image file") != std::string::npos);
+  CHECK(only(3).find("one.jsonl:1: " + (dir / "img/nope.jpg").string() + ": cannot open image file: No such file or directory") != std::string::npos);
   CHECK(only(4).find("img/empty.png: the image file is empty") != std::string::npos);
   CHECK(only(5).find("img/corrupt.webp: not a decodable WebP") != std::string::npos);
   CHECK(only(6).find("one.jsonl:1: the sample has") != std::string::npos);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "axengine/error.hpp"
@@ -38,8 +39,17 @@ TEST_CASE("mm_cpt decode: missing, empty, unknown and corrupt files are errors n
   // A directory (a row's image "" under image_base_dir; found by the mm_rows fuzzer): it opens, and its size reads
   // as 2^63 - 1, which was allocated.
   const std::string dir = fs::path(text).parent_path().string();
-  CHECK_THROWS_WITH_AS(decode_image_file(dir, {}), doctest::Contains((dir + ": not an image file (a directory").c_str()), ax::UsageError);
-  CHECK_THROWS_WITH_AS(read_image_header_file(dir, {}), doctest::Contains((dir + ": not an image file (a directory").c_str()), ax::UsageError);
+  const std::string not_regular = dir + ": not a regular file (a directory); expected an image file";
+  CHECK_THROWS_WITH_AS(decode_image_file(dir, {}), doctest::Contains(not_regular.c_str()), ax::UsageError);
+  CHECK_THROWS_WITH_AS(read_image_header_file(dir, {}), doctest::Contains(not_regular.c_str()), ax::UsageError);
+  // A FIFO is refused without being opened: open(2) would wait for a writer that never comes.
+  const std::string fifo = (fs::path(dir) / "pipe.jpg").string();
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string fifo_msg = fifo + ": not a regular file (a FIFO); expected an image file";
+  CHECK_THROWS_WITH_AS(decode_image_file(fifo, {}), doctest::Contains(fifo_msg.c_str()), ax::UsageError);
+  CHECK_THROWS_WITH_AS(read_image_header_file(fifo, {}), doctest::Contains(fifo_msg.c_str()), ax::UsageError);
+  fs::remove(fifo);
   for (const char* name : {"a.jpg", "b.png", "c.webp"}) {
     CAPTURE(name);
     std::string bytes = read(kData + "/images/" + name);
