@@ -23,5 +23,6 @@ function(axengine_add_plugin name)
     # The project's own plugins: beside the executable in the build tree, and installed there too.
     set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${AXENGINE_PLUGIN_OUTPUT_DIR})
     install(TARGETS ${name} LIBRARY DESTINATION bin/plugins)
+    set_property(GLOBAL APPEND PROPERTY AXENGINE_PROJECT_PLUGINS ${name})  # -> the axengine_app target
   endif()
 endfunction()

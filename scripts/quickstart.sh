@@ -6,7 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/env.sh"
-"$root/scripts/build.sh"
+# Only what the command needs: the executable and its plugins (the tests are scripts/test.sh's).
+AXENGINE_TARGETS=axengine_app "$root/scripts/build.sh"
 ax="$root/$AXENGINE_BUILD/bin/axengine"
 model="$root/runs/quickstart-model"
 data="$root/runs/quickstart-data"

@@ -310,7 +310,14 @@ void apply_override(toml::table& doc, const std::string& text) {
 
 }  // namespace
 
-void register_config_section(ConfigSection section) { extra_sections().push_back(std::move(section)); }
+// Kept in name order, as the plugin tables are: the sections register from static objects of several files, whose
+// constructors run in link order, which a unity build (cmake/AxUnity.cmake) changes; the schema and the order of
+// binding must not.
+void register_config_section(ConfigSection section) {
+  auto& all = extra_sections();
+  auto at = std::upper_bound(all.begin(), all.end(), section.name, [](const std::string& n, const ConfigSection& s) { return n < s.name; });
+  all.insert(at, std::move(section));
+}
 
 RunConfig read_config(const std::string& file, const std::vector<std::string>& overrides) {
   RunConfig c;
