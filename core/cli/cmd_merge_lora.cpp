@@ -10,6 +10,7 @@
 #include "axengine/dir_lock.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
+#include "axengine/hub_cache.hpp"
 #include "axengine/models.hpp"
 #include "command.hpp"
 
@@ -18,7 +19,7 @@ namespace {
 int run_merge_lora(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   po::options_description opts("merge-lora options");
-  opts.add_options()("model", po::value<std::string>(), "base HF model directory (default: --config's model.path, else the one the adapter's axengine_training.json names)")(
+  opts.add_options()("model", po::value<std::string>(), "base HF model directory, or a hub ID in the hub cache (Qwen/Qwen3-8B[@revision]) (default: --config's model.path, else the one the adapter's axengine_training.json names)")(
       "adapter", po::value<std::string>(), "PEFT adapter directory (adapter_config.json + adapter_model.safetensors)")(
       "out", po::value<std::string>(), "output HF model directory (must not exist or be empty)")(
       "dtype", po::value<std::string>()->default_value(""), "output dtype: fp32, bf16, fp16 (default: as the base)")(
@@ -44,6 +45,7 @@ int run_merge_lora(const std::vector<std::string>& args) {
     weights = ax::weight_policy(engine->config.model);
     if (model.empty()) model = engine->config.model.path;
   }
+  if (!model.empty()) model = ax::hub::require_model_dir(model);  // a directory or a hub ID (the config's is resolved already)
   for (const char* k : {"adapter", "out"})
     if (!vm.count(k)) throw ax::UsageError(std::string("merge-lora: --") + k + " is required");
   // One merge into --out at a time (both would write the same .tmp- sibling): refused naming the other process.

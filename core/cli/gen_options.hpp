@@ -8,12 +8,13 @@
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/generation.hpp"
+#include "axengine/hub_cache.hpp"
 
 namespace ax::cli {
 
 inline void add_generation_options(boost::program_options::options_description& opts) {
   namespace po = boost::program_options;
-  opts.add_options()("model", po::value<std::string>(), "HF model directory (a base, or a merged one)")(
+  opts.add_options()("model", po::value<std::string>(), "HF model directory (a base, or a merged one), or a hub ID in the hub cache (Qwen/Qwen3-8B[@revision])")(
       "adapter", po::value<std::string>(), "PEFT LoRA adapter directory applied on --model")(
       "max-new-tokens", po::value<int64_t>()->default_value(256), "most tokens generated per answer")(
       "temperature", po::value<double>()->default_value(0.0), "sampling temperature; 0 = greedy")(
@@ -39,7 +40,7 @@ inline GenerationJob generation_job(const std::string& command, const boost::pro
                                     StartOptions& start) {
   if (!vm.count("model")) throw UsageError(command + ": --model DIR is required");
   GenerationJob j;
-  j.model_dir = vm["model"].as<std::string>();
+  j.model_dir = hub::require_model_dir(vm["model"].as<std::string>());  // a directory or a hub ID
   if (vm.count("adapter")) j.adapter_dir = vm["adapter"].as<std::string>();
   j.max_new_tokens = vm["max-new-tokens"].as<int64_t>();
   j.sampling.temperature = vm["temperature"].as<double>();

@@ -20,6 +20,7 @@ set(AX_FUZZ_CORE_SOURCES
   data/stream_rows.cpp
   device.cpp
   error.cpp
+  hub_cache.cpp
   input_file.cpp
   jinja/builtins.cpp
   jinja/eval.cpp

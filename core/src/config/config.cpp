@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "axengine/error.hpp"
+#include "axengine/hub_cache.hpp"
 #include "axengine/input_file.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/model.hpp"
@@ -164,7 +165,7 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
   }
   {
     TableBinder t = root.sub("model", "the base model");
-    t.field("path", c.model.path, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), relative to the config file");
+    t.field("path", c.model.path, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), relative to the config file; or a hub ID (\"Qwen/Qwen3-8B\", \"org/name@revision\") found offline in the Hugging Face hub cache (docs/models.md)");
     t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 trains with dynamic loss scaling on fp32 LoRA factors (docs/training.md)");
     t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"},
              "format the frozen base projections are packed into at load (QLoRA when not dense); embeddings, lm_head, "
@@ -352,7 +353,7 @@ RunConfig read_config(const std::string& file, const std::vector<std::string>& o
 void bind_config(RunConfig& c, const std::vector<PluginConfigTable>& plugin_tables) {
   bind_all(&c.document, c, BindContext{c.file, nullptr}, plugin_tables);
   c.run.output_dir = resolve_path(c.dir, c.run.output_dir);
-  c.model.path = resolve_path(c.dir, c.model.path);
+  c.model.path = hub::find_model_dir(c.model.path, c.dir);  // a directory, or a hub ID in the hub cache
   for (auto& p : c.plugins.paths) p = resolve_path(c.dir, p);
 }
 

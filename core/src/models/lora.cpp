@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
+#include "axengine/hub_cache.hpp"
 #include "axengine/log.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
@@ -195,10 +196,19 @@ void save_peft(const LoraSet& lora, const std::string& dir) {
     if (m.r != lora.spec.r) rank_pattern[str(".*\\.", m.site.leaf)] = m.r;
     if (m.alpha != lora.spec.alpha) alpha_pattern[str(".*\\.", m.site.leaf)] = m.alpha;
   }
+  // A base from the Hugging Face hub cache is named by its hub ID (and the commit, when not refs/main's), as
+  // peft and transformers name it, so the adapter finds its base on any machine; another base by its directory.
+  std::string base = lora.base_model, revision;
+  if (const std::string id = hub::repo_id_of_snapshot(base); !id.empty()) {
+    const auto at = id.find('@');
+    base = id.substr(0, at);
+    if (at != std::string::npos) revision = id.substr(at + 1);
+  }
   json cfg = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
-      {"base_model_name_or_path", lora.base_model.empty() ? json(nullptr) : json(lora.base_model)},
+      {"base_model_name_or_path", base.empty() ? json(nullptr) : json(base)},
+      {"revision", revision.empty() ? json(nullptr) : json(revision)},
       {"r", lora.spec.r},
       {"lora_alpha", lora.spec.alpha},
       {"lora_dropout", lora.spec.dropout},

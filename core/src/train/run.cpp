@@ -1,7 +1,11 @@
 // train_from_config / prepare_from_config: an Engine (config, device, registry, kernels) in, a trained
 // adapter, checkpoints, metrics.jsonl and report.html out.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -13,6 +17,7 @@
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/hub_cache.hpp"
 #include "axengine/log.hpp"
 #include "axengine/models.hpp"
 #include "axengine/strings.hpp"
@@ -26,6 +31,7 @@
 #include "train/dist_expert.hpp"
 #include "train/dist_group.hpp"
 #include "train/dist_shard_base.hpp"
+#include "train/generate_io.hpp"
 #include "train/progress.hpp"
 #include "train/run_check.hpp"
 #include "train/trainer.hpp"
@@ -35,7 +41,56 @@ namespace {
 
 std::unique_ptr<Tokenizer> tokenizer_for(const RunConfig& cfg) {
   if (cfg.model.path.empty()) throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
-  return load_hf_tokenizer(cfg.model.path);
+  return load_hf_tokenizer(hub::require_model_dir(cfg.model.path, cfg.dir));  // a hub ID not in the cache: say where it was looked for
+}
+
+// A path as a shell word: quoted when it holds anything a shell would split or expand.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./@=:+-") == std::string::npos;
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// How to call this axengine again: "axengine" where PATH has one (the pip package's console script), else this
+// executable's path (scripts/quickstart.sh runs build/bin/axengine).
+std::string self_command() {
+  const char* env = std::getenv("PATH");
+  const std::string path = env ? env : "";
+  for (std::size_t b = 0; b <= path.size();) {
+    const std::size_t e = std::min(path.find(':', b), path.size());
+    if (e > b && ::access((path.substr(b, e - b) + "/axengine").c_str(), X_OK) == 0) return "axengine";
+    b = e + 1;
+  }
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "axengine";
+}
+
+bool has_chat_template(const std::string& model_dir) {
+  try {
+    train::ChatPrompt::load(model_dir);
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
+// The summary's last line: where the adapter is and the commands that use it, ready to paste (a hub-cache base
+// by its ID, as the user named it). A model without a chat template cannot chat: `generate` answers prompts.
+std::string next_steps(const RunConfig& cfg, const std::string& adapter) {
+  std::string model = hub::repo_id_of_snapshot(cfg.model.path);
+  if (model.empty()) model = cfg.model.path;
+  const std::string out = cfg.run.output_dir, ax = shell_word(self_command());
+  const std::string use = has_chat_template(cfg.model.path)
+                              ? ax::str("chat: ", ax, " chat --model ", shell_word(model), " --adapter ", shell_word(adapter))
+                              : ax::str("prompt it (no chat template for chat): ", ax, " generate --model ", shell_word(model),
+                                        " --adapter ", shell_word(adapter), " --input PROMPTS.jsonl --output ANSWERS.jsonl",
+                                        " (rows {\"prompt\": \"...\"})");
+  return ax::str("  next            adapter ", shell_word(adapter), "; ", use, "; merge: ", ax, " merge-lora --config ",
+                 shell_word(cfg.file), " --adapter ", shell_word(adapter), " --out ", shell_word(out + "/merged"),
+                 "; report: xdg-open ", shell_word(out + "/report.html"));
 }
 
 std::string fmt(double v, int prec = 4) {
@@ -204,6 +259,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   lines.push_back(ax::str("  adapter         ", sum.last_checkpoint, " (PEFT format)"));
   lines.push_back(ax::str("  report          ", cfg.run.output_dir, "/report.html, metrics.jsonl"));
   if (s.train.tensorboard) lines.push_back(ax::str("  tensorboard     tensorboard --logdir ", cfg.run.output_dir));
+  lines.push_back(next_steps(cfg, sum.last_checkpoint));
   log::info(join(lines, "\n"));
 }
 

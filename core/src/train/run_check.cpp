@@ -15,6 +15,7 @@
 #include "axengine/dir_lock.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/hub_cache.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/log.hpp"
 #include "axengine/ops/attention.hpp"
@@ -43,11 +44,11 @@ const toml::node* node_at(const RunConfig& cfg, const std::string& path) { retur
 void check_model_path(const RunConfig& cfg) {
   if (cfg.model.path.empty())
     throw UsageError(ax::str(cfg.file, ": [model] path is required (a Hugging Face model directory)"));
-  std::error_code ec;
-  if (!fs::is_directory(cfg.model.path, ec))
-    config_fail(cfg.file, node_at(cfg, "model.path"),
-                ax::str("model.path: ", cfg.model.path, fs::exists(cfg.model.path, ec) ? " is not a directory" : " does not exist",
-                        " (a Hugging Face model directory: config.json, *.safetensors, tokenizer.json)"));
+  try {  // a directory, or a hub ID: complete in the hub cache (axengine/hub_cache.hpp)
+    hub::require_model_dir(cfg.model.path, cfg.dir);
+  } catch (const UsageError& e) {
+    config_fail(cfg.file, node_at(cfg, "model.path"), ax::str("model.path: ", e.what()));
+  }
 }
 
 // Every backend a [kernels] list names must be one that a built-in or a loaded plugin registers for that op:
