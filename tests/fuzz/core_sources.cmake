@@ -8,15 +8,17 @@ set(AX_FUZZ_CORE_SOURCES
   config/config_binder.cpp
   crash_point.cpp
   data/alpaca.cpp
+  data/arrow_rows.cpp
   data/batch.cpp
   data/chat_spans.cpp
   data/chat_template.cpp
   data/completion.cpp
   data/data_config.cpp
+  data/dataset_source.cpp
   data/entry.cpp
   data/jsonl.cpp
-  data/parquet.cpp
   data/pretokenized.cpp
+  data/split_spec.cpp
   data/stream_rows.cpp
   device.cpp
   error.cpp

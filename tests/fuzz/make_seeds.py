@@ -366,6 +366,43 @@ put("generate_request", "template_list", json.dumps({"messages": [{"role": "user
     + SEP + json.dumps({"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "default", "template": _chatml}]}).encode())
 put("generate_request", "bad_key", b'{"promt": "x"}' + SEP + b'{"chat_template": 3}')
 
+# --- dataset_arrow: directories HF datasets wrote (tests/data/datasets/arrow, scripts/goldens/make_arrow_fixtures.py),
+# "<layout><type><split>" then the layout's files (tests/fuzz/dataset_arrow.cpp).
+ARROW = os.path.join(DATA, "datasets", "arrow")
+
+
+def arrow_dir(*names):
+    return [read(os.path.join(ARROW, *n.split("/"))) for n in names]
+
+
+_saved = arrow_dir("saved/state.json", "saved/dataset_info.json", "saved/data-00000-of-00003.arrow",
+                   "saved/data-00001-of-00003.arrow", "saved/data-00002-of-00003.arrow")
+_dict_train = arrow_dir("dict/train/state.json", "dict/train/dataset_info.json", "dict/train/data-00000-of-00002.arrow",
+                        "dict/train/data-00001-of-00002.arrow")
+put("dataset_arrow", "saved_alpaca", SEP.join([b"sa"] + _saved))
+put("dataset_arrow", "saved_alpaca_slice", SEP.join([b"satrain[10%:-3]"] + _saved))
+put("dataset_arrow", "saved_alpaca_sum", SEP.join([b"satrain[:2]+train[-25%:](closest)"] + _saved))
+put("dataset_arrow", "dict_completion", SEP.join([b"dctrain[:50%]"] + arrow_dir("dict/dataset_dict.json") + _dict_train))
+put("dataset_arrow", "formatted_completion", SEP.join([b"sc"] + arrow_dir("formatted/state.json", "formatted/dataset_info.json",
+                                                                          "formatted/data-00000-of-00001.arrow")))
+put("dataset_arrow", "cache_completion", SEP.join([b"cctrain[-4:]"] + arrow_dir("cache/dataset_info.json", "cache/json-train.arrow")))
+put("dataset_arrow", "saved_pretokenized", SEP.join([b"sp"] + _saved))
+
+# --- hub_snapshot: a model ID, refs/main, the snapshot's index, its entries (tests/fuzz/hub_snapshot.cpp).
+_commit = b"0123456789abcdef0123456789abcdef01234567"
+_index = json.dumps({"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                    "b": "model-00002-of-00002.safetensors"}}).encode()
+put("hub_snapshot", "complete", SEP.join([b"Qwen/Qwen3-8B", _commit, b"", b"config.json\nmodel.safetensors\ntokenizer.json"]))
+put("hub_snapshot", "sharded", SEP.join([b"org/model-x.1", _commit, _index,
+                                         b"config.json\nmodel-00001-of-00002.safetensors\nmodel-00002-of-00002.safetensors"]))
+put("hub_snapshot", "missing_shard", SEP.join([b"org/m", _commit, _index, b"config.json\nmodel-00001-of-00002.safetensors\n"
+                                                                            b"model-00002-of-00002.safetensors~"]))
+put("hub_snapshot", "dangling", SEP.join([b"org/m", _commit, b"", b"config.json>\nmodel.safetensors"]))
+put("hub_snapshot", "by_commit", SEP.join([b"org/m@" + _commit, b"", b"", b"config.json\nmodel.safetensors"]))
+put("hub_snapshot", "branch", SEP.join([b"org/m@dev", _commit, b"", b"config.json\nmodel.safetensors"]))
+put("hub_snapshot", "bad_ref", SEP.join([b"org/m", b"../../../etc", b"", b"config.json\nmodel.safetensors"]))
+put("hub_snapshot", "not_an_id", SEP.join([b"org--x/m..", _commit, b"", b"config.json"]))
+
 # every harness also replays its regression inputs (tests/fuzz/regressions/<harness>/)
 for h in os.listdir(OUT):
     reg = os.path.join(ROOT, "tests", "fuzz", "regressions", h)

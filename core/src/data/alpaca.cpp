@@ -91,7 +91,7 @@ class AlpacaType final : public DatasetType {
           return ax::str("field '", o.input_field, "' must be a string (or null)");
       return "";
     };
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), check);
     auto ds = std::make_shared<PromptCompletionDataset>(*ctx.tokenizer, o.add_bos, o.add_eos);
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;

@@ -293,7 +293,7 @@ class ChatTemplateType final : public DatasetType {
           return ax::str("field '", o.field_tools, "' must be a list of tool definitions (or null)");
       return "";
     };
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), check);
     auto ds = std::make_shared<ChatDataset>(*ctx.tokenizer, std::move(*tmpl), loaded.special, o.template_kwargs, markers,
                                             parse_train_on(o.train_on));
     ds->skipped_ = contents.skipped;

@@ -66,7 +66,7 @@ class CompletionType final : public DatasetType, public StreamingDatasetType {
     CompletionOptions o;
     CommonEntry common = bind(entry, ctx, o);
     auto ds = std::make_shared<PromptCompletionDataset>(*ctx.tokenizer, o.add_bos, o.add_eos);
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), [&](const nlohmann::json& v) { return check(v, o); });
+    auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), [&](const nlohmann::json& v) { return check(v, o); });
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;
     for (auto& row : contents.rows) {

@@ -18,6 +18,8 @@ struct CommonEntry {
   std::string name;          // shown in logs; default: the file name
   std::string path;          // resolved against the config dir
   std::string eval_path;     // "" = split off eval_fraction instead
+  std::string split;         // datasets' split syntax: "train[:20%]" (data/split_spec.hpp); "" = every row
+  std::string eval_split;    // the eval rows: this split of eval_path, else of path (the engine's: data/prepare.cpp)
   double eval_fraction = -1; // < 0: use [data].eval_fraction
   std::string on_bad_row = "error";
   bool streaming = false;    // read lazily from its shards (stream_feed.hpp); needs train.max_steps

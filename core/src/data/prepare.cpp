@@ -22,6 +22,7 @@
 #include "axengine/log.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
+#include "data/dataset_source.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "data/packing.hpp"
@@ -103,6 +104,7 @@ void describe_files(const toml::table& entry, const std::string& base_dir, std::
       } catch (const UsageError&) {
         paths.clear();  // matches nothing: the type's open() says so
       }
+    if (paths.size() == 1 && is_directory(value)) paths = dataset_dir_files(value);  // datasets' save_to_disk / cache dir
     for (const auto& p : paths) {
       struct stat st {};
       if (::stat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -177,7 +179,7 @@ bool load_cache(const std::string& path, FileSamples& out, std::size_t& skipped)
     for (const auto& n : names) {
       if (!n.is_array() || n.size() != 2 || !n[0].is_string() || !n[1].is_number_integer()) return false;
       const int fmt = n[1].get<int>();
-      if (fmt < 0 || fmt > static_cast<int>(FileFormat::parquet)) return false;
+      if (fmt < 0 || fmt > static_cast<int>(kLastFileFormat)) return false;
       out.sources.files.push_back({n[0].get<std::string>(), static_cast<FileFormat>(fmt)});
     }
     const int64_t* pf = files.data_ptr<int64_t>();
@@ -422,6 +424,7 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     toml::table train_entry = entry;
     train_entry.erase("eval_path");
     train_entry.erase("eval_fraction");
+    train_entry.erase("eval_split");
     const BadRowPolicy policy = parse_bad_row_policy(common.on_bad_row);
     // After the cache: the model and sequence_len are not part of its key.
     auto usable = [&](FileSamples f) {
@@ -442,9 +445,10 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     }
     report.skipped = skipped;
     std::vector<Sample> eval;
-    if (!common.eval_path.empty()) {
-      toml::table eval_entry = train_entry;
-      eval_entry.insert_or_assign("path", common.eval_path);
+    if (!common.eval_path.empty() || !common.eval_split.empty()) {
+      toml::table eval_entry = train_entry;  // eval_path's rows (all, or eval_split of them), else eval_split of path
+      if (!common.eval_path.empty()) eval_entry.insert_or_assign("path", common.eval_path), eval_entry.erase("split");
+      if (!common.eval_split.empty()) eval_entry.insert_or_assign("split", common.eval_split);
       SourceReport eval_report;
       eval = usable(load_file(*type, common.type, eval_entry, ctx, data, name + " (eval)", eval_report, skipped));
       report.skipped += skipped;

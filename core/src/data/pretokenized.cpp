@@ -134,7 +134,7 @@ class PretokenizedType final : public DatasetType, public StreamingDatasetType {
     TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
     PretokenizedOptions o;
     bind_pretokenized(t, o);
-    auto contents = read_rows(common.path, parse_bad_row_policy(common.on_bad_row), check);
+    auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), check);
     auto ds = std::make_shared<PretokenizedDataset>();
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;

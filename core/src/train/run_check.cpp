@@ -113,8 +113,8 @@ void check_dataset_entries(const Engine& engine) {
         config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", p, " does not exist"));
       }
       for (const auto& f : files)  // before any weight is loaded, not when the data is prepared
-        if (!data::parquet_supported() && f.size() > 8 && f.compare(f.size() - 8, 8, ".parquet") == 0)
-          config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", f, " is Parquet, and this axengine was built without Parquet support (see docs/datasets.md, \"Data files\")"));
+        if (!data::parquet_supported() && data::needs_arrow(f))
+          config_fail(cfg.file, entry.get(key), ax::str("datasets[", i, "].", key, ": ", f, " is Parquet or Arrow data, and this axengine was built without Arrow/Parquet support (see docs/datasets.md, \"Data files\")"));
     }
   }
 }
