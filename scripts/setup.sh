@@ -13,7 +13,8 @@ debs=(build-essential cmake ninja-build ccache pkg-config python3-venv
       libtomlplusplus-dev libspdlog-dev libfmt-dev doctest-dev libtbb-dev
       nlohmann-json3-dev libpcre2-dev libutf8proc-dev libxxhash-dev
       libjpeg62-turbo-dev libpng-dev libwebp-dev  # the mm_cpt plugin's image codecs
-      libedit-dev)                                # axengine chat's line editing on a terminal
+      libedit-dev                                 # axengine chat's line editing on a terminal
+      patchelf)                                   # scripts/make_wheel.py: the wheel's run paths
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
