@@ -3,7 +3,7 @@
 # batch instead of once per source, and the precompiled header loaded once: on a fresh build the core libraries
 # take well under half the CPU (docs/architecture.md, "Build notes"). The price: an edit recompiles its whole
 # batch, and two sources of one target may not define the same name at file scope (in an anonymous namespace or
-# static); a source that must stay alone is listed in AX_UNITY_ALONE below, with why.
+# static); a source that must stay alone gets SKIP_UNITY_BUILD_INCLUSION where its target is defined, with why.
 #   -DAXENGINE_UNITY_BUILD=OFF    one translation unit per source (an edit-compile loop on a few files)
 option(AXENGINE_UNITY_BUILD "compile the core libraries, the executable and the plugins in batches of sources (unity builds)" ON)
 set(AXENGINE_UNITY_BATCH 8 CACHE STRING "sources per unity batch")
