@@ -11,9 +11,10 @@ LD_LIBRARY_PATH, by run paths relative to the installed file (docs/packaging.md)
   - LibTorch, the NVIDIA runtime libraries and Arrow come from the wheels the package requires (torch, its
     nvidia-* packages, pyarrow; pinned to the versions built against): a run path to each one's directory in
     site-packages;
-  - every other library (Boost, oneTBB, toml++, spdlog, fmt, PCRE2, utf8proc, the image codecs) is bundled in
-    axengine/lib/ (auditwheel's approach: the copies are found through $ORIGIN), so the target machine needs only
-    glibc 2.36 and GCC 12's libstdc++ (Debian 12, Ubuntu 23.04 and newer) and, for the GPU, the NVIDIA driver.
+  - every other library (Boost, oneTBB, toml++, spdlog, fmt, PCRE2, utf8proc, the image codecs, libedit and the
+    libbsd, libmd and libtinfo it loads; xxHash is header-only) is bundled in axengine/lib/ (auditwheel's approach:
+    the copies are found through $ORIGIN), so the target machine needs only glibc 2.36 and GCC 12's libstdc++
+    (Debian 12, Ubuntu 23.04 and newer) and, for the GPU, the NVIDIA driver.
 Needs patchelf (scripts/setup.sh installs it) and ldd.
 """
 import argparse
