@@ -3,7 +3,9 @@
 // block (kernels/chunk_math.cuh, src/host_kernels.cpp), through the same glue as the plugin, equal the
 // reference — packed sequences over chunk boundaries, an empty and a length-1 sequence, Hv = 2·Hk, states in
 // and out with their gradients, the L2 norm, fp32 and bf16. On a CUDA device (else skipped with a message):
-// the CUDA kernels equal the reference and repeat bitwise. The full grid on the GPU is CTest gdn_conformance.
+// the CUDA kernels equal the reference and repeat bitwise. The conformance suite's linear_attention problems
+// (the contract's cases, docs/ops/linear_attention.md) run against the reference twice: the host twin on the
+// CPU (quick grid) and, on a GPU, the CUDA kernels (full grid, every dtype, CUDA-graph capture included).
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <doctest/doctest.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include <axengine/builtins.hpp>
+#include <axengine/conformance.hpp>
 #include <axengine/ops/linear_attention.hpp>
 #include <axengine/plugin_loader.hpp>
 #include <axengine/registry.hpp>
@@ -94,6 +97,39 @@ void check_against_reference(LinearAttention& op, const Call& k, double tol) {
   if (k.a.initial_state.defined()) CHECK(rel_err(g.dinitial_state, gr.dinitial_state) < tol);
 }
 
+// The conformance suite's linear_attention problems for `kernels` registered as backend `name` on `device`.
+// Returns the failing cases, one a line; counts the passing ones; logs the failing and skipped ones.
+std::string certify(const ax::gdn::Kernels& kernels, const std::string& name, const std::string& device, bool quick,
+                    int& passed) {
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::Provider p;
+  p.info.kind = ax::ProviderKind::kernel;
+  p.info.op = LinearAttention::kOp;
+  p.info.name = name;
+  p.info.plugin = "test";
+  p.info.graph_safe = device == "cuda";
+  p.info.needs.devices = {device};
+  p.info.needs.dtypes = {"fp32", "bf16", "fp16"};
+  p.object = ax::gdn::make_linear_attention(kernels);
+  registry.add(std::move(p));
+  ax::conformance::Options o;
+  o.op = LinearAttention::kOp;
+  o.backend = name;
+  o.device = device;
+  o.quick = quick;
+  o.on_case = [](const ax::conformance::CaseResult& c) {
+    if (c.status != ax::conformance::Status::pass)
+      MESSAGE(ax::conformance::to_string(c.status) << " " << c.name << (c.message.empty() ? "" : ": ") << c.message);
+  };
+  const ax::conformance::Report rep = ax::conformance::run(registry, o);
+  std::string bad;
+  for (const auto& c : rep.cases)
+    if (c.status == ax::conformance::Status::fail) bad += "\n  " + c.name + ": " + c.message;
+  passed = rep.count(ax::conformance::Status::pass);
+  return bad;
+}
+
 }  // namespace
 
 TEST_CASE("gdn plugin: loads and registers its linear_attention backend for CUDA sm_80+") {
@@ -124,6 +160,14 @@ TEST_CASE("gdn kernels (host twin, one thread per block) equal the reference: pa
   SUBCASE("bf16") { check_against_reference(*op, make_call({}, at::kBFloat16, at::kCPU), 2e-2); }
 }
 
+TEST_CASE("gdn kernels (host twin) pass the linear_attention conformance problems on the CPU (quick grid)") {
+  int passed = 0;
+  const std::string fails = certify(ax::gdn::host_kernels(), "gdn_host", "cpu", /*quick=*/true, passed);
+  INFO("failing cases:" << fails);
+  CHECK(fails.empty());
+  CHECK(passed > 60);  // 4 shapes x 4 variants x fwd/bwd x 3 dtypes, determinism, bad inputs
+}
+
 TEST_CASE("gdn: declines key head dims its scan cannot hold") {
   auto op = ax::gdn::make_linear_attention(ax::gdn::host_kernels());
   Call k = make_call({.cu = {0, 3}, .Hk = 1, .Hv = 1, .Dk = ax::gdn::kMaxKeyDim + 8, .Dv = 8}, at::kFloat, at::kCPU);
@@ -149,4 +193,16 @@ TEST_CASE("gdn kernels (CUDA): equal the reference, repeat bitwise") {
   auto g1 = op->backward(big.a, b), g2 = op->backward(big.a, b);
   CHECK(at::equal(g1.dk, g2.dk));
   CHECK(at::equal(g1.dg, g2.dg));
+}
+
+TEST_CASE("gdn kernels (CUDA) pass the linear_attention conformance problems (full grid, graph capture)") {
+  if (!have_cuda()) {
+    MESSAGE("skipped: needs a CUDA device (no CUDA device present)");
+    return;
+  }
+  int passed = 0;
+  const std::string fails = certify(ax::gdn::cuda_kernels(), "gdn", "cuda", /*quick=*/false, passed);
+  INFO("failing cases:" << fails);
+  CHECK(fails.empty());
+  CHECK(passed > 100);
 }
