@@ -36,12 +36,14 @@ struct Shape {
   std::vector<int32_t> seqlens;
   int64_t Hk, Hv, Dk, Dv;
 };
-// Qwen3-Next / Qwen3.5 linear-attention layers: 16 key heads, 32 value heads, head dims 128 (the larger
-// models; the smaller ones have fewer heads of the same size), one long sequence and packed short ones.
+// The linear-attention layer of Qwen3.5-35B-A3B (transformers' Qwen3_5MoeConfig defaults, = Qwen3-Next-80B-A3B's):
+// 16 key heads, 32 value heads, head dims 128. Issue 38's target row is 4096 packed rows of mixed lengths;
+// then one sequence of 4096 and of 16384 rows, 8 packed of 512, and Hv = Hk.
 const std::vector<Shape> kShapes = {
-    {"qwen3-next-1x4096", {4096}, 16, 32, 128, 128},
-    {"qwen3-next-8x512", {512, 512, 512, 512, 512, 512, 512, 512}, 16, 32, 128, 128},
-    {"qwen3-next-1x16384", {16384}, 16, 32, 128, 128},
+    {"qwen3.5-moe-4096-mixed", {1800, 900, 700, 400, 200, 96}, 16, 32, 128, 128},
+    {"qwen3.5-moe-1x4096", {4096}, 16, 32, 128, 128},
+    {"qwen3.5-moe-8x512", {512, 512, 512, 512, 512, 512, 512, 512}, 16, 32, 128, 128},
+    {"qwen3.5-moe-1x16384", {16384}, 16, 32, 128, 128},
     {"hk16-hv16-1x4096", {4096}, 16, 16, 128, 128},
 };
 

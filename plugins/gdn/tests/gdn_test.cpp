@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,44 @@ TEST_CASE("gdn: declines key head dims its scan cannot hold") {
   REQUIRE(why.has_value());
   CHECK(why->find("key head dim") != std::string::npos);
   CHECK_FALSE(op->decline(make_call({}, at::kFloat, at::kCPU).a).has_value());
+}
+
+// Counts the calls that reach the wrapped backend (its declines are the wrapped backend's).
+struct Counting : LinearAttention {
+  std::shared_ptr<LinearAttention> inner;
+  int forwards = 0, backwards = 0;
+  explicit Counting(std::shared_ptr<LinearAttention> b) : inner(std::move(b)) {}
+  std::optional<std::string> decline(const LinearAttentionArgs& a) const override { return inner->decline(a); }
+
+ protected:
+  ax::ops::LinearAttentionResult run_forward(const LinearAttentionArgs& a) override {
+    ++forwards;
+    return inner->forward(a);
+  }
+  LinearAttentionGrads run_backward(const LinearAttentionArgs& a, const LinearAttentionBackwardArgs& b) override {
+    ++backwards;
+    return inner->backward(a, b);
+  }
+};
+
+TEST_CASE("linear_attention_chain: a call gdn declines goes to the next backend, forward and backward") {
+  auto gdn = std::make_shared<Counting>(ax::gdn::make_linear_attention(ax::gdn::host_kernels()));
+  auto ref = std::make_shared<Counting>(reference());
+  auto chain = ax::ops::linear_attention_chain({{"gdn", gdn}, {"reference", ref}});
+  auto run = [&](const Call& k) {
+    auto r = chain->forward(k.a);
+    LinearAttentionBackwardArgs b = k.b;
+    b.saved = r.saved;
+    chain->backward(k.a, b);
+  };
+  run(make_call({.cu = {0, 5, 9}, .Hk = 1, .Hv = 2, .Dk = 16, .Dv = 8}, at::kFloat, at::kCPU));
+  CHECK(gdn->forwards == 1);
+  CHECK(gdn->backwards == 1);
+  CHECK(ref->forwards == 0);
+  run(make_call({.cu = {0, 5, 9}, .Hk = 1, .Hv = 1, .Dk = ax::gdn::kMaxKeyDim + 8, .Dv = 8}, at::kFloat, at::kCPU));
+  CHECK(gdn->forwards == 1);
+  CHECK(ref->forwards == 1);
+  CHECK(ref->backwards == 1);
 }
 
 TEST_CASE("gdn kernels (CUDA): equal the reference, repeat bitwise") {
