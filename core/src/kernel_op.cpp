@@ -14,6 +14,8 @@ const std::vector<OpInfo>& known_ops() {
       {"swiglu", "swiglu", "silu(gate) * up, from two tensors or one [*, 2I] gate_up"},
       {"linear_ce", "linear_ce", "LM head and per-token cross-entropy without materialising the logits"},
       {"moe.mlp", "moe_mlp", "whole MoE expert block: gate_up, GLU, down, gated combine, LoRA on both projections"},
+      {"linear_attention", "linear_attention", "gated delta rule (Gated DeltaNet) over packed sequences, fp32 state"},
+      {"causal_conv1d", "causal_conv1d", "depthwise causal conv1d + SiLU over packed sequences, with a decode state"},
   };
   return ops;
 }

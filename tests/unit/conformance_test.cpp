@@ -91,7 +91,7 @@ TEST_CASE("conformance: a correct plugin passes every case") {
   Report r = certify("conf_correct");
   INFO("failing cases:" << list(failures(r)));
   CHECK(r.ok());
-  for (const char* op : {"moe.experts", "dequant", "norm_rope", "attention", "linear.lora"}) {
+  for (const char* op : {"moe.experts", "dequant", "norm_rope", "attention", "linear.lora", "linear_attention", "causal_conv1d"}) {
     INFO(op);
     CHECK(std::count_if(r.cases.begin(), r.cases.end(),
                         [&](const CaseResult& c) { return c.op == op && c.status == Status::pass; }) > 20);
@@ -128,6 +128,13 @@ TEST_CASE("conformance: catches attention sinks silently ignored by a backend th
   expect_caught(certify("conf_bug_sinks_ignored", "attention"),
                 [](auto& c) { return has(c, "attention/fwd/") && has(c, ",sinks") && says(c, "out: norm-relative error"); },
                 [](auto& c) { return has(c, "sinks"); });
+}
+
+TEST_CASE("conformance: catches a linear-attention state that does not reset at a sequence boundary") {
+  // Only packed calls (seqlens=a+b+...) can show it; single sequences, determinism and bad input pass.
+  expect_caught(certify("conf_bug_state_leak", "linear_attention"),
+                [](auto& c) { return has(c, "linear_attention/fwd/") && has(c, "+") && says(c, "out: norm-relative error"); },
+                [](auto& c) { return has(c, "seqlens=") && has(c, "+") && !has(c, "badinput"); });
 }
 
 TEST_CASE("conformance: catches dX without the LoRA term") {

@@ -66,13 +66,13 @@ bool any(const Report& r, Status status, const std::function<bool(const CaseResu
 
 }  // namespace
 
-TEST_CASE("op spec: core registers its nine ops as OpSpecs with their reference backends") {
+TEST_CASE("op spec: core registers its eleven ops as OpSpecs with their reference backends") {
   ax::Registry registry;
   ax::register_builtins(registry);
   std::vector<std::string> ids;
   for (const ax::OpSpec* op : registry.ops()) ids.push_back(op->id);
   CHECK(ids == std::vector<std::string>{"moe.experts", "dequant", "norm_rope", "attention", "linear.lora", "rms_norm",
-                                        "swiglu", "linear_ce", "moe.mlp"});
+                                        "swiglu", "linear_ce", "moe.mlp", "linear_attention", "causal_conv1d"});
   const ax::OpSpec* moe = registry.op("moe");  // by config key
   REQUIRE(moe);
   CHECK(moe->id == "moe.experts");

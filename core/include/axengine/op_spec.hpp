@@ -2,8 +2,8 @@
 // [kernels] config key, the dtype / weight-format / layout space a backend may claim, the tolerance row the
 // conformance suite judges backends by, the `reference` backend, and the conformance problem generator.
 //
-// Core registers its nine ops (moe.experts, dequant, norm_rope, attention, linear.lora, rms_norm, swiglu,
-// linear_ce, moe.mlp) as OpSpecs through the same PluginRegistrar::op a plugin uses, so a plugin can define a NEW op —
+// Core registers its eleven ops (moe.experts, dequant, norm_rope, attention, linear.lora, rms_norm, swiglu,
+// linear_ce, moe.mlp, linear_attention, causal_conv1d) as OpSpecs through the same PluginRegistrar::op a plugin uses, so a plugin can define a NEW op —
 // its interface (a class deriving from ax::KernelBackend with `static constexpr const char* kOp`), its
 // reference backend and its conformance problems — and other backends of it are selected, explained and certified like core's.
 // docs/ops/defining-an-op.md walks through one.

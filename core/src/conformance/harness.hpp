@@ -144,6 +144,8 @@ void linear_lora_problems(Suite& suite);
 void rms_norm_problems(Suite& suite);
 void swiglu_problems(Suite& suite);
 void linear_ce_problems(Suite& suite);
+void linear_attention_problems(Suite& suite);
+void causal_conv1d_problems(Suite& suite);
 
 // The CUDA-graph check of one problem (op_conformance.hpp); built only where ATen's CUDA graphs are
 // (core/src/conformance/cuda/): elsewhere cuda_graphs_built() is false.

@@ -82,4 +82,20 @@ void out_like(const std::string& op, const std::string& arg, const at::Tensor& o
   if (out.device() != device) fail(op, arg, str("is on ", out.device().str(), ", expected ", device.str()));
 }
 
+void cu_seqlens(const std::string& op, const std::string& arg, const at::Tensor& cu, int64_t rows,
+                const at::Device& device, const std::string& device_arg, bool values) {
+  rank(op, arg, cu, 1);
+  dtype(op, arg, cu, at::kInt);
+  same_device(op, arg, cu, device_arg, device);
+  if (cu.numel() < 2) fail(op, arg, "needs at least 2 entries (one sequence)");
+  if (!values) return;
+  at::Tensor host = cu.to(at::kCPU).contiguous();
+  const int32_t* c = host.data_ptr<int32_t>();
+  const int64_t n = host.numel();
+  if (c[0] != 0) fail(op, arg, str("must start at 0, got ", c[0]));
+  for (int64_t i = 1; i < n; ++i)
+    if (c[i] < c[i - 1]) fail(op, arg, str("must be nondecreasing, got ", c[i - 1], " then ", c[i], " at ", i));
+  if (c[n - 1] != rows) fail(op, arg, str("must end at the row count ", rows, ", got ", c[n - 1]));
+}
+
 }  // namespace ax::ops::check

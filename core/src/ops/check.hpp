@@ -37,5 +37,9 @@ void compute_dtype(const std::string& op, const std::string& arg, const at::Tens
 // preallocated output matches what the op will produce.
 void out_like(const std::string& op, const std::string& arg, const at::Tensor& out, at::IntArrayRef sizes,
               at::ScalarType dtype, const at::Device& device);
+// Sequence offsets of packed rows: int32 [N+1] on `device`, N >= 1; with `values` (a device sync) also
+// cu[0] == 0, nondecreasing, cu[N] == rows.
+void cu_seqlens(const std::string& op, const std::string& arg, const at::Tensor& cu, int64_t rows,
+                const at::Device& device, const std::string& device_arg, bool values);
 
 }  // namespace ax::ops::check

@@ -8,7 +8,9 @@ AXENGINE_PLUGIN_DESCRIPTOR(R"({
     {"kind": "kernel", "op": "dequant", "name": "conf_correct", "requires": {"devices": ["cpu"]}},
     {"kind": "kernel", "op": "norm_rope", "name": "conf_correct", "requires": {"devices": ["cpu"]}},
     {"kind": "kernel", "op": "attention", "name": "conf_correct", "requires": {"devices": ["cpu"]}},
-    {"kind": "kernel", "op": "linear.lora", "name": "conf_correct", "requires": {"devices": ["cpu"]}}
+    {"kind": "kernel", "op": "linear.lora", "name": "conf_correct", "requires": {"devices": ["cpu"]}},
+    {"kind": "kernel", "op": "linear_attention", "name": "conf_correct", "requires": {"devices": ["cpu"]}},
+    {"kind": "kernel", "op": "causal_conv1d", "name": "conf_correct", "requires": {"devices": ["cpu"]}}
   ]
 })")
 
@@ -18,4 +20,6 @@ AXENGINE_PLUGIN_REGISTER(reg) {
   reg.kernel<ax::ops::NormRope>("conf_correct", std::make_shared<axtest::NormRopeWrap>());
   reg.kernel<ax::ops::Attention>("conf_correct", std::make_shared<axtest::AttentionWrap>());
   reg.kernel<ax::ops::LinearLora>("conf_correct", std::make_shared<axtest::LinearLoraWrap>());
+  reg.kernel<ax::ops::LinearAttention>("conf_correct", std::make_shared<axtest::LinearAttentionWrap>());
+  reg.kernel<ax::ops::CausalConv1d>("conf_correct", std::make_shared<axtest::CausalConv1dWrap>());
 }

@@ -10,7 +10,9 @@
 
 #include <axengine/builtins.hpp>
 #include <axengine/ops/attention.hpp>
+#include <axengine/ops/causal_conv1d.hpp>
 #include <axengine/ops/dequant.hpp>
+#include <axengine/ops/linear_attention.hpp>
 #include <axengine/ops/linear_ce.hpp>
 #include <axengine/ops/linear_lora.hpp>
 #include <axengine/ops/moe_experts.hpp>
@@ -105,6 +107,27 @@ struct MoeMlpWrap : ax::ops::MoeMlp {
   ax::ops::MoeMlpResult run_forward(const ax::ops::MoeMlpArgs& a) override { return reference<MoeMlp>()->forward(a); }
   ax::ops::MoeMlpGrads run_backward(const ax::ops::MoeMlpArgs& a, const ax::ops::MoeMlpBackwardArgs& b) override {
     return reference<MoeMlp>()->backward(a, b);
+  }
+};
+
+struct LinearAttentionWrap : ax::ops::LinearAttention {
+ protected:
+  ax::ops::LinearAttentionResult run_forward(const ax::ops::LinearAttentionArgs& a) override {
+    return reference<LinearAttention>()->forward(a);
+  }
+  ax::ops::LinearAttentionGrads run_backward(const ax::ops::LinearAttentionArgs& a,
+                                             const ax::ops::LinearAttentionBackwardArgs& b) override {
+    return reference<LinearAttention>()->backward(a, b);
+  }
+};
+
+struct CausalConv1dWrap : ax::ops::CausalConv1d {
+ protected:
+  ax::ops::CausalConv1dResult run_forward(const ax::ops::CausalConv1dArgs& a) override {
+    return reference<CausalConv1d>()->forward(a);
+  }
+  ax::ops::CausalConv1dGrads run_backward(const ax::ops::CausalConv1dArgs& a, const ax::ops::CausalConv1dBackwardArgs& b) override {
+    return reference<CausalConv1d>()->backward(a, b);
   }
 };
 

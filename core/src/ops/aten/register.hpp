@@ -6,7 +6,7 @@
 
 namespace ax::ops {
 // Registers linear.lora/aten (cpu + cuda, bf16/fp16, dense and packed W), attention/aten (cuda sm_80+,
-// bf16/fp16) and norm_rope/aten (cpu + cuda, fp32/bf16/fp16). Needs core's ops registered first
+// bf16/fp16), norm_rope/aten, linear_attention/aten and causal_conv1d/aten (cpu + cuda, fp32/bf16/fp16). Needs core's ops registered first
 // (register_reference_kernels).
 void register_aten_kernels(ax::Registry& registry);
 }  // namespace ax::ops

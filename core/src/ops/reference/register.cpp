@@ -8,7 +8,9 @@
 #include "axengine/kernel_op.hpp"
 #include "axengine/op_conformance.hpp"
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/causal_conv1d.hpp"
 #include "axengine/ops/dequant.hpp"
+#include "axengine/ops/linear_attention.hpp"
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
@@ -33,6 +35,8 @@ std::shared_ptr<Swiglu> make_reference_swiglu();
 std::shared_ptr<LinearCe> make_reference_linear_ce();
 std::shared_ptr<Quantizer> make_reference_quantizer();
 std::shared_ptr<MoeMlp> make_reference_moe_mlp();  // reference/moe_mlp.cpp  // ops/quant/quantizer.cpp
+std::shared_ptr<LinearAttention> make_reference_linear_attention();
+std::shared_ptr<CausalConv1d> make_reference_causal_conv1d();
 
 namespace {
 
@@ -100,6 +104,13 @@ void register_reference_kernels(Registry& registry) {
                       "composed: two reference moe.experts calls and the GLU between them in fp32",
                       cd::moe_mlp_problems),
                  make_reference_moe_mlp());
+  reg.op<LinearAttention>(spec(LinearAttention::kOp, {}, {}, Rows::plain,
+                               "the recurrence itself, row by row, fp32 math and state (host loop over the sequences)",
+                               cd::linear_attention_problems),
+                          make_reference_linear_attention());
+  reg.op<CausalConv1d>(spec(CausalConv1d::kOp, {}, {}, Rows::plain,
+                            "plain ATen per sequence, fp32 math, rounded once", cd::causal_conv1d_problems),
+                       make_reference_causal_conv1d());
   for (const auto& s : reg.staged()) {
     Provider p;
     p.info.kind = s.kind;
