@@ -37,12 +37,12 @@ namespace {
 constexpr int64_t kChunk = 64;
 
 // The precision the math runs in: fp32 (fp64 for fp64 inputs).
-at::ScalarType wide_of(at::ScalarType dt) { return dt == at::kDouble ? at::kDouble : at::kFloat; }
+at::ScalarType gdr_wide_of(at::ScalarType dt) { return dt == at::kDouble ? at::kDouble : at::kFloat; }
 
 // a·b with both operands rounded to the compute dtype `dt` and the product accumulated and returned in fp32
 // (bf16/fp16 GEMMs with an fp32 result on CUDA; on the CPU the rounded operands are multiplied in fp32).
 at::Tensor mm32(const at::Tensor& a, const at::Tensor& b, at::ScalarType dt) {
-  const auto wide = wide_of(dt);
+  const auto wide = gdr_wide_of(dt);
   if (dt == wide) return at::matmul(a, b);
   at::Tensor ar = a.to(dt), br = b.to(dt);
   if (a.is_cuda()) {
@@ -81,7 +81,7 @@ struct Chunks {
 
 Chunks prepare(const LinearAttentionArgs& a, const ChunkLayout& l) {
   const auto dt = a.q.scalar_type();
-  const auto wide = wide_of(dt);
+  const auto wide = gdr_wide_of(dt);
   Chunks c;
   c.l = l;
   c.scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(a.q.size(2)));
@@ -167,7 +167,7 @@ class AtenLinearAttention final : public LinearAttention {
 
   LinearAttentionGrads run_backward(const LinearAttentionArgs& a, const LinearAttentionBackwardArgs& bw) override {
     const auto dt = a.q.scalar_type();
-    const auto wide = wide_of(dt);
+    const auto wide = gdr_wide_of(dt);
     const int64_t T = a.q.size(0), Hk = a.q.size(1), Hv = a.v.size(1), Dk = a.q.size(2);
     const int64_t N = a.cu_seqlens.size(0) - 1;
     const Chunks c = prepare(a, chunk_layout(a.cu_seqlens, T, kChunk));
