@@ -31,6 +31,17 @@ set(AX_FUZZ_CORE_SOURCES
   jinja/value.cpp
   kernel_op.cpp
   models/bnb_config.cpp
+  models/config_reader.cpp
+  models/families/gemma3_text.cpp
+  models/families/gpt_oss.cpp
+  models/families/llama.cpp
+  models/families/mistral.cpp
+  models/families/mixtral.cpp
+  models/families/olmoe.cpp
+  models/families/qwen2.cpp
+  models/families/qwen3.cpp
+  models/families/qwen3_moe.cpp
+  models/family.cpp
   models/hf_config.cpp
   models/lora.cpp
   models/qwen2_5_vl_config.cpp

@@ -574,8 +574,8 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   }
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
-  if (cfg_.is_gpt_oss()) return x + gpt_oss_moe_block(i, n, router_logits);
-  return x + (cfg_.is_moe_layer(i) ? moe_block(i, n, router_logits) : dense_mlp(i, n));
+  if (!cfg_.is_moe_layer(i)) return x + dense_mlp(i, n);
+  return x + (cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits) : moe_block(i, n, router_logits));
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
@@ -741,8 +741,9 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
     lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
     lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
     lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
-    if (cfg_.is_gpt_oss()) continue;  // experts: no LoRA sites yet (their peft export is not written)
     if (cfg_.is_moe_layer(i)) {
+      // The clamped GLU experts: no LoRA sites yet (issue 37 item 2: their peft export is not written).
+      if (cfg_.moe_kind == MoeKind::topk_softmax_clamped) continue;
       const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
       out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
       out.push_back(LoraSite{p + "mlp.experts.down_proj", "down_proj", true, E, I, H});
@@ -770,7 +771,7 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     const at::Tensor& t = merged.at(name);
-    if (cfg_.is_gpt_oss()) {
+    if (cfg_.moe_kind == MoeKind::topk_softmax_clamped) {
       out.emplace_back(name, gpt_oss_to_checkpoint(name, t.to(dtype)).contiguous());
       continue;
     }

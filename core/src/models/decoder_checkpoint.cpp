@@ -9,6 +9,7 @@
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "models/bnb_load.hpp"
+#include "models/family.hpp"
 #include "models/gpt_oss.hpp"
 
 namespace ax::models {
@@ -82,7 +83,7 @@ TensorShapes internal_tensors(const HfConfig& c) {
       out.push_back({p + "post_feedforward_layernorm.weight", {H}});
     }
     if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
-    if (c.is_gpt_oss()) {
+    if (c.is_moe_layer(i) && c.moe_kind == MoeKind::topk_softmax_clamped) {
       gpt_oss_moe_tensors(c, p, out);
     } else if (c.is_moe_layer(i)) {
       const int64_t E = c.num_experts, I = c.moe_intermediate_size;
@@ -108,12 +109,12 @@ TensorShapes internal_tensors(const HfConfig& c) {
 
 
 ExpertKeys expert_keys(const HfConfig& c, const std::string& p, bool block_sparse) {
-  if (c.model_type == "mixtral") {
-    std::string m = p + (block_sparse ? "block_sparse_moe." : "mlp.");
-    return {m + "gate.weight", m + "experts.{e}.w1.weight", m + "experts.{e}.w3.weight", m + "experts.{e}.w2.weight"};
-  }
-  return {p + "mlp.gate.weight", p + "mlp.experts.{e}.gate_proj.weight", p + "mlp.experts.{e}.up_proj.weight",
-          p + "mlp.experts.{e}.down_proj.weight"};
+  // The family's per-expert names (models/family.hpp); fused-only families keep transformers 5's.
+  const auto& names = family_of(c).per_expert;
+  const PerExpertNames n = names ? *names : PerExpertNames{"gate_proj", "up_proj", "down_proj", ""};
+  const std::string m = p + (block_sparse && !n.alt_block.empty() ? n.alt_block : std::string("mlp")) + ".";
+  return {m + "gate.weight", m + "experts.{e}." + n.gate + ".weight", m + "experts.{e}." + n.up + ".weight",
+          m + "experts.{e}." + n.down + ".weight"};
 }
 
 std::string with_expert(std::string pattern, int64_t e) {
@@ -124,7 +125,7 @@ std::string with_expert(std::string pattern, int64_t e) {
 TensorShapes expected_checkpoint_tensors(const HfConfig& c) {
   TensorShapes out;
   for (auto& [name, shape] : internal_tensors(c)) {
-    if (c.is_gpt_oss()) {  // fused experts under their own names; two of them transposed
+    if (c.moe_kind == MoeKind::topk_softmax_clamped) {  // fused experts under their own names; two of them transposed
       out.push_back({name, gpt_oss_checkpoint_shape(name, shape)});
       continue;
     }
@@ -154,7 +155,7 @@ TensorSource tensor_source(const HfConfig& c, const safetensors::Checkpoint& ckp
   TensorSource s;
   const bool router = ends_with(name, "mlp.gate.weight");
   const bool experts = name.find("mlp.experts.") != std::string::npos;
-  if (c.is_gpt_oss() && experts) {  // fused only; the expert matrices are transposed into ENK at load
+  if (c.moe_kind == MoeKind::topk_softmax_clamped && experts) {  // fused only; the expert matrices are transposed into ENK at load
     s.transposed = gpt_oss_transposed(name);
     s.mxfp4 = s.transposed && (ckpt.has(name + "_blocks") || ckpt.has(name + "_scales"));
     s.keys = {{name, s.mxfp4 ? shape : gpt_oss_checkpoint_shape(name, shape)}};
@@ -167,7 +168,8 @@ TensorSource tensor_source(const HfConfig& c, const safetensors::Checkpoint& ckp
   }
   // Fused (transformers 5 / converted) or per-expert (HF hub layout; Mixtral under block_sparse_moe).
   const std::string p = name.substr(0, name.find("mlp."));
-  const bool block_sparse = c.model_type == "mixtral" && !ckpt.has(p + "mlp.gate.weight");
+  const auto& per_expert = family_of(c).per_expert;
+  const bool block_sparse = per_expert && !per_expert->alt_block.empty() && !ckpt.has(p + "mlp.gate.weight");
   const ExpertKeys k = expert_keys(c, p, block_sparse);
   const std::string key = router ? k.router : name;
   if (router || ckpt.has(name)) {
@@ -240,11 +242,11 @@ void check_checkpoint_sizes(const HfConfig& c, const safetensors::Checkpoint& ck
   }
   // Experts: the router rows of the first MoE layer.
   for (int64_t i = 0; i < c.num_layers && c.num_experts > 0; ++i) {
-    if (!c.is_gpt_oss() && !c.is_moe_layer(i)) continue;
+    if (!c.is_moe_layer(i)) continue;
     const std::string p = layer_prefix(i);
-    const std::string router = c.is_gpt_oss() ? p + "mlp.router.weight" : tensor_source(c, ckpt, p + "mlp.gate.weight", {}).keys[0].first;
+    const std::string router = c.moe_kind == MoeKind::topk_softmax_clamped ? p + "mlp.router.weight" : tensor_source(c, ckpt, p + "mlp.gate.weight", {}).keys[0].first;
     if (const auto* s = matrix(c, ckpt, router); s && (*s)[0] != c.num_experts)
-      throw UsageError(str(c.source, ": '", c.model_type == "mixtral" || c.is_gpt_oss() ? "num_local_experts" : "num_experts",
+      throw UsageError(str(c.source, ": '", family_of(c).experts_key,
                            "' is ", c.num_experts, " but ", ckpt.file_of(router), ": tensor '", router, "' (the router) has ",
                            (*s)[0], " rows"));
     break;

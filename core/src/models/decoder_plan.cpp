@@ -42,7 +42,7 @@ std::vector<OpCall> decoder_calls(const HfConfig& c, const std::map<std::string,
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) linear(p + "self_attn." + proj + ".weight");
     if (c.qk_norm) out.push_back({"norm_rope", "", ""});  // else plain RoPE in ATen
     out.push_back({"attention", "", attention_layout(c)});
-    if (c.is_gpt_oss() || c.is_moe_layer(i)) {  // the experts as one moe.mlp call; the router is plain ATen
+    if (c.is_moe_layer(i)) {  // the experts as one moe.mlp call; the router is plain ATen
       // A backend must serve both projections' formats (skip_modules may keep one dense): both are asked for.
       for (const char* proj : {"gate_up_proj", "down_proj"})
         out.push_back({"moe.mlp", ops::to_string(formats.at(p + "mlp.experts." + proj)), "ENK"});

@@ -1,5 +1,5 @@
-// A Hugging Face config.json, reduced to what the decoder families (llama, mistral, qwen2, qwen3, qwen3_moe,
-// mixtral, gemma3_text, olmoe, gpt_oss) need.
+// A Hugging Face config.json, reduced to what the decoder needs: the sizes and the typed architecture the
+// family's description (models/family.hpp, models/families/<name>.cpp) reads from it.
 // Parsing accepts both transformers 4.x spellings (rope_theta + rope_scaling, num_experts) and 5.x ones
 // (rope_parameters, num_local_experts); anything missing, ill-typed or unsupported is a UsageError naming
 // config.json and the key.
@@ -29,9 +29,19 @@ struct RopeConfig {
   int64_t max_position = 0;  // dynamic: max_position_embeddings, beyond which the base grows
 };
 
+// How a sparse layer routes and runs its experts.
+enum class MoeKind {
+  // router `mlp.gate` (no bias) → softmax → top-k, renormalised when norm_topk_prob; experts SiLU GLU with
+  // gate_up_proj = [gate; up] halves, no biases (qwen3_moe, mixtral, olmoe: DecoderModel::moe_block)
+  softmax_topk,
+  // router `mlp.router` with bias → top-k → softmax over the k logits; experts with biases and the clamped
+  // sigmoid GLU on interleaved gate/up columns, stored transposed (gpt_oss: models/gpt_oss_moe.cpp)
+  topk_softmax_clamped,
+};
+
 struct HfConfig {
   std::string source;      // the file, for messages
-  std::string model_type;  // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral
+  std::string model_type;  // the family (models/family.hpp)
   int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_layers = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
@@ -64,6 +74,7 @@ struct HfConfig {
   std::vector<int64_t> mrope_section;
 
   // MoE (num_experts == 0: dense)
+  MoeKind moe_kind = MoeKind::softmax_topk;
   int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;
@@ -71,14 +82,12 @@ struct HfConfig {
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
 
-  // gpt_oss (models/gpt_oss_moe.cpp): per-head attention sinks; a router with bias and a softmax over the
-  // top-k logits; experts with biases and the clamped sigmoid GLU on interleaved gate/up columns.
+  // Per-head attention sinks (gpt_oss); the clamped GLU's constants (MoeKind::topk_softmax_clamped).
   bool attention_sinks = false;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
   // quantization_config quant_method "mxfp4" (gpt_oss only): expert projections stored as `*_blocks` /
   // `*_scales` load packed (models/gpt_oss.hpp); the rest of the checkpoint is dense.
   bool mxfp4_experts = false;
-  bool is_gpt_oss() const { return model_type == "gpt_oss"; }
 
   BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
 

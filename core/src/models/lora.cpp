@@ -1,5 +1,7 @@
 #include "models/lora.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -12,6 +14,8 @@
 #include "axengine/log.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
+#include "models/family.hpp"
+#include "models/lora_all_linear.hpp"
 #include "models/hf_config.hpp"
 
 namespace ax::models {
@@ -26,15 +30,15 @@ bool name_matches(const std::string& path, const std::string& target) {
 }
 
 // peft's _MOE_TARGET_MODULE_MAPPING / _MOE_FUSED_TARGETS (peft/utils/transformers_weight_conversion.py):
-// the transformers 4 per-expert names and the fused parameter each maps to.
+// the transformers 4 per-expert names (the family's, models/family.hpp) and the fused parameter each maps to.
 struct MoeNames {
   std::vector<std::string> gate_up;  // both needed
   std::string down;
 };
 std::optional<MoeNames> moe_names(const std::string& model_type) {
-  if (model_type == "mixtral") return MoeNames{{"w1", "w3"}, "w2"};
-  if (model_type == "qwen3_moe" || model_type == "olmoe") return MoeNames{{"gate_proj", "up_proj"}, "down_proj"};
-  return std::nullopt;
+  const Family* f = find_family(model_type);
+  if (!f || !f->per_expert) return std::nullopt;
+  return MoeNames{{f->per_expert->gate, f->per_expert->up}, f->per_expert->down};
 }
 
 double scaling_of(double alpha, int64_t r, bool rslora) { return rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
@@ -47,10 +51,57 @@ const LoraModule* LoraSet::find(const std::string& path) const {
   return nullptr;
 }
 
-std::vector<LoraPlan> plan_lora(const LoraSpec& spec, const std::string& model_type, const std::vector<LoraSite>& sites) {
+bool is_all_linear(const std::vector<std::string>& targets) {
+  if (targets.size() != 1) return false;
+  std::string t = targets[0];
+  for (auto& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return t == kAllLinear;
+}
+
+AllLinear resolve_all_linear(const std::string& model_type, const std::vector<LoraSite>& sites) {
+  AllLinear out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& t) {
+    if (seen.insert(t).second) out.targets.push_back(t);
+  };
+  bool has_experts = false;
+  for (const auto& s : sites) {
+    // A site peft knows under another path is the language model of a multimodal model (qwen2_5_vl): peft's
+    // all-linear also takes its vision tower's linear layers, which have no LoRA site here.
+    if (!s.peft_path.empty() && out.not_supported.empty()) out.not_supported.push_back("the vision tower (visual.*)");
+    if (s.experts) {
+      has_experts = true;
+      // The router of the layer: peft targets its weight by the transformers 4 module name `gate`.
+      if (s.leaf == "gate_up_proj") out.not_supported.push_back(s.path.substr(0, s.path.rfind("experts.")) + "gate.weight");
+      continue;
+    }
+    add(s.leaf);  // every linear module but lm_head (which has no site)
+  }
+  const Family* f = find_family(model_type);
+  if (has_experts && f && f->per_expert)  // peft's MoE conversion: the experts by their transformers 4 names
+    for (const std::string* n : {&f->per_expert->gate, &f->per_expert->up, &f->per_expert->down}) add(*n);
+  return out;
+}
+
+std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& model_type, const std::vector<LoraSite>& sites) {
+  LoraSpec spec = spec_in;
   if (spec.r <= 0) throw UsageError(str("lora: r must be positive, got ", spec.r));
   if (spec.dropout < 0 || spec.dropout >= 1) throw UsageError(str("lora: dropout must be in [0, 1), got ", spec.dropout));
   if (spec.targets.empty()) throw UsageError("lora: no target modules given");
+  if (is_all_linear(spec.targets)) {
+    const AllLinear all = resolve_all_linear(model_type, sites);
+    if (!all.not_supported.empty()) {
+      const std::size_t shown = std::min<std::size_t>(all.not_supported.size(), 3);
+      throw UsageError(str("lora: targets \"all-linear\" on this ", model_type, " model: peft resolves it to [",
+                           join(all.targets, ", "), "] and also ",
+                           join(std::vector<std::string>(all.not_supported.begin(), all.not_supported.begin() + shown), ", "),
+                           all.not_supported.size() > shown ? str(" and ", all.not_supported.size() - shown, " more") : "",
+                           ", which axengine puts no LoRA on; give the targets as a list instead (those of the list above "
+                           "select the same modules without ", all.not_supported.front().find("gate.weight") != std::string::npos
+                                                                    ? "the routers)" : "the vision tower)"));
+    }
+    spec.targets = all.targets;
+  }
   std::set<std::string> linear_targets(spec.targets.begin(), spec.targets.end());
   bool gate_up = false, down = false;
   int64_t gate_up_mult = 1;

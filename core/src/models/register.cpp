@@ -12,6 +12,7 @@
 #include "axengine/strings.hpp"
 #include "models/decoder.hpp"
 #include "models/decoder_plan.hpp"
+#include "models/family.hpp"
 #include "models/qwen2_5_vl.hpp"
 
 namespace ax::models {
@@ -93,23 +94,12 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
 }  // namespace
 
 void register_builtin_models(Registry& registry) {
-  const std::pair<const char*, const char*> families[] = {
-      {"llama", "Llama 2/3 decoder (GQA, llama3 RoPE scaling)"},
-      {"mistral", "Mistral dense decoder (sliding-window attention)"},
-      {"qwen2", "Qwen2 / Qwen2.5 dense decoder (q/k/v bias, per-layer sliding window)"},
-      {"qwen3", "Qwen3 dense decoder (q/k RMSNorm)"},
-      {"qwen3_moe", "Qwen3 MoE (softmax top-k router, norm_topk_prob, decoder_sparse_step, mlp_only_layers)"},
-      {"mixtral", "Mixtral sparse MoE (top-k renormalised router)"},
-      {"gemma3_text", "Gemma 3 text decoder (1+w sandwich RMSNorms, local/global layers, scaled embeddings)"},
-      {"olmoe", "OLMoE sparse MoE (q/k RMSNorm over all heads, softmax top-k router)"},
-      {"gpt_oss", "gpt-oss MoE (attention sinks, alternating sliding/full layers, YaRN, biases, clamped GLU experts)"},
-  };
-  for (const auto& [name, summary] : families) {
+  for (const Family* f : families()) {  // models/families/<name>.cpp
     Provider p;
     p.info.kind = ProviderKind::model;
-    p.info.name = name;
-    p.info.summary = summary;
-    p.object = std::shared_ptr<ModelFamily>(std::make_shared<DecoderFamily>(name));  // the ModelFamily pointer, as get<> reads it
+    p.info.name = f->name;
+    p.info.summary = f->summary;
+    p.object = std::shared_ptr<ModelFamily>(std::make_shared<DecoderFamily>(f->name));  // the ModelFamily pointer, as get<> reads it
     registry.add(std::move(p));
   }
   register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
@@ -134,7 +124,7 @@ bool config_is_moe(const nlohmann::json& j) {
 }
 
 // config.json, generation_config.json and the family registered for model_type: what load and check share.
-FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) {
+FamilyOf family_of_dir(const Registry& registry, const ModelLoadOptions& options) {
   const std::string cfg_path = (fs::path(options.dir) / "config.json").string();
   if (!fs::is_directory(options.dir)) throw UsageError(str(options.dir, ": not a model directory"));
   nlohmann::json j = models::read_json_file(cfg_path);
@@ -155,14 +145,11 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
     for (const auto* p : registry.list(ProviderKind::model)) known.push_back(p->info.name);
     std::string hint = closest(type, known);
     // A near name is a typo fix only when it is the same kind of model: "mistral" (dense) is not a misspelt
-    // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in MoE families are known.
-    if (!hint.empty() && (hint == "qwen3_moe" || hint == "mixtral" || hint == "olmoe" || hint == "gpt_oss") != config_is_moe(j))
-      hint.clear();
-    // The multimodal Gemma 3 (Gemma3ForConditionalGeneration) wraps the text decoder in text_config.
-    if (type == "gemma3")
-      throw UsageError(str(cfg_path, ": model_type 'gemma3' is the multimodal Gemma3ForConditionalGeneration, which "
-                           "axengine does not load; the text-only checkpoints (gemma-3-1b, or a text_config saved "
-                           "as Gemma3ForCausalLM) have model_type 'gemma3_text'"));
+    // "mixtral" (MoE). Whether the config is MoE shows in its expert count; the built-in families say theirs.
+    const models::Family* near = models::find_family(hint);
+    if (!hint.empty() && (near && near->moe) != config_is_moe(j)) hint.clear();
+    // A model_type a family knows it is mistaken for (gemma3: the multimodal Gemma 3) points to that family.
+    if (const std::string why = models::refused_type_message(type); !why.empty()) throw UsageError(str(cfg_path, ": ", why));
     throw UsageError(str(cfg_path, ": model_type '", type, "' has no model family (known: ", join(known, ", "), ")",
                          hint.empty() ? "" : str("; did you mean '", hint, "'?")));
   }
@@ -172,14 +159,14 @@ FamilyOf find_family(const Registry& registry, const ModelLoadOptions& options) 
 }  // namespace
 
 std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options) {
-  FamilyOf f = find_family(registry, options);
+  FamilyOf f = family_of_dir(registry, options);
   return f.family->load(f.hf_config, options);
 }
 
 namespace models {
 std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options,
                                   std::shared_ptr<LayerResidency> layers) {
-  FamilyOf f = find_family(registry, options);
+  FamilyOf f = family_of_dir(registry, options);
   const auto* decoder = dynamic_cast<const DecoderFamily*>(f.family.get());
   if (!decoder) return nullptr;  // a family with layers of its own
   return decoder->load_with(f.hf_config, options, std::move(layers));
@@ -187,7 +174,7 @@ std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptio
 }  // namespace models
 
 ModelCheck check_model(const Registry& registry, const ModelLoadOptions& options) {
-  FamilyOf f = find_family(registry, options);
+  FamilyOf f = family_of_dir(registry, options);
   // A plugin family opts in by implementing ModelFamilyCheck too (model_check.hpp).
   if (const auto* c = dynamic_cast<const ModelFamilyCheck*>(f.family.get())) return c->check(f.hf_config, options);
   ModelCheck out;

@@ -6,6 +6,7 @@
 
 #include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "models/family.hpp"
 
 namespace ax::models {
 
@@ -35,7 +36,8 @@ bool untie_stored_head(HfConfig& cfg, const safetensors::Checkpoint& ckpt) {
   if (!stored_head_differs(cfg, ckpt)) return false;
   cfg.tie_word_embeddings = false;
   log::warn(str(cfg.source, ": tie_word_embeddings is true",
-                cfg.model_type == "gemma3_text" ? " (given, or Gemma3TextConfig's default)" : "", ", but ",
+                family_of(cfg).defaults.tie_word_embeddings ? str(" (given, or ", family_of(cfg).config_class, "'s default)") : "",
+                ", but ",
                 ckpt.file_of("lm_head.weight"), " stores its own 'lm_head.weight', different from "
                 "'model.embed_tokens.weight': the stored head is used, untied, as transformers does (set "
                 "\"tie_word_embeddings\": false in config.json to say so)"));

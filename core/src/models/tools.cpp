@@ -21,6 +21,8 @@
 #include "axengine/strings.hpp"
 #include "models/bnb_load.hpp"
 #include "models/decoder.hpp"
+#include "models/family.hpp"
+#include "models/lora_all_linear.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
@@ -38,85 +40,16 @@ json preset_config(const std::string& name, int64_t vocab, int64_t bos, int64_t 
             {"num_key_value_heads", 2}, {"max_position_embeddings", 2048}, {"initializer_range", 0.02},
             {"hidden_act", "silu"}, {"dtype", "float32"}, {"use_cache", true}, {"attention_dropout", 0.0},
             {"bos_token_id", bos >= 0 ? json(bos) : json(nullptr)}, {"eos_token_id", eos}, {"pad_token_id", pad}};
-  if (name == "tiny-llama") {
-    c.update({{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"intermediate_size", 128},
-              {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", true}, {"attention_bias", false},
-              {"mlp_bias", false},
-              {"rope_parameters", {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                                   {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                                   {"original_max_position_embeddings", 256}}}});
-  } else if (name == "tiny-qwen2") {
-    // As transformers 5 writes a Qwen2.5 config: the window is off (use_sliding_window false), as shipped.
-    c.update({{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"}, {"intermediate_size", 128},
-              {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"use_sliding_window", false},
-              {"sliding_window", nullptr}, {"max_window_layers", 2},
-              {"layer_types", {"full_attention", "full_attention"}},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else if (name == "tiny-mistral") {
-    c.update({{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"}, {"intermediate_size", 128},
-              {"head_dim", 16}, {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"sliding_window", 256},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else if (name == "tiny-qwen3") {
-    c.update({{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"intermediate_size", 128},
-              {"head_dim", 32}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"attention_bias", false},
-              {"use_sliding_window", false}, {"sliding_window", nullptr},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else if (name == "tiny-qwen3-moe") {
-    c.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"intermediate_size", 128},
-              {"moe_intermediate_size", 32}, {"num_experts", 6}, {"num_experts_per_tok", 2}, {"norm_topk_prob", true},
-              {"decoder_sparse_step", 1}, {"mlp_only_layers", json::array()}, {"router_aux_loss_coef", 0.001},
-              {"output_router_logits", false}, {"head_dim", 16}, {"rms_norm_eps", 1e-6},
-              {"tie_word_embeddings", false}, {"attention_bias", false}, {"use_sliding_window", false},
-              {"sliding_window", nullptr}, {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else if (name == "bench-qwen3-moe-0.9b") {
-    // The training-step benchmark's model (bench/train_step): ~0.9B parameters, sized like the reference
-    // measurement of HF transformers + peft. Too big for tests; made on the GPU machine.
-    c.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 32000},
-              {"hidden_size", 1024}, {"num_hidden_layers", 8}, {"num_attention_heads", 16}, {"num_key_value_heads", 4},
-              {"head_dim", 64}, {"intermediate_size", 2816}, {"moe_intermediate_size", 512}, {"num_experts", 64},
-              {"num_experts_per_tok", 8}, {"norm_topk_prob", true}, {"decoder_sparse_step", 1},
-              {"mlp_only_layers", json::array()}, {"router_aux_loss_coef", 0.001}, {"output_router_logits", false},
-              {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false}, {"attention_bias", false},
-              {"use_sliding_window", false}, {"sliding_window", nullptr}, {"max_position_embeddings", 4096},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else if (name == "tiny-gemma3") {
-    // As transformers 5 writes a Gemma3TextConfig: one RoPE per layer type, a sliding and a full layer.
-    c.erase("hidden_act");
-    c.update({{"architectures", {"Gemma3ForCausalLM"}}, {"model_type", "gemma3_text"}, {"intermediate_size", 128},
-              {"head_dim", 16}, {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", true}, {"attention_bias", false},
-              {"hidden_activation", "gelu_pytorch_tanh"}, {"query_pre_attn_scalar", 16}, {"sliding_window", 64},
-              {"layer_types", {"sliding_attention", "full_attention"}}, {"attn_logit_softcapping", nullptr},
-              {"final_logit_softcapping", nullptr}, {"use_bidirectional_attention", false},
-              {"rope_parameters", {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}},
-                                   {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}}}});
-  } else if (name == "tiny-olmoe") {
-    c.update({{"architectures", {"OlmoeForCausalLM"}}, {"model_type", "olmoe"}, {"intermediate_size", 32},
-              {"num_experts", 8}, {"num_experts_per_tok", 2}, {"norm_topk_prob", false}, {"router_aux_loss_coef", 0.01},
-              {"output_router_logits", false}, {"clip_qkv", nullptr}, {"rms_norm_eps", 1e-5},
-              {"tie_word_embeddings", false}, {"attention_bias", false},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}});
-  } else if (name == "tiny-gpt-oss") {
-    // As transformers 5 writes a GptOssConfig: alternating sliding/full layers (a window of 8, so the tests'
-    // sequences slide), YaRN as gpt-oss ships it (truncate false), biases everywhere, attention sinks.
-    c.update({{"architectures", {"GptOssForCausalLM"}}, {"model_type", "gpt_oss"}, {"intermediate_size", 32},
-              {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.9},
-              {"output_router_logits", false}, {"head_dim", 16}, {"rms_norm_eps", 1e-5},
-              {"tie_word_embeddings", false}, {"attention_bias", true}, {"sliding_window", 8},
-              {"layer_types", {"sliding_attention", "full_attention"}}, {"swiglu_alpha", 1.702}, {"swiglu_limit", 7.0},
-              {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 150000.0}, {"factor", 32.0}, {"beta_fast", 32.0},
-                                   {"beta_slow", 1.0}, {"truncate", false}, {"original_max_position_embeddings", 64}}}});
-  } else if (name == "tiny-mixtral") {
-    c.update({{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"intermediate_size", 96},
-              {"num_local_experts", 4}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02},
-              {"output_router_logits", false}, {"router_jitter_noise", 0.0}, {"head_dim", 16}, {"rms_norm_eps", 1e-5},
-              {"tie_word_embeddings", false}, {"sliding_window", nullptr},
-              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1000000.0}}}});
-  } else {
-    std::string hint = closest(name, model_presets());
-    throw UsageError(str("unknown preset '", name, "' (presets: ", join(model_presets(), ", "), ")",
-                         hint.empty() ? "" : str("; did you mean '", hint, "'?")));
-  }
-  return c;
+  // The family's preset (models/families/<name>.cpp).
+  for (const models::Family* f : models::families())
+    for (const auto& p : f->presets)
+      if (p.name == name) {
+        p.apply(c);
+        return c;
+      }
+  std::string hint = closest(name, model_presets());
+  throw UsageError(str("unknown preset '", name, "' (presets: ", join(model_presets(), ", "), ")",
+                       hint.empty() ? "" : str("; did you mean '", hint, "'?")));
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -144,8 +77,11 @@ std::string human(int64_t n) {
 }  // namespace
 
 std::vector<std::string> model_presets() {
-  return {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-          "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "bench-qwen3-moe-0.9b", "tiny-qwen2_5-vl"};
+  std::vector<std::string> out;
+  for (const models::Family* f : models::families())
+    for (const auto& p : f->presets) out.push_back(p.name);
+  out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
+  return out;
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
@@ -245,7 +181,7 @@ std::string inspect_model_dir(const std::string& dir) {
   if (c.num_experts > 0)
     os << "               MoE: " << c.num_experts << " experts, top-" << c.top_k << ", expert intermediate "
        << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, "
-       << (c.is_gpt_oss() ? std::string("softmax over the top-k logits, attention sinks")
+       << (c.moe_kind == models::MoeKind::topk_softmax_clamped ? std::string("softmax over the top-k logits, attention sinks")
                           : std::string("norm_topk_prob ") + (c.norm_topk_prob ? "on" : "off"))
        << ", aux loss coef " << c.router_aux_loss_coef << "\n";
   else
@@ -325,9 +261,16 @@ std::string inspect_model_dir(const std::string& dir) {
     if (e.first++ == 0) e.second = s.path;
   }
   for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
-  if (c.num_experts > 0)
-    os << "  note: on this MoE model "
-       << (c.model_type == "mixtral" ? "w1+w3 / w2" : "gate_proj+up_proj / down_proj")
+  // peft's "all-linear" on this model (models/lora_all_linear.hpp).
+  const models::AllLinear all = models::resolve_all_linear(c.model_type, vl ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
+  os << "  \"all-linear\": " << join(all.targets, ", ");
+  if (!all.not_supported.empty())
+    os << "; refused: peft also targets " << all.not_supported.front()
+       << (all.not_supported.size() > 1 ? str(" and ", all.not_supported.size() - 1, " more") : "")
+       << ", which axengine puts no LoRA on";
+  os << "\n";
+  if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n)
+    os << "  note: on this MoE model " << n->gate << "+" << n->up << " / " << n->down
        << " target the fused experts (as peft does for transformers 5): one rank-2r LoRA on gate_up_proj, "
           "and dense MLP layers get none\n";
   return os.str();

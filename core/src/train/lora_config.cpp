@@ -11,13 +11,23 @@
 #include "axengine/strings.hpp"
 #include "data/entry.hpp"
 #include "models/hf_config.hpp"
+#include "models/lora_all_linear.hpp"
 
 namespace ax::train {
 namespace {
 
 void bind_lora(TableBinder& t, LoraConfig& c) {
   LoraSpec& s = c.spec;
-  t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj or gate_proj/up_proj/down_proj)");
+  // peft's shorthand is a string, not a list: "all-linear" (models/lora_all_linear.hpp resolves it per family).
+  if (const toml::node* n = t.table() ? t.table()->get("targets") : nullptr; n && n->is_string()) {
+    const std::string v = n->as_string()->get();
+    if (!models::is_all_linear({v}))
+      t.fail(n, str("'lora.targets' must be a list of module names or \"all-linear\", not \"", v, "\""));
+    s.targets = {v};
+    t.accept("targets");
+  } else {
+    t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it)");
+  }
   t.bounded("r", s.r, 1, 4096, "adapter rank");
   // > 0: alpha = 0 scales the update and its gradients to zero (nothing would train); a negative alpha only flips
   // the sign of B's updates, which peft does not check either but no recipe means.
