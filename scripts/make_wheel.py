@@ -111,6 +111,9 @@ def main():
     ap.add_argument("--out", default="dist", help="where the .whl is written")
     ap.add_argument("--compress-level", type=int, default=6, help="zlib level (1: fastest, for tests)")
     args = ap.parse_args()
+    if shutil.which("patchelf") is None:
+        sys.exit("make_wheel: patchelf is not on PATH; it sets the wheel's run paths (Debian: apt-get install "
+                 "patchelf; scripts/setup.sh installs it)")
     build = os.path.abspath(args.build)
     python = cache_value(build, "AXENGINE_PYTHON")
     version = cache_value(build, "CMAKE_PROJECT_VERSION")

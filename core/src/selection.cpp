@@ -19,6 +19,11 @@ const std::vector<std::string>* default_order(const std::string& op) {
       // (bench/results/bench-moe-mlp-nvidia-h200-2026-11-29.json, docs/plugins/sonicmoe.md); scattermoe serves
       // everything else (other GPUs, fp16, quantised experts, declines).
       {"moe.mlp", {"sonicmoe", "scattermoe", "reference"}},
+      // aten's chunked form before the gdn plugin: gdn's correctness-first CUDA kernels (fp32 FMA loops, no
+      // tensor cores yet) measured 0.25-0.43x aten's forward + backward speed at Qwen3.5's linear-layer shapes on
+      // an H100 (bench/results/gdn-bench-nvidia-h100-2026-12-07.json, docs/plugins/gdn.md). gdn moves first
+      // when a committed result shows it faster; `[kernels] linear_attention = ["gdn"]` picks it today.
+      {"linear_attention", {"aten", "gdn", "reference"}},
   };
   auto it = lists.find(op);
   return it == lists.end() ? nullptr : &it->second;

@@ -90,6 +90,11 @@ inline std::vector<nlohmann::json> step_records(const std::filesystem::path& met
   return out;
 }
 
+// Appended to setup_run's `train_extra` by tests whose expectations are step-exact or assume the CPU: on CUDA a
+// step's metrics record is written during the next step (the loss is read without a sync), so an injected fault
+// or signal at "the record of step k" is seen one step later, and GPU-only backends are available there.
+inline constexpr const char* kOnCpu = "[device]\ntype = \"cpu\"\n";
+
 // A scratch dir with a tiny Llama (model/), the one-digit sums task (data/: 80 train, 20 eval) and run.toml
 // training a LoRA on it; `train_extra` continues the [train] table (and may open further tables).
 inline std::filesystem::path setup_run(const std::string& name, const std::string& train_extra) {

@@ -164,7 +164,7 @@ TEST_CASE("durable outputs: a run whose disk fills up stops with an error and le
 }
 
 TEST_CASE("durable outputs: a failed metrics or events write stops the run with a checkpoint; --resume ends bitwise") {
-  auto dir = ax::test::setup_run("run_write_fail", "max_steps = 5\n[checkpoint]\nkeep_last = 10\n");
+  auto dir = ax::test::setup_run("run_write_fail", std::string("max_steps = 5\n[checkpoint]\nkeep_last = 10\n") + ax::test::kOnCpu);
   auto args = [&](const std::string& out, bool resume) {
     std::vector<std::string> a{"run", "--config", (dir / "run.toml").string(), "--set", "run.output_dir=" + out};
     if (resume) a.push_back("--resume");
@@ -244,7 +244,7 @@ TEST_CASE("output_dir: a run stopped at its first forward pass (kernels.strict) 
   std::error_code ec;
   for (const auto& e : fs::recursive_directory_iterator(fs::path(AXENGINE_BIN_DIR) / "plugins", ec))
     if (e.path().filename().string().find("fused_attn") != std::string::npos && e.path().extension() == ".so") plugin = e.path();
-  auto dir = ax::test::setup_run("strict_first_step", "max_steps = 2\n[eval]\nevery_steps = 1\n");
+  auto dir = ax::test::setup_run("strict_first_step", std::string("max_steps = 2\n[eval]\nevery_steps = 1\n") + ax::test::kOnCpu);
   const std::string cfg = (dir / "run.toml").string();
   if (plugin.empty()) {
     MESSAGE("skipped: the fused_attn plugin was not built");

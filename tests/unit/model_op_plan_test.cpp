@@ -334,7 +334,7 @@ TEST_CASE("op plan: under kernels.strict validate's check refuses every op of ev
     for (const auto& op : ops) lists.push_back(op);
     for (const auto& op : lists) {
       CAPTURE(op);
-      std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[model]\npath = \"" << preset << "\"\n"
+      std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[device]\ntype = \"cpu\"\n[model]\npath = \"" << preset << "\"\n"
                                       << "[data]\nsequence_len = 32\ncache_dir = \"cache\"\n"
                                       << "[[datasets]]\ntype = \"completion\"\npath = \"train.jsonl\"\nprompt_field = \"prompt\"\n"
                                       << "text_field = \"answer\"\n[lora]\ntargets = [\"q_proj\", \"v_proj\"]\n[kernels]\nstrict = true\n"

@@ -22,7 +22,7 @@ void make_run_dir(const TempDir& dir) {
   REQUIRE(run(env(dir) + axengine() + " make-data --task arithmetic --digits 1 --train 40 --eval 8 --out " + (dir / "data"))
               .exit_code == 0);
   write_file(dir / "run.toml",
-             "[run]\noutput_dir = \"out\"\n[model]\npath = \"model\"\n[plugins]\npaths = [\"" + pick_plugin() + "\"]\n"
+             "[run]\noutput_dir = \"out\"\n[device]\ntype = \"cpu\"\n[model]\npath = \"model\"\n[plugins]\npaths = [\"" + pick_plugin() + "\"]\n"
              "[data]\nsequence_len = 64\n"
              "[[datasets]]\ntype = \"completion\"\npath = \"data/train.jsonl\"\neval_path = \"data/eval.jsonl\"\n"
              "prompt_field = \"prompt\"\ntext_field = \"answer\"\n"

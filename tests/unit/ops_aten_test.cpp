@@ -19,22 +19,6 @@ using namespace ax::ops;
 
 namespace {
 
-const Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
-    register_builtins(r);
-    return r;
-  }();
-  return reg;
-}
-
-template <class Op>
-std::shared_ptr<Op> backend(const std::string& name) {
-  auto p = registry().kernel<Op>(name);
-  REQUIRE(p);
-  return p;
-}
-
 AttentionArgs attention_args(at::ScalarType dt, int64_t D, const at::Device& dev) {
   at::manual_seed(7);
   AttentionArgs a;
@@ -58,8 +42,8 @@ TEST_CASE("aten linear.lora: bf16 on CPU within tolerance of the reference, need
   a.lora_a = (at::randn({8, 64}) * 0.3).to(dt);
   a.lora_b = (at::randn({48, 8}) * 0.3).to(dt);
   a.scaling = 2.0;
-  auto aten = backend<LinearLora>("aten");
-  auto ref = backend<LinearLora>("reference");
+  auto aten = ax::test::builtin_backend<LinearLora>("aten");
+  auto ref = ax::test::builtin_backend<LinearLora>("reference");
   at::Tensor y = aten->forward(a);
   CHECK(y.sizes() == at::IntArrayRef({2, 5, 48}));
   CHECK((y.scalar_type() == dt));
@@ -82,8 +66,8 @@ TEST_CASE("aten linear.lora: bf16 on CPU within tolerance of the reference, need
 
 TEST_CASE("aten attention: off CUDA it computes with the reference math, bit for bit") {
   AttentionArgs a = attention_args(at::kBFloat16, 16, at::kCPU);
-  auto aten = backend<Attention>("aten");
-  auto ref = backend<Attention>("reference");
+  auto aten = ax::test::builtin_backend<Attention>("aten");
+  auto ref = ax::test::builtin_backend<Attention>("reference");
   AttentionResult r = aten->forward(a), e = ref->forward(a);
   CHECK(test::bit_equal(r.out, e.out));
   CHECK(test::bit_equal(r.lse, e.lse));
@@ -106,8 +90,8 @@ TEST_CASE("aten attention (CUDA): flash matches the reference, backward repeatab
   auto& ctx = at::globalContext();
   const bool was = ctx.deterministicAlgorithms(), was_warn = ctx.deterministicAlgorithmsWarnOnly();
   const bool was_fill = ctx.deterministicFillUninitializedMemory();
-  auto aten = backend<Attention>("aten");
-  auto ref = backend<Attention>("reference");
+  auto aten = ax::test::builtin_backend<Attention>("aten");
+  auto ref = ax::test::builtin_backend<Attention>("reference");
   for (int64_t D : {64, 20}) {  // 20: not a multiple of 8, the in-backend reference fallback
     for (int64_t window : {-1, 5}) {
       CAPTURE(D);

@@ -20,22 +20,6 @@ using namespace ax::ops;
 
 namespace {
 
-const Registry& registry() {
-  static Registry reg = [] {
-    Registry r;
-    register_builtins(r);
-    return r;
-  }();
-  return reg;
-}
-
-template <class Op>
-std::shared_ptr<Op> backend(const std::string& name) {
-  auto p = registry().kernel<Op>(name);
-  REQUIRE(p);
-  return p;
-}
-
 at::Tensor leaf(const at::Tensor& t) { return t.detach().clone().set_requires_grad(true); }
 
 at::Tensor offsets(const std::vector<int64_t>& lens) {
@@ -136,7 +120,7 @@ std::pair<at::Tensor, at::Tensor> delta_rule(const LaCase& c, at::Tensor q, at::
 }
 
 void check_reference(const LaCase& c) {
-  auto op = backend<LinearAttention>("reference");
+  auto op = ax::test::builtin_backend<LinearAttention>("reference");
   LaData d = la_data(c, at::kDouble, 11);
   LinearAttentionArgs a = la_args(c, d);
   auto r = op->forward(a);
@@ -205,7 +189,7 @@ TEST_CASE("linear_attention reference and aten match transformers' chunk and rec
   auto rows = [](const at::Tensor& t) { return t.flatten(0, 1); };  // [B, S, ...] → packed [B·S, ...]
   for (const char* name : {"reference", "aten"}) {
     CAPTURE(name);
-    auto op = backend<LinearAttention>(name);
+    auto op = ax::test::builtin_backend<LinearAttention>(name);
     {  // the chunked form: 2 sequences of 90 rows, Hk = 2, Hv = 4, L2 norm inside, states in and out
       LinearAttentionArgs a;
       a.q = rows(gold["chunk_q"]), a.k = rows(gold["chunk_k"]), a.v = rows(gold["chunk_v"]);
@@ -266,8 +250,8 @@ TEST_CASE("linear_attention reference and aten match transformers' chunk and rec
 TEST_CASE("linear_attention aten: many chunks across many sequence boundaries equal the reference; bf16 in tolerance") {
   // Mixed lengths whose chunks start mid-batch: the scan walks 16 chunk slots and resets at each sequence.
   const LaCase c{.lens = {130, 1, 64, 65, 0, 200, 17, 63}, .Hk = 2, .Hv = 4, .Dk = 16, .Dv = 16};
-  auto ref = backend<LinearAttention>("reference");
-  auto aten = backend<LinearAttention>("aten");
+  auto ref = ax::test::builtin_backend<LinearAttention>("reference");
+  auto aten = ax::test::builtin_backend<LinearAttention>("aten");
   for (auto [dt, tol] : {std::pair{at::kFloat, 1e-5}, std::pair{at::kBFloat16, 2e-2}}) {
     CAPTURE(std::string(at::toString(dt)));
     LaData d = la_data(c, dt, 5);
@@ -288,7 +272,7 @@ TEST_CASE("linear_attention aten: many chunks across many sequence boundaries eq
 }
 
 TEST_CASE("causal_conv1d reference: formula and autograd, fp64 (windows cut at sequence boundaries, states)") {
-  auto op = backend<CausalConv1d>("reference");
+  auto op = ax::test::builtin_backend<CausalConv1d>("reference");
   at::manual_seed(4);
   const std::vector<int64_t> lens = {2, 7, 0, 1, 5};
   for (int64_t W : {4, 1})
@@ -325,7 +309,7 @@ TEST_CASE("causal_conv1d reference and aten match transformers' causal_conv1d_fn
   const int64_t B = x.size(0), S = x.size(2);
   for (const char* name : {"reference", "aten"}) {
     CAPTURE(name);
-    auto op = backend<CausalConv1d>(name);
+    auto op = ax::test::builtin_backend<CausalConv1d>(name);
     CausalConv1dArgs a;
     a.x = rows(x), a.weight = gold["conv_weight"], a.cu_seqlens = offsets(std::vector<int64_t>(B, S));
     a.output_final_state = true;
@@ -350,8 +334,8 @@ TEST_CASE("gated RMSNorm = rms_norm then swiglu(gate = z): transformers' Qwen3Ne
   auto gold = test::load_safetensors(test::data_path("ops/linear_attention.safetensors"));
   const double eps = gold["gnorm_eps"][0].item<double>();
   auto gated = [&](const std::string& name, at::ScalarType dt) {
-    auto norm = backend<RmsNorm>(name);
-    auto act = backend<Swiglu>(name);
+    auto norm = ax::test::builtin_backend<RmsNorm>(name);
+    auto act = ax::test::builtin_backend<Swiglu>(name);
     RmsNormArgs n{gold["gnorm_x"].to(dt), {}, gold["gnorm_weight"].to(dt), eps, false};
     auto h = norm->forward(n);
     SwigluArgs s;
@@ -363,13 +347,13 @@ TEST_CASE("gated RMSNorm = rms_norm then swiglu(gate = z): transformers' Qwen3Ne
     auto [y, n, h, s] = gated("reference", at::kFloat);
     CHECK(test::rel_err(y, gold["gnorm_y"]) < 1e-6);
     SwigluBackwardArgs sb{gold["gnorm_grad_y"]};
-    auto gs = backend<Swiglu>("reference")->backward(s, sb);
+    auto gs = ax::test::builtin_backend<Swiglu>("reference")->backward(s, sb);
     RmsNormBackwardArgs nb;
     nb.grad_y = gs.dup;
     nb.sum = n.x;
     nb.rstd = h.rstd;
     nb.need_dweight = false;
-    auto gn = backend<RmsNorm>("reference")->backward(n, nb);
+    auto gn = ax::test::builtin_backend<RmsNorm>("reference")->backward(n, nb);
     CHECK(test::rel_err(gn.dx, gold["gnorm_dx"]) < 1e-5);
     CHECK(test::rel_err(gs.dgate, gold["gnorm_dz"]) < 1e-5);
   }

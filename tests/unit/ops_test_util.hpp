@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "axengine/builtins.hpp"
 #include "axengine/ops/moe_experts.hpp"
+#include "axengine/registry.hpp"
 
 namespace ax::test {
 
@@ -47,6 +49,24 @@ inline std::map<std::string, at::Tensor> load_safetensors(const std::string& pat
 
 // tests/data/<rel>; AXENGINE_TEST_DATA_DIR in the environment overrides the build-time path (running a
 // copied test binary on another machine).
+// Core's built-in backends (reference, aten), registered once per test binary.
+inline const Registry& builtin_registry() {
+  static const Registry reg = [] {
+    Registry r;
+    register_builtins(r);
+    return r;
+  }();
+  return reg;
+}
+
+// The built-in backend `name` of op `Op`; throws (failing the test case) when it is not registered.
+template <class Op>
+std::shared_ptr<Op> builtin_backend(const std::string& name) {
+  auto p = builtin_registry().kernel<Op>(name);
+  if (!p) throw std::runtime_error(std::string("no built-in backend '") + name + "' of " + Op::kOp);
+  return p;
+}
+
 inline std::string data_path(const std::string& rel) {
   const char* env = std::getenv("AXENGINE_TEST_DATA_DIR");
   return std::string(env && *env ? env : AXENGINE_TEST_DATA_DIR) + "/" + rel;

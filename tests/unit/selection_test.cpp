@@ -158,6 +158,27 @@ TEST_CASE("selection: the default list puts plugin backends before core's builti
   CHECK(verdict(r, "zeta") == "needs dtype bf16, asked for fp16");
 }
 
+TEST_CASE("selection: linear_attention's written default order puts aten before the gdn plugin") {
+  ax::Registry reg;
+  add(reg, "linear_attention", "gdn", {{"cuda"}, 80, 0, {"fp32", "bf16", "fp16"}, {}, {}});
+  ax::ProviderInfo info;
+  info.kind = ax::ProviderKind::kernel;
+  info.op = "linear_attention";
+  info.name = "aten";
+  info.plugin = "builtin";
+  info.needs = {{"cpu", "cuda"}, 0, 0, {"fp32", "bf16", "fp16"}, {}, {}};
+  reg.add({info, std::make_shared<FakeBackend>()});
+  add(reg, "linear_attention", "reference", {});
+  auto r = ax::resolve_backend(reg, ax::KernelPreferences{}, "linear_attention", {gpu(90), "bf16", "", ""});
+  REQUIRE(r.candidates.size() == 3);
+  CHECK(r.candidates[0].backend == "aten");
+  CHECK(r.candidates[1].backend == "gdn");
+  CHECK(r.chosen == "aten");
+  ax::KernelPreferences gdn_first;  // what the config's list does
+  gdn_first.prefer["linear_attention"] = {"gdn"};
+  CHECK(ax::resolve_backend(reg, gdn_first, "linear_attention", {gpu(90), "bf16", "", ""}).chosen == "gdn");
+}
+
 TEST_CASE("selection: with the built-ins, linear.lora on a CPU bf16 query picks aten before reference") {
   ax::Registry reg;
   ax::register_builtins(reg);

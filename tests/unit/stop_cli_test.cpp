@@ -43,7 +43,7 @@ struct Case {
 TEST_CASE("stop: a signal at each phase of a step stops the run after it with a checkpoint; --resume ends bitwise as the uninterrupted run") {
   // 6 steps, eval and a checkpoint at step 3 (and the end), every point of a step and of the eval and of that
   // checkpoint's writers.
-  auto dir = ax::test::setup_run("stop_phases", "max_steps = 6\n[eval]\nevery_steps = 3\n[checkpoint]\nevery_steps = 3\nkeep_last = 10\n");
+  auto dir = ax::test::setup_run("stop_phases", std::string("max_steps = 6\n[eval]\nevery_steps = 3\n[checkpoint]\nevery_steps = 3\nkeep_last = 10\n") + ax::test::kOnCpu);
   REQUIRE(ax::test::run(run_args(dir, "ref", false), dir / "ref.log", {{"AXENGINE_TEST_CRASH_TRACE", (dir / "ref.trace").string()}}) == 0);
   const auto trace = ax::test::lines_of(dir / "ref.trace");
   for (const char* p : {"step.enqueued", "step.forward", "step.backward", "step.optimizer", "step.recorded", "step.boundary", "eval.loss"}) {
