@@ -9,7 +9,8 @@
 namespace ax {
 
 namespace {
-// Ops whose default order (no config list) starts with a written list: the fastest backend per GPU first,
+// Ops whose default order (no config list) starts with a written list (selection.hpp names moe.mlp's; this
+// list is the whole set): the fastest backend per GPU first,
 // each passed over where it cannot run. A name no loaded plugin provides is skipped with its reason, so the
 // list may name backends that are not built yet. Other registered backends follow, `reference` last.
 const std::vector<std::string>* default_order(const std::string& op) {

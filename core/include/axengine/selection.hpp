@@ -6,8 +6,7 @@
 // layout) wins. `reference` is appended as the last resort unless `strict`, in which case "nothing
 // matched" is an error. An op the config does not mention tries every registered backend: plugins' in
 // name order first, then core's production backends (`aten`) in name order, `reference` last (in strict
-// mode too) — except ops with a written default order (moe.mlp: sonicmoe, scattermoe, reference;
-// linear_attention: aten, gdn, reference).
+// mode too) — except ops with a written default order (moe.mlp: sonicmoe, scattermoe, reference).
 #pragma once
 #include <map>
 #include <memory>
