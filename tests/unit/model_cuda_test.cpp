@@ -37,8 +37,10 @@ ax::KernelPreferences reference_only() {
   return p;
 }
 
+// `adapter` / `golden`: the case's peft adapter dir and its golden file (gpt_oss's expert LoRA has its own pair).
 void check_on_cuda(const std::string& name, const std::string& dtype, double logit_tol, double loss_tol, double grad_tol,
-                   const ax::KernelPreferences& prefs) {
+                   const ax::KernelPreferences& prefs, const std::string& adapter = "adapter",
+                   const std::string& golden = "golden.safetensors") {
   CAPTURE(name);
   CAPTURE(dtype);
   ax::Registry reg;
@@ -48,11 +50,11 @@ void check_on_cuda(const std::string& name, const std::string& dtype, double log
   o.dir = dir.string();
   o.dtype = dtype;
   o.device = "cuda:0";
-  o.adapter_dir = (dir / "adapter").string();
+  o.adapter_dir = (dir / adapter).string();
   const ax::DeviceInfo dev = ax::detect_device("cuda");  // the real arch: attention/aten needs sm_80+
   o.kernels = std::make_shared<ax::KernelSet>(reg, prefs, dev);
   auto model = ax::load_model(reg, o);
-  auto g = ax::safetensors::File::open((dir / "golden.safetensors").string());
+  auto g = ax::safetensors::File::open((dir / golden).string());
   ax::Batch b;
   b.input_ids = g->get("input_ids");
   b.labels = g->get("labels");
@@ -101,6 +103,14 @@ double bf16_grad_tol(const std::string& c) {
 TEST_CASE("model parity on CUDA, fp32, reference backends") {
   if (no_cuda()) return;
   for (const char* c : kCases) check_on_cuda(c, "fp32", 1e-4, 1e-5, 1e-4, reference_only());
+}
+
+// gpt_oss's experts with peft's target_parameters LoRA (tests/unit/model_gpt_oss_lora_test.cpp's goldens), dense and
+// MXFP4 base, through moe.mlp on the GPU.
+TEST_CASE("model parity on CUDA, fp32, reference backends: gpt_oss expert LoRA") {
+  if (no_cuda()) return;
+  for (const char* c : {"gpt_oss", "gpt_oss_mxfp4"})
+    check_on_cuda(c, "fp32", 1e-4, 1e-5, 1e-4, reference_only(), "expert_adapter", "expert_golden.safetensors");
 }
 
 TEST_CASE("model parity on CUDA, bf16, reference backends (documented tolerances)") {

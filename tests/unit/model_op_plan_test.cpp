@@ -219,7 +219,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
   lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   const std::string type = cfg.value("model_type", "");
   if (type == "mixtral") lora.targets.insert(lora.targets.end(), {"w1", "w3", "w2"});  // the experts, Mixtral's names
-  else if (type != "gpt_oss") lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
+  else if (type == "gpt_oss") lora.targets.insert(lora.targets.end(), {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
+  else lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
   lora.r = 4;
   lora.alpha = 8;
   ax::ModelLoadOptions o;

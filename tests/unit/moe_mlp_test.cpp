@@ -71,6 +71,29 @@ class DropsDownBias final : public MoeMlp {
   std::shared_ptr<MoeMlp> ref_;
 };
 
+// Reads the gate_up LoRA's B rows as halves (gate rows first, then up) whatever the packing: on interleaved
+// weights (gpt-oss) its LoRA delta lands on the wrong gate/up columns. Forward and backward both.
+class LoraBOnHalves final : public MoeMlp {
+ public:
+  explicit LoraBOnHalves(std::shared_ptr<MoeMlp> ref) : ref_(std::move(ref)) {}
+
+ protected:
+  ax::ops::MoeMlpResult run_forward(const MoeMlpArgs& a) override { return ref_->forward(bug(a)); }
+  ax::ops::MoeMlpGrads run_backward(const MoeMlpArgs& a, const ax::ops::MoeMlpBackwardArgs& bwd) override {
+    return ref_->backward(bug(a), bwd);
+  }
+
+ private:
+  static MoeMlpArgs bug(MoeMlpArgs a) {
+    if (a.packing != ax::ops::GluPacking::interleaved || !a.gate_up_lora.defined()) return a;
+    const int64_t I = a.gate_up_lora.b.size(0) / 2;
+    at::Tensor rows = at::stack({at::arange(I), at::arange(I) + I}, 1).reshape({-1});  // column 2i ← i, 2i+1 ← I+i
+    a.gate_up_lora.b = a.gate_up_lora.b.index_select(0, rows.to(a.gate_up_lora.b.device()));
+    return a;
+  }
+  std::shared_ptr<MoeMlp> ref_;
+};
+
 // Declines calls wider than `max_h` (a stand-in for "outside my tiles"); counts the calls it serves.
 class Narrow final : public MoeMlp {
  public:
@@ -188,6 +211,31 @@ TEST_CASE("moe.mlp: conformance catches a backend that drops the down bias") {
     CHECK(c.name.find(",bias") != std::string::npos);  // fails only where there is a bias
     ++caught;
   }
+  CHECK(caught > 0);
+  CHECK(r.count(Status::pass) > 0);
+}
+
+TEST_CASE("moe.mlp: conformance catches a backend that applies the gate_up LoRA in halves order on interleaved (gpt-oss) weights") {
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  add_mlp(registry, "lora_on_halves", std::make_shared<LoraBOnHalves>(reference_of(registry)),
+          {{"cpu"}, 0, 0, {"fp32"}, {"dense", "mxfp4"}, {"EKN", "ENK"}});
+  ax::conformance::Options o;
+  o.op = "moe.mlp";
+  o.backend = "lora_on_halves";
+  o.device = "cpu";
+  o.quick = true;
+  Report r = ax::conformance::run(registry, o);
+  int caught = 0, gpt_oss = 0;
+  for (const auto& c : r.cases) {
+    if (c.status != Status::fail) continue;
+    INFO(c.name << ": " << c.message);
+    CHECK(c.name.find("interleaved") != std::string::npos);  // the halves problems are right
+    CHECK(c.name.find("lora_down") == std::string::npos);    // and so are those without a gate_up LoRA
+    gpt_oss += c.name.find("clamped_glu,interleaved,lora,bias") != std::string::npos;
+    ++caught;
+  }
+  CHECK(gpt_oss > 0);  // the gpt-oss layout's own problems catch it, dense and mxfp4
   CHECK(caught > 0);
   CHECK(r.count(Status::pass) > 0);
 }

@@ -26,6 +26,7 @@ struct Case {
   const char* name;
   std::vector<std::string> targets;
   bool rslora;
+  std::string out = "";  // the case's dir under the export root when not `name` (a second case on one model)
 };
 
 std::unique_ptr<ax::Model> load(ax::Registry& reg, const std::string& dir, std::optional<ax::LoraSpec> spec,
@@ -59,6 +60,11 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"olmoe", {"v_proj", "gate_proj", "up_proj", "down_proj"}, false},
       {"gpt_oss", {"q_proj", "k_proj", "v_proj", "o_proj"}, true},
       {"gpt_oss_mxfp4", {"q_proj", "v_proj"}, false},  // packed MXFP4 experts: the merge writes them dense
+      // gpt_oss's experts by peft's parameter names (target_parameters, nested ParamWrapper keys), dense and on
+      // the packed MXFP4 base; down_proj alone: the un-nested keys.
+      {"gpt_oss", {"q_proj", "mlp.experts.gate_up_proj", "mlp.experts.down_proj"}, false, "gpt_oss_experts"},
+      {"gpt_oss_mxfp4", {"o_proj", "gate_up_proj", "experts.down_proj"}, true, "gpt_oss_mxfp4_experts"},
+      {"gpt_oss", {"down_proj"}, false, "gpt_oss_experts_down"},
       // A tied config over a stored, different head (kept, as transformers keeps it): the merge writes the head.
       {"qwen2_stored_head", {"q_proj", "v_proj", "down_proj"}, false},
       {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
@@ -86,7 +92,7 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
     at::Tensor plain = load(reg, base, std::nullopt, "")->forward(b, true).logits.detach();
     CHECK((logits - plain).abs().max().item<double>() > 1e-3);  // the adapter changes the output
 
-    fs::path out = root / c.name;
+    fs::path out = root / (c.out.empty() ? std::string(c.name) : c.out);
     fs::create_directories(out);
     model->save_adapter((out / "adapter").string());
     ax::safetensors::save((out / "expected.safetensors").string(), {{"input_ids", b.input_ids}, {"logits", logits}});

@@ -220,7 +220,7 @@ TEST_CASE("validate start: plugins explain and validate list the calls of the co
   // llama: no q/k norm (plain RoPE, no norm_rope), a dense MLP (swiglu), no experts.
   CHECK(ops_of(r.output) == std::set<std::string>{"attention", "linear.lora", "rms_norm", "swiglu", "linear_ce"});
   r = run(env(dir) + axengine() + " plugins explain --config " + (dir / "run.toml") + " --set device.type=cpu --set model.path=gpt-oss" +
-          " --set 'lora.targets=[\"q_proj\", \"v_proj\"]'");  // gpt-oss's experts have no LoRA sites
+          " --set 'lora.targets=[\"q_proj\", \"v_proj\"]'");  // gpt-oss has no dense MLP
   INFO(r.output);
   CHECK(r.exit_code == 0);
   // gpt-oss: attention with sinks, the experts one moe.mlp call, no dense MLP.

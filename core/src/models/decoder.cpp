@@ -742,8 +742,8 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
     lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
     lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
     if (cfg_.is_moe_layer(i)) {
-      // The clamped GLU experts: no LoRA sites yet (issue 37 item 2: their peft export is not written).
-      if (cfg_.moe_kind == MoeKind::topk_softmax_clamped) continue;
+      // Every family's fused experts, gpt_oss's too (its checkpoint's [E, in, out] matrices are held ENK: the
+      // sites' in/out are the same; peft's target_parameters LoRA, docs/models.md "gpt_oss expert LoRA").
       const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
       out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
       out.push_back(LoraSite{p + "mlp.experts.down_proj", "down_proj", true, E, I, H});

@@ -65,6 +65,10 @@ AllLinear resolve_all_linear(const std::string& model_type, const std::vector<Lo
     if (seen.insert(t).second) out.targets.push_back(t);
   };
   bool has_experts = false;
+  // peft's MoE conversion (experts and routers) is for the families whose experts were nn.Linear modules in
+  // transformers 4 (their per-expert names); gpt_oss's experts and router never were: all-linear leaves them.
+  const Family* f = find_family(model_type);
+  const bool converted = f && f->per_expert;
   for (const auto& s : sites) {
     // A site peft knows under another path is the language model of a multimodal model (qwen2_5_vl): peft's
     // all-linear also takes its vision tower's linear layers, which have no LoRA site here.
@@ -72,13 +76,13 @@ AllLinear resolve_all_linear(const std::string& model_type, const std::vector<Lo
     if (s.experts) {
       has_experts = true;
       // The router of the layer: peft targets its weight by the transformers 4 module name `gate`.
-      if (s.leaf == "gate_up_proj") out.not_supported.push_back(s.path.substr(0, s.path.rfind("experts.")) + "gate.weight");
+      if (converted && s.leaf == "gate_up_proj")
+        out.not_supported.push_back(s.path.substr(0, s.path.rfind("experts.")) + "gate.weight");
       continue;
     }
     add(s.leaf);  // every linear module but lm_head (which has no site)
   }
-  const Family* f = find_family(model_type);
-  if (has_experts && f && f->per_expert)  // peft's MoE conversion: the experts by their transformers 4 names
+  if (has_experts && converted)  // peft's MoE conversion: the experts by their transformers 4 names
     for (const std::string* n : {&f->per_expert->gate, &f->per_expert->up, &f->per_expert->down}) add(*n);
   return out;
 }

@@ -4,7 +4,8 @@
 // olmoe, mixtral) convert_peft_config_for_transformers then adds what was an nn.Linear in transformers 4, by its
 // old name: the experts (gate+up → the fused gate_up_proj at rank 2r and alpha 2·alpha, down → down_proj) and the
 // router (`gate` → target_parameters gate.weight), and those names leave target_modules, so the dense MLP
-// layers of such a model get none. gpt_oss's experts and router never were nn.Linear: attention only.
+// layers of such a model get none. gpt_oss's experts and router never were nn.Linear: attention only (its experts
+// take LoRA when named: peft's target_parameters, which all-linear does not set).
 // tests/data/models/all_linear.json (scripts/goldens/make_all_linear_goldens.py) holds what peft made.
 #pragma once
 #include <string>

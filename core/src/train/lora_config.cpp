@@ -26,7 +26,7 @@ void bind_lora(TableBinder& t, LoraConfig& c) {
     s.targets = {v};
     t.accept("targets");
   } else {
-    t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it)");
+    t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj, also as peft's target_parameters mlp.experts.gate_up_proj/mlp.experts.down_proj (gpt_oss), or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it)");
   }
   t.bounded("r", s.r, 1, 4096, "adapter rank");
   // > 0: alpha = 0 scales the update and its gradients to zero (nothing would train); a negative alpha only flips
