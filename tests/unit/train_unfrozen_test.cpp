@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -31,6 +32,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using Names = std::vector<std::string>;
 const fs::path kDir = fs::path(AXENGINE_TEST_DATA_DIR) / "unfreeze" / "llama";
 
 ax::models::HfConfig config_of(const fs::path& dir) {
@@ -115,10 +117,10 @@ TEST_CASE("unfrozen: patterns match as axolotl's (literal dots, anchored at the 
   const std::map<std::string, ax::ops::WeightFormat> dense;
   auto resolve = [&](std::vector<std::string> p) { return ax::models::resolve_unfrozen(c, dense, p, {}); };
   CHECK(resolve({".*"}).size() == ax::models::internal_tensors(c).size());  // "\.*": every name
-  CHECK(resolve({"^lm_head.weight$"}) == std::vector<std::string>{"lm_head.weight"});
-  CHECK(resolve({"model.layers.1.input_layernorm"}) == std::vector<std::string>{"model.layers.1.input_layernorm.weight"});
+  CHECK(resolve({"^lm_head.weight$"}) == (Names{"lm_head.weight"}));
+  CHECK(resolve({"model.layers.1.input_layernorm"}) == (Names{"model.layers.1.input_layernorm.weight"}));
   CHECK(resolve({"model.layers.[0-9]+.self_attn.q_proj.bias", "^model.norm"}) ==
-        std::vector<std::string>{"model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.q_proj.bias", "model.norm.weight"});
+        (Names{"model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.q_proj.bias", "model.norm.weight"}));
   // Not at the start: no match; a '.' is a dot, not any character.
   CHECK(refusal([&] { resolve({"layers.0.mlp"}); }).find("'layers.0.mlp' matches no parameter") != std::string::npos);
   CHECK(refusal([&] { resolve({"model_norm"}); }).find("'model_norm' matches no parameter") != std::string::npos);
@@ -141,7 +143,7 @@ TEST_CASE("unfrozen: patterns match as axolotl's (literal dots, anchored at the 
   const std::string e = refusal([&] { ax::models::resolve_unfrozen(config_of(moe), dense, {"model.layers.0.mlp"}, {}); });
   CHECK(e.find("'model.layers.0.mlp.experts.gate_up_proj', a fused-experts tensor") != std::string::npos);
   CHECK(ax::models::resolve_unfrozen(config_of(moe), dense, {"model.layers.0.mlp.gate"}, {}) ==
-        std::vector<std::string>{"model.layers.0.mlp.gate.weight"});
+        (Names{"model.layers.0.mlp.gate.weight"}));
 }
 
 TEST_CASE("unfrozen: plan_unfrozen (validate) refuses what the load refuses, and counts what trains") {
@@ -151,7 +153,7 @@ TEST_CASE("unfrozen: plan_unfrozen (validate) refuses what the load refuses, and
   o.dir = kDir.string();
   o.kernels = std::make_shared<ax::KernelSet>(registry, ax::KernelPreferences{}, ax::DeviceInfo{});
   const auto plan = ax::models::plan_unfrozen(o, {"^lm_head.weight$", "model.norm"});
-  CHECK(plan.names == std::vector<std::string>{"model.norm.weight", "lm_head.weight"});
+  CHECK(plan.names == (Names{"model.norm.weight", "lm_head.weight"}));
   CHECK(plan.elements == 16 + 48 * 16);
   auto load_refusal = [&](const std::vector<std::string>& patterns) {
     return refusal([&] {
