@@ -110,6 +110,7 @@ void DecoderModel::save_trained(const std::string& dir) const {
                   "not as a peft adapter: ", why));
     told_full_export_ = true;
   }
+  fs::create_directories(dir);  // as save_peft does
   write_model_dir(*this, base_dir_, dir, checkpoint_dtype(base_dir_));
 }
 
