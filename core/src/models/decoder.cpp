@@ -304,7 +304,9 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   for (const auto& c : decoder_calls(cfg_, held)) kernels_->get_backend(c.op, ops::dtype_name(dtype_), c.format, c.layout);
 }
 
-const at::Tensor& DecoderModel::w(const std::string& name) const {
+at::Tensor DecoderModel::w(const std::string& name) const {
+  if (!unfrozen_.empty())
+    if (at::Tensor t = trained(name); t.defined()) return t;
   auto it = weights_.find(name);
   if (it == weights_.end()) throw RuntimeError(str("model has no weight '", name, "'"));
   return it->second;
@@ -333,6 +335,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, co
 at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targets) {
   const ops::WeightTensor& head = projection("lm_head.weight");
   if (!fused_loss_applies(head.format, lora_.find("lm_head") != nullptr, weights_.count("lm_head.bias") != 0)) return {};
+  if (!unfrozen_.empty() && trained("lm_head.weight").defined()) return {};  // linear_ce computes no weight gradient
   ops::LinearCeArgs a;
   a.h = h;
   a.weight = head.values;
@@ -348,6 +351,8 @@ at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targe
 }
 
 at::Tensor DecoderModel::linear(const at::Tensor& x, const std::string& module) {
+  if (!unfrozen_.empty())
+    if (at::Tensor y = unfrozen_linear(x, module); y.defined()) return y;
   ops::LinearLoraArgs args;
   args.x = x;
   args.weight = projection(module + ".weight");
@@ -691,9 +696,11 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
 
 std::vector<std::pair<std::string, at::Tensor>> DecoderModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [n, t] : weights_) out.emplace_back(n, t);
+  for (const auto& [n, t] : weights_)
+    if (!unfrozen_.count(n)) out.emplace_back(n, t);  // an unfrozen one is listed with the trainable ones
   for (const auto& [n, wt] : frozen_) {
     if (cfg_.tie_word_embeddings && n == "lm_head.weight") continue;  // it is model.embed_tokens.weight
+    if (unfrozen_.count(n)) continue;
     if (wt.is_dense()) {
       out.emplace_back(n, wt.values);
       continue;
@@ -713,10 +720,12 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::trainable_paramete
     out.emplace_back(m.site.path + ".lora_A", m.a);
     out.emplace_back(m.site.path + ".lora_B", m.b);
   }
+  for (const auto& [n, t] : unfrozen_) out.emplace_back(n, t);
   return out;
 }
 
 void DecoderModel::save_adapter(const std::string& dir) const {
+  if (!unfrozen_.empty()) return save_trained(dir);  // decoder_unfrozen.cpp
   if (lora_.modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
   if (ep_) {
     // This rank holds some experts' LoRA only: the checkpoint is the adapter gather_expert_lora assembled.

@@ -89,9 +89,30 @@ class DecoderModel : public Model, public CausalLmDecode {
   // Base weights (packed ones dequantised) with the LoRA deltas folded in, as a checkpoint in the layout HF
   // save_pretrained writes (per-expert keys for MoE models), in `dtype`.
   std::vector<std::pair<std::string, at::Tensor>> merged_state_dict(at::ScalarType dtype) const;
+  // [train] unfrozen_parameters (models/decoder_unfrozen.cpp): the base parameters `patterns` select
+  // (models/unfrozen.hpp) become trainable leaves in `master` ("fp32" master weights, cast to the compute dtype
+  // in every forward, or the compute dtype itself); they then appear in trainable_parameters() under their HF
+  // names and the forward computes their gradients (through ATen where an op computes none for its weight).
+  // `base_dir` is the model directory (the full-model export copies its config). Throws UsageError as
+  // resolve_unfrozen does, and under expert parallelism or shard_base (neither carries trained base tensors).
+  void unfreeze(const std::vector<std::string>& patterns, at::ScalarType master, const std::string& base_dir);
+  // Base tensors replaced by an adapter's modules_to_save tensors (HF name -> values): checked against the
+  // model (a dense base tensor of that shape), named by `source` in errors.
+  void restore_saved(const std::map<std::string, at::Tensor>& saved, const std::string& source);
+  const std::map<std::string, at::Tensor>& unfrozen() const { return unfrozen_; }
 
  private:
-  const at::Tensor& w(const std::string& name) const;
+  // A base tensor other than a projection, in the compute dtype (an unfrozen one: its trainable value, cast).
+  at::Tensor w(const std::string& name) const;
+  // An unfrozen parameter (lm_head.weight: also the tied embeddings) in the compute dtype, differentiable to its
+  // master; undefined when `name` is frozen. decoder_unfrozen.cpp.
+  at::Tensor trained(const std::string& name) const;
+  // linear() of a module whose weight or bias is unfrozen: through ATen, which computes the weight's gradient
+  // (linear.lora computes none); undefined when neither is unfrozen. decoder_unfrozen.cpp.
+  at::Tensor unfrozen_linear(const at::Tensor& x, const std::string& module);
+  // save_adapter with unfrozen parameters: a peft adapter with modules_to_save where LoRA trains too and the
+  // unfrozen parameters make whole modules, else a full model directory. decoder_unfrozen.cpp.
+  void save_trained(const std::string& dir) const;
   const ops::WeightTensor& projection(const std::string& name) const;  // a frozen_ entry, e.g. "lm_head.weight"
   at::Tensor linear(const at::Tensor& x, const std::string& module);  // module path, e.g. model.layers.0.self_attn.q_proj
   // inv_freq: this forward's rotary frequencies (rope_inv_freq; dynamic RoPE's depend on the batch).
@@ -156,6 +177,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   at::Tensor inv_freq_;  // every type but dynamic: the one set; dynamic: at lengths up to max_position_embeddings
   at::Tensor inv_freq_local_;  // gemma3_text's sliding layers (cfg_.rope_local)
   LoraSet lora_;
+  std::map<std::string, at::Tensor> unfrozen_;  // trainable base parameters by HF name (their master values)
+  std::string base_dir_;                        // the model directory, for the full-model export (unfreeze)
+  mutable bool told_full_export_ = false;       // save_trained said once why it writes a full model
   std::map<const LoraModule*, std::pair<at::Tensor, at::Tensor>> lora_cast_;  // this forward's; see cast_lora_factors
   bool training_ = true;
   bool recompute_layers_ = false;
@@ -173,6 +197,13 @@ class DecoderModel : public Model, public CausalLmDecode {
 // The attention op of a model in `dtype` for `layout` ("sinks" or ""): the resolved backend and its run-time
 // fallbacks as one chain (ops::attention_chain). Callers keep it: the chain logs each fallback once.
 std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout);
+
+// The dtype a model directory's checkpoint stores (its first floating tensor; fp32 when none).
+at::ScalarType checkpoint_dtype(const std::string& model_dir);
+// `m` as a model directory in `dtype` into `out_dir` (existing): model.safetensors (merged_state_dict: LoRA and
+// unfrozen parameters folded in), config.json from `model_dir` (dtype set, quantization_config dropped), and
+// its generation and tokenizer files. For merge-lora and the full-model export of unfrozen parameters.
+void write_model_dir(const DecoderModel& m, const std::string& model_dir, const std::string& out_dir, at::ScalarType dtype);
 
 // Every place a LoRA adapter can go in a model of this config.
 std::vector<LoraSite> lora_sites(const HfConfig& cfg);

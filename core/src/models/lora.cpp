@@ -251,6 +251,7 @@ void save_peft(const LoraSet& lora, const std::string& dir) {
     if (m.r != lora.spec.r) rank_pattern[str(".*\\.", m.site.leaf)] = m.r;
     if (m.alpha != lora.spec.alpha) alpha_pattern[str(".*\\.", m.site.leaf)] = m.alpha;
   }
+  for (const auto& [name, t] : lora.saved) tensors.emplace_back("base_model.model." + name, t.detach());
   // A base from the Hugging Face hub cache is named by its hub ID (and the commit, when not refs/main's), as
   // peft and transformers name it, so the adapter finds its base on any machine; another base by its directory.
   std::string base = lora.base_model, revision;
@@ -277,7 +278,7 @@ void save_peft(const LoraSet& lora, const std::string& dir) {
       {"use_dora", false},
       {"inference_mode", true},
       {"init_lora_weights", true},
-      {"modules_to_save", nullptr},
+      {"modules_to_save", lora.modules_to_save.empty() ? json(nullptr) : json(lora.modules_to_save)},
       {"layers_to_transform", nullptr},
       {"layers_pattern", nullptr},
       {"lora_bias", false},
@@ -298,7 +299,7 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
   for (const char* k : {"use_dora", "fan_in_fan_out", "lora_bias", "use_qalora"})
     if (cfg.contains(k) && cfg[k].is_boolean() && cfg[k].get<bool>()) throw bad(k, "true is not supported");
   if (cfg.contains("bias") && cfg["bias"].is_string() && cfg["bias"] != "none") throw bad("bias", "must be \"none\"");
-  for (const char* k : {"modules_to_save", "layers_to_transform", "layer_replication", "trainable_token_indices"})
+  for (const char* k : {"layers_to_transform", "layer_replication", "trainable_token_indices"})
     if (cfg.contains(k) && !cfg[k].is_null() && !(cfg[k].is_array() && cfg[k].empty())) throw bad(k, "is not supported");
   if (!cfg.contains("r") || !cfg["r"].is_number_integer()) throw bad("r", "must be an integer");
   if (!cfg.contains("lora_alpha") || !cfg["lora_alpha"].is_number()) throw bad("lora_alpha", "must be a number");
@@ -325,6 +326,7 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
     return out;
   };
   spec.targets = names("target_modules");
+  const std::vector<std::string> to_save = names("modules_to_save");
   for (const auto& p : names("target_parameters")) {
     std::string leaf = p.substr(p.rfind('.') + 1);
     if (leaf != "gate_up_proj" && leaf != "down_proj")
@@ -400,6 +402,19 @@ LoraSet load_peft(const std::string& dir, const std::string& model_type, const s
     m.b = b.contiguous().to(device).set_requires_grad(true);
   }
   set.spec.dtype = lora_dtype == at::kFloat ? "fp32" : "compute";
+  set.modules_to_save = to_save;
+  const std::string prefix = "base_model.model.";
+  for (const auto& t : file->tensors()) {
+    if (consumed.count(t.name) || t.name.rfind(prefix, 0) != 0) continue;
+    const std::string name = t.name.substr(prefix.size());
+    const std::string module = name.substr(0, name.rfind('.'));
+    for (const auto& e : to_save)
+      if (module == e || (module.size() > e.size() && module.compare(module.size() - e.size() - 1, e.size() + 1, "." + e) == 0)) {
+        set.saved[name] = file->get(t.name).to(device);
+        consumed.insert(t.name);
+        break;
+      }
+  }
   for (const auto& t : file->tensors())
     if (!consumed.count(t.name))
       throw UsageError(str(st_path, ": tensor '", t.name, "' belongs to no module the adapter config targets"));

@@ -46,6 +46,10 @@ struct LoraSet {
   // peft's AutoPeftModelForCausalLM finds the base; empty: written as null.
   std::string base_model;
   std::vector<LoraModule> modules;
+  // peft's modules_to_save: whole base modules trained beside the adapter, saved in full. The module paths,
+  // and their tensors by HF name (model.layers.0.input_layernorm.weight, lm_head.weight).
+  std::vector<std::string> modules_to_save;
+  std::map<std::string, at::Tensor> saved;
   const LoraModule* find(const std::string& path) const;
 };
 
@@ -63,7 +67,10 @@ LoraSet make_lora(const LoraSpec& spec, const std::string& model_type, const std
                   at::ScalarType dtype, at::Device device);
 
 // PEFT adapter I/O. load validates config fields we do not implement (DoRA, bias, fan_in_fan_out, ...)
-// and every tensor's shape, naming the file and key.
+// and every tensor's shape, naming the file and key. modules_to_save are written and read as peft does: the
+// module paths in adapter_config.json, each tensor under base_model.model.<HF name> (load takes a tensor of a
+// module that a modules_to_save entry names, as peft matches it: the path or a dotted suffix of it; the model
+// checks names and shapes when it applies them, DecoderModel::restore_saved).
 void save_peft(const LoraSet& lora, const std::string& dir);
 LoraSet load_peft(const std::string& dir, const std::string& model_type, const std::vector<LoraSite>& sites,
                   at::ScalarType compute_dtype, at::Device device);

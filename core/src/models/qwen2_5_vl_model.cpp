@@ -174,6 +174,13 @@ void check_adapter_excludes(const std::string& adapter_dir) {
                          kVisionExclude, "\", the vision tower, which has no LoRA here anyway)"));
 }
 
+// An adapter's modules_to_save: the language model's base tensors sit under other names here
+// (model.language_model.), and nothing maps them yet.
+void refuse_vl_saved(const LoraSet& lora, const std::string& adapter_dir) {
+  if (!lora.saved.empty())
+    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for qwen2_5_vl"));
+}
+
 class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
  public:
   std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
@@ -190,6 +197,7 @@ class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
     LoraSet lora;
     if (o.lora) lora = make_lora(*o.lora, "qwen2", sites, dtype, device);
     if (!o.adapter_dir.empty()) lora = load_peft(o.adapter_dir, "qwen2", sites, dtype, device);
+    refuse_vl_saved(lora, o.adapter_dir);
     if (o.lora || !o.adapter_dir.empty()) {
       fs::path base = fs::absolute(o.dir).lexically_normal();
       lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
@@ -222,8 +230,9 @@ class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
     }
     if (!o.adapter_dir.empty()) {
       check_adapter_excludes(o.adapter_dir);
-      out.lora_modules = static_cast<int64_t>(
-          load_peft(o.adapter_dir, "qwen2", Qwen25VlModel::vl_lora_sites(cfg.text), dtype, at::kCPU).modules.size());
+      const LoraSet adapter = load_peft(o.adapter_dir, "qwen2", Qwen25VlModel::vl_lora_sites(cfg.text), dtype, at::kCPU);
+      refuse_vl_saved(adapter, o.adapter_dir);
+      out.lora_modules = static_cast<int64_t>(adapter.modules.size());
     }
     return out;
   }

@@ -14,6 +14,7 @@
 #include "models/decoder_plan.hpp"
 #include "models/family.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/unfrozen.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
@@ -45,7 +46,9 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
       fs::path base = fs::absolute(o.dir).lexically_normal();
       lora.base_model = (base.has_filename() ? base : base.parent_path()).string();  // no trailing '/'
 
+      std::map<std::string, at::Tensor> saved = std::move(lora.saved);  // an adapter's modules_to_save
       model->set_lora(std::move(lora));
+      model->restore_saved(saved, o.adapter_dir);
     }
     log::info(str("loaded ", cfg.model_type, " model from ", o.dir, " (", cfg.num_layers, " layers, hidden ",
                   cfg.hidden_size, cfg.num_experts ? str(", ", cfg.num_experts, " experts top-", cfg.top_k) : "", ")"));
@@ -70,8 +73,11 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
     out.ops = plan.calls;
     out.quantize = plan.quantize;
     if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, cfg.model_type, lora_sites(cfg)).size());
-    if (!o.adapter_dir.empty())
-      out.lora_modules = static_cast<int64_t>(load_peft(o.adapter_dir, cfg.model_type, lora_sites(cfg), *dtype, at::kCPU).modules.size());
+    if (!o.adapter_dir.empty()) {
+      const LoraSet adapter = load_peft(o.adapter_dir, cfg.model_type, lora_sites(cfg), *dtype, at::kCPU);
+      out.lora_modules = static_cast<int64_t>(adapter.modules.size());
+      check_saved(cfg, adapter.saved, o.adapter_dir);  // its modules_to_save, as restore_saved checks them
+    }
     return out;
   }
 

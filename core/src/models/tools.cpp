@@ -295,16 +295,8 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir_arg, 
   auto* dm = dynamic_cast<models::DecoderModel*>(model.get());
   if (!dm) throw UsageError(str(model_dir, ": merge-lora supports the built-in decoder families only"));
 
-  at::ScalarType out_dtype;
-  if (dtype.empty()) {  // as the base checkpoint: its first floating tensor (packed weights are uint8)
-    auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
-    out_dtype = at::kFloat;
-    for (const auto& n : ckpt.names())
-      if (at::isFloatingType(ckpt.info(n).scalar_type)) {
-        out_dtype = ckpt.info(n).scalar_type;
-        break;
-      }
-  } else {
+  at::ScalarType out_dtype = models::checkpoint_dtype(model_dir);  // as the base checkpoint by default
+  if (!dtype.empty()) {
     auto d = ops::parse_dtype(dtype);
     if (!d || *d == at::kDouble) throw UsageError(str("merge-lora: dtype must be fp32, bf16 or fp16, got '", dtype, "'"));
     out_dtype = *d;
@@ -312,22 +304,8 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir_arg, 
   AtomicDir out(out_dir, "merged_model");  // appears whole or not at all
   const fs::path d(out.path());
   const char* w = "merged_model";
-  safetensors::save((d / "model.safetensors").string(), dm->merged_state_dict(out_dtype), {{"format", "pt"}}, w);
-  json cfg = models::read_json_file((fs::path(model_dir) / "config.json").string());
-  cfg["dtype"] = out_dtype == at::kFloat ? "float32" : out_dtype == at::kBFloat16 ? "bfloat16" : "float16";
-  if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
-  cfg.erase("quantization_config");  // a pre-quantised base was dequantised: the merged model is dense
-  // A tied config whose checkpoint's own head was kept (models/tied_head.hpp): the merged model holds that head.
-  if (!dm->config().tie_word_embeddings && models::parse_hf_config(cfg, model_dir + "/config.json").tie_word_embeddings)
-    cfg["tie_word_embeddings"] = false;
-  safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
-  for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                        "chat_template.jinja"}) {
-    fs::path src = fs::path(model_dir) / f;
-    if (!fs::exists(src)) continue;
-    // fsynced like the rest, unlike a copy; a FIFO is refused, not waited on
-    safetensors::write_file_atomic((d / f).string(), read_regular_file(src.string()), w);
-  }
+  models::write_model_dir(*dm, model_dir, out.path(), out_dtype);
+  json cfg = models::read_json_file((d / "config.json").string());
   safetensors::write_file_atomic((d / models::kMergeRecordFile).string(),
                                  models::merge_record_json(plan, adapter_dir, base_format, cfg["dtype"].get<std::string>()), w);
   out.commit();

@@ -26,7 +26,7 @@ void bind_lora(TableBinder& t, LoraConfig& c) {
     s.targets = {v};
     t.accept("targets");
   } else {
-    t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj, also as peft's target_parameters mlp.experts.gate_up_proj/mlp.experts.down_proj (gpt_oss), or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it)");
+    t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj, also as peft's target_parameters mlp.experts.gate_up_proj/mlp.experts.down_proj (gpt_oss), or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it); [] = no adapter (then train.unfrozen_parameters says what trains)");
   }
   t.bounded("r", s.r, 1, 4096, "adapter rank");
   // > 0: alpha = 0 scales the update and its gradients to zero (nothing would train); a negative alpha only flips
@@ -34,7 +34,7 @@ void bind_lora(TableBinder& t, LoraConfig& c) {
   t.positive("alpha", s.alpha, "scaling numerator (> 0): the update is (alpha / r) * B A");
   t.field("dropout", s.dropout, "dropout on the adapter's input while training (not on experts, as in peft)");
   t.field("rslora", s.rslora, "rank-stabilised scaling alpha / sqrt(r)");
-  t.choice("dtype", s.dtype, {"fp32", "compute"}, "adapter weights in fp32 (mixed precision master weights) or in the compute dtype");
+  t.choice("dtype", s.dtype, {"fp32", "compute"}, "adapter weights (and train.unfrozen_parameters) in fp32 (mixed precision master weights) or in the compute dtype");
   t.field("init_from", c.init_from, "a PEFT adapter directory to continue training instead of a fresh adapter (relative to the config file)");
   if (s.dropout < 0 || s.dropout >= 1) t.fail(t.table() ? t.table()->get("dropout") : nullptr, "'lora.dropout' must be in [0, 1)");
 }

@@ -20,6 +20,7 @@
 #include "axengine/hub_cache.hpp"
 #include "axengine/log.hpp"
 #include "axengine/models.hpp"
+#include "axengine/ops/quant_formats.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/training.hpp"
 #include "axengine/version.hpp"
@@ -211,6 +212,15 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
                                                    ax::str(cfg.file, ": [distributed] shard_base: the ", plan.model_check.family,
                                                            " model family does not gather its layers per use"))
                        : load_model(engine.registry, plan.model);
+  if (!plan.train.unfrozen_parameters.empty()) {  // plan_run resolved them on a built-in decoder family
+    auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
+    if (!decoder)
+      throw UsageError(ax::str(cfg.file, ": train.unfrozen_parameters: the ", plan.model_check.family,
+                               " model family trains LoRA adapters only"));
+    const auto compute = ops::parse_dtype(engine.dtype);
+    decoder->unfreeze(plan.train.unfrozen_parameters, plan.lora.spec.dtype == "compute" && compute ? *compute : at::kFloat,
+                      plan.model.dir);
+  }
   auto& tok = plan.tokenizer;
   s.model = model.get();
   s.kernels = plan.model.kernels;

@@ -220,6 +220,23 @@ void check_fp16_master_weights(const Engine& engine, const LoraConfig& lora) {
                                "trains with loss scaling on fp32 LoRA factors (master weights): convert the adapter to fp32"));
 }
 
+// What trains: the adapter (lora.targets, or lora.init_from's), train.unfrozen_parameters, or both; neither is refused
+// (a run that updates nothing). Unfrozen base tensors are not cut over ranks by shard_base, nor reduced over
+// expert-parallel groups: refused with either.
+void check_something_trains(const RunConfig& cfg, const LoraConfig& lora, const TrainConfig& train, const DistributedConfig& dist) {
+  if (lora.spec.targets.empty() && lora.init_from.empty() && train.unfrozen_parameters.empty())
+    config_fail(cfg.file, node_at(cfg, "lora.targets"),
+                "lora.targets is empty (no adapter) and train.unfrozen_parameters is not set: nothing would train");
+  if (!train.unfrozen_parameters.empty() && dist.shard_base)
+    config_fail(cfg.file, node_at(cfg, "train.unfrozen_parameters"),
+                "train.unfrozen_parameters cannot be used with [distributed] shard_base: its layers' base tensors are frozen "
+                "shards, gathered for each use");
+  if (!train.unfrozen_parameters.empty() && dist.expert_parallel > 1)
+    config_fail(cfg.file, node_at(cfg, "train.unfrozen_parameters"),
+                "train.unfrozen_parameters cannot be used with [distributed] expert_parallel: the expert-parallel gradient "
+                "reduction covers LoRA factors only");
+}
+
 // data.sequence_len against the data and the device: rows mostly padding are warned about (every step computes
 // the padding: 514 tokens padded to 1,048,576 run for hours), and a sequence length whose activations cannot fit
 // the device's memory by the lower bound of memory_estimate.hpp is refused, with the estimate.
@@ -278,8 +295,8 @@ ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora
   o.kernels = engine.kernel_set();
   o.activation_checkpointing = train.activation_checkpointing;
   o.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
-  if (lora.init_from.empty()) o.lora = lora.spec;
-  else o.adapter_dir = lora.init_from;
+  if (!lora.init_from.empty()) o.adapter_dir = lora.init_from;
+  else if (!lora.spec.targets.empty()) o.lora = lora.spec;  // lora.targets = []: no adapter
   return o;
 }
 
@@ -316,9 +333,15 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_optimizer(engine, p.train);
   check_init_from(cfg, p.lora, engine.dtype);
   check_fp16_master_weights(engine, p.lora);
+  check_something_trains(cfg, p.lora, p.train, p.distributed);
 
   p.model = model_load_options(engine, p.lora, p.train);
   p.model_check = check_run_model(engine, p.model);
+  try {
+    p.unfrozen = models::plan_unfrozen(p.model, p.train.unfrozen_parameters);
+  } catch (const UsageError& e) {
+    throw UsageError(ax::str(cfg.file, ": ", e.what()));  // which run's model it is
+  }
   p.backends = check_backends(engine, p.model_check);
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
@@ -339,8 +362,11 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
 std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
   std::vector<std::string> out;
   const int64_t lora = p.model_check.lora_modules;
+  const std::size_t unfrozen = p.unfrozen.names.size();
   out.push_back(ax::str("model    ", p.model_check.summary, lora ? ax::str("; LoRA on ", lora, " modules") : std::string(),
-                        p.model.adapter_dir.empty() ? std::string() : ax::str(" (continuing ", p.model.adapter_dir, ")")));
+                        p.model.adapter_dir.empty() ? std::string() : ax::str(" (continuing ", p.model.adapter_dir, ")"),
+                        unfrozen ? ax::str("; ", unfrozen, " base parameters unfrozen (", p.unfrozen.elements, " elements)")
+                                 : std::string()));
   if (p.data.stream)
     out.push_back(ax::str("data     streamed from ", p.data.stream->stream().shards().size(), " shard(s) (", p.data.stream->name(),
                           "), packed into rows of ", p.data_config.sequence_len, " tokens as read; ", p.data.eval.size(), " eval samples"));

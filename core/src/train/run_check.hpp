@@ -15,6 +15,7 @@
 #include "axengine/training.hpp"
 #include "data/data_config.hpp"
 #include "data/prepare.hpp"
+#include "models/unfrozen.hpp"
 #include "train/checkpoint.hpp"
 #include "train/dist_config.hpp"
 #include "train/lora_config.hpp"
@@ -35,6 +36,7 @@ struct RunPlan {
   LoraConfig lora;
   ModelLoadOptions model;       // what load_model gets (kernels included)
   ModelCheck model_check;
+  models::UnfrozenPlan unfrozen;  // train.unfrozen_parameters resolved on the model (models/unfrozen.hpp)
   data::PreparedData data;
   StepPlan steps;
   std::optional<LoadedCheckpoint> resume;  // verified and fitting this run; none = from step 0

@@ -30,6 +30,7 @@ void bind_train(TableBinder& t, TrainConfig& c) {
   t.field("activation_checkpointing", c.activation_checkpointing, "recompute each layer's activations in backward (less memory, more compute)");
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
   t.field("tensorboard", c.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars) into output_dir");
+  t.field("unfrozen_parameters", c.unfrozen_parameters, "base parameters that train too (full fine-tuning of the matched tensors, beside the LoRA adapter or alone with lora.targets = []): regular expressions as axolotl's unfrozen_parameters, over the parameter names transformers gives (\"^lm_head.weight$\", \"^model.embed_tokens.weight$\", \".*\" for all); every '.' is a literal dot and a pattern matches from the name's start (Python's re.match). Each must match a parameter; packed (nf4/mxfp4/nvfp4) weights, fused MoE experts and modules with a LoRA adapter are refused. They train in lora.dtype (fp32 master weights by default) with the same AdamW, clipping and weight-decay rules as the adapter; docs/training.md");
   t.bounded("cpu_threads", c.cpu_threads, 0, 4096, "intra-op CPU threads (0 = LibTorch's default); more than the cores this process may use is clamped to them, with a warning; small models on busy machines run fastest with 1");
   // The optimizer applies these to fp32 (or narrower) parameters as scalars of their dtype: beyond a float's
   // range c10 refuses the conversion in the first step, naming no key.

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -25,6 +26,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   bool tensorboard = true;
   int64_t cpu_threads = 0;
+  // Base parameters that train too (axolotl's unfrozen_parameters): patterns as models/unfrozen.hpp matches them.
+  std::vector<std::string> unfrozen_parameters;
 };
 
 struct CheckpointConfig {
