@@ -7,6 +7,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 
+#include <utility>
+#include <vector>
+
 #include "axengine/builtins.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/linear_lora.hpp"
@@ -19,13 +22,13 @@ using namespace ax::ops;
 
 namespace {
 
-AttentionArgs attention_args(at::ScalarType dt, int64_t D, const at::Device& dev) {
+AttentionArgs attention_args(at::ScalarType dt, int64_t D, const at::Device& dev, int64_t Dv = 0) {
   at::manual_seed(7);
   AttentionArgs a;
   const int64_t T = 40, Hq = 4, Hkv = 2;  // GQA, an empty sequence in the pack
   a.q = at::randn({T, Hq, D}).to(dev, dt);
   a.k = at::randn({T, Hkv, D}).to(dev, dt);
-  a.v = at::randn({T, Hkv, D}).to(dev, dt);
+  a.v = at::randn({T, Hkv, Dv > 0 ? Dv : D}).to(dev, dt);
   a.cu_seqlens = at::tensor({0, 17, 17, 30, 40}, at::kInt).to(dev);
   return a;
 }
@@ -82,7 +85,7 @@ TEST_CASE("aten attention: off CUDA it computes with the reference math, bit for
   CHECK(test::bit_equal(g.dv, h.dv));
 }
 
-TEST_CASE("aten attention (CUDA): flash matches the reference, backward repeatable, global flags restored") {
+TEST_CASE("aten attention (CUDA): flash matches the reference (head dims padded, Dv != D), backward repeatable, global flags restored") {
   if (!at::hasCUDA()) {
     MESSAGE("no CUDA device: flash attention cannot run on this machine");
     return;
@@ -92,13 +95,19 @@ TEST_CASE("aten attention (CUDA): flash matches the reference, backward repeatab
   const bool was_fill = ctx.deterministicFillUninitializedMemory();
   auto aten = ax::test::builtin_backend<Attention>("aten");
   auto ref = ax::test::builtin_backend<Attention>("reference");
-  for (int64_t D : {64, 20}) {  // 20: not a multiple of 8, the in-backend reference fallback
+  // {D, Dv}: flash's own dims; 20: padded to 24; MLA's qk 192 / v 128 (v padded to 192) and the reverse;
+  // 264: beyond flash even padded, the in-backend reference fallback.
+  for (auto dims : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {20, 20}, {192, 128}, {40, 72}, {264, 264}}) {
+    const int64_t D = dims.first, Dv = dims.second;
     for (int64_t window : {-1, 5}) {
       CAPTURE(D);
+      CAPTURE(Dv);
       CAPTURE(window);
-      AttentionArgs a = attention_args(at::kBFloat16, D, at::Device(at::kCUDA, 0));
+      AttentionArgs a = attention_args(at::kBFloat16, D, at::Device(at::kCUDA, 0), Dv);
       a.window_left = window;
       AttentionResult r = aten->forward(a), e = ref->forward(a);
+      CHECK(r.out.sizes() == at::IntArrayRef({40, 4, Dv}));
+      CHECK(r.out.is_contiguous());
       CHECK(test::rel_err(r.out, e.out) < 2e-2);
       CHECK(test::rel_err(r.lse, e.lse) < 1e-4);
       AttentionBackwardArgs b;
@@ -114,6 +123,8 @@ TEST_CASE("aten attention (CUDA): flash matches the reference, backward repeatab
       CHECK(test::bit_equal(g1.dk, g2.dk));
       CHECK(test::bit_equal(g1.dv, g2.dv));
       AttentionGrads h = ref->backward(a, b);
+      CHECK(g1.dq.sizes() == a.q.sizes());
+      CHECK(g1.dv.sizes() == a.v.sizes());
       CHECK(test::rel_err(g1.dq, h.dq) < 3e-2);
       CHECK(test::rel_err(g1.dk, h.dk) < 3e-2);
       CHECK(test::rel_err(g1.dv, h.dv) < 3e-2);

@@ -1,6 +1,6 @@
 // The conformance problems of attention (docs/ops/attention.md): out, lse and dq, dk, dv against the
 // reference over packed variable-length batches (incl. length-1 sequences), GQA / MQA / MHA, sliding
-// windows, non-causal, Dv != D, non-contiguous q/k/v (slices of a fused qkv), preallocated outputs;
+// windows, non-causal, Dv != D (MLA's 192/128 among them), non-contiguous q/k/v (slices of a fused qkv), preallocated outputs;
 // attention sinks (out, lse and dsinks too) for backends claiming the layout "sinks"; determinism and bad
 // input. The checks are the suite's generic ones (suite.cpp); dq and dk's closeness
 // where they vanish by cancellation is this op's own.
@@ -215,6 +215,7 @@ void attention_problems(Suite& suite) {
       {{1}, 2, 2, 8, 8},           // T=1, MHA
       {{9, 4}, 6, 1, 20, 12},      // MQA, Dv != D, no power-of-two head dim
       {{33, 0, 32}, 3, 3, 64, 64}, // an empty sequence inside the batch
+      {{7, 1, 12}, 4, 4, 192, 128},  // MLA (DeepSeek-V3): qk 192 = nope 128 + rope 64, v 128; packed rows
   };
   if (!suite.quick()) shapes.push_back({{130, 65, 1, 64}, 8, 2, 128, 128});
   std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false, .max_seqlen_given = false},

@@ -5,10 +5,15 @@
 // contract's fp32 [Hq, T]; the forward's rng state (unused without dropout, but the backward's
 // signature wants it) travels in `saved`.
 //
-// What flash cannot do is computed here by the reference math, with one log line per process: head_dim
-// not a multiple of 8 or above 256, or v's head_dim differing from q's. (Refusing those in Requirements is
-// not possible: requirements see device, dtype and format, not shapes.) fp32 and pre-sm_80 GPUs are
-// refused in the Requirements instead (register.cpp), so selection falls through to `reference`.
+// Flash takes one head dim, a multiple of 8 up to 256, for q, k and v alike. Other head dims are zero-padded
+// up to P = max(D, Dv) rounded up to 8 (MLA's qk 192 / v 128: v padded to 192, as transformers does for
+// flash): zero columns of q and k add nothing to q·k (the scale stays 1/√D of the real D), zero columns of v
+// make zero columns of out, which are cut off. Backward hands flash out and dO padded the same way (their
+// zero columns leave rowsum(dO ∘ O) unchanged) and cuts dq, dk, dv back to their own widths. What stays
+// beyond flash, P above 256, is computed here by the reference math, with one log line per process.
+// (Refusing those in Requirements is not possible: requirements see device, dtype and format, not shapes.)
+// fp32 and pre-sm_80 GPUs are refused in the Requirements instead (register.cpp), so selection falls
+// through to `reference`.
 //
 // Sinks (a per-head logit s_h that joins each row's softmax and is dropped; docs/ops/attention.md) wrap
 // flash rather than change it. Flash gives out = Σ_j exp(S_ij − lse_i) v_j and lse; with
@@ -82,15 +87,24 @@ class DeterministicScope {
   bool algorithms_ = false, warn_only_ = false, fill_ = true;
 };
 
+// The one head dim flash runs this call at: q/k's and v's, the larger, rounded up to a multiple of 8.
+int64_t flash_dim(const AttentionArgs& a) { return (std::max(a.q.size(2), a.v.size(2)) + 7) / 8 * 8; }
+
 // Why flash cannot take this call, or empty when it can.
 std::string flash_unfit(const AttentionArgs& a) {
-  const int64_t D = a.q.size(2), Dv = a.v.size(2);
   if (!a.q.is_cuda()) return "not on CUDA";
   if (a.q.scalar_type() != at::kBFloat16 && a.q.scalar_type() != at::kHalf) return "dtype is not bf16/fp16";
-  if (D % 8 != 0 || D > 256) return str("head_dim ", D, " (flash needs a multiple of 8, at most 256)");
-  if (Dv != D) return str("v's head_dim ", Dv, " differs from q's ", D);
+  if (flash_dim(a) > 256)
+    return str("head dims ", a.q.size(2), "/", a.v.size(2), " (flash takes at most 256, padding included)");
   return {};
 }
+
+// t [T, H, d] with zero columns appended up to P (t itself when d == P).
+at::Tensor pad_to(const at::Tensor& t, int64_t P) {
+  return t.size(2) == P ? t : at::constant_pad_nd(t, {0, P - t.size(2)});
+}
+// The first d columns of a padded result, dense (a view would keep the padded storage alive).
+at::Tensor cut_to(const at::Tensor& t, int64_t d) { return t.size(2) == d ? t : t.narrow(2, 0, d).contiguous(); }
 
 void note_fallback(const std::string& why) {
   static std::atomic<bool> said{false};
@@ -160,11 +174,12 @@ class AtenAttention final : public Attention {
       return {emit(out, a.out), at::empty({Hq, 0}, a.q.options().dtype(at::kFloat)), {}};
     }
     const at::Tensor cu = a.cu_seqlens.contiguous();
-    const int64_t L = seqlen_bound(a);
+    const int64_t L = seqlen_bound(a), P = flash_dim(a);
     auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
-        flash_layout(a.q), flash_layout(a.k), flash_layout(a.v), cu, cu, L, L, /*dropout_p=*/0.0, a.causal,
-        /*return_debug_mask=*/false, scale_of(a), window_left(a), window_right(a));
+        flash_layout(pad_to(a.q, P)), flash_layout(pad_to(a.k, P)), flash_layout(pad_to(a.v, P)), cu, cu, L, L,
+        /*dropout_p=*/0.0, a.causal, /*return_debug_mask=*/false, scale_of(a), window_left(a), window_right(a));
     (void)debug_mask;
+    out = cut_to(out, a.v.size(2));
     if (lse.dim() != 2 || lse.size(0) != Hq || lse.size(1) != T)
       throw std::runtime_error(ax::str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
                                    lse.sizes(), ", expected [Hq, T] = [", Hq, ", ", T, "]"));
@@ -185,14 +200,15 @@ class AtenAttention final : public Attention {
     if (b.saved.size() != 2)
       throw std::runtime_error(ax::str("attention/aten: backward needs the 2 tensors its forward saved, got ", b.saved.size()));
     const at::Tensor cu = a.cu_seqlens.contiguous();
-    const int64_t L = seqlen_bound(a);
+    const int64_t L = seqlen_bound(a), P = flash_dim(a);
     DeterministicScope deterministic;
     auto [dq, dk, dv] = at::_flash_attention_backward(
-        b.grad_out, flash_layout(a.q), flash_layout(a.k), flash_layout(a.v), b.out, b.lse.contiguous(), cu, cu, L, L,
-        /*dropout_p=*/0.0, a.causal, b.saved[0], b.saved[1], scale_of(a), window_left(a), window_right(a));
-    g.dq = emit(dq, b.grads_out.dq);
-    g.dk = emit(dk, b.grads_out.dk);
-    g.dv = emit(dv, b.grads_out.dv);
+        pad_to(b.grad_out, P), flash_layout(pad_to(a.q, P)), flash_layout(pad_to(a.k, P)), flash_layout(pad_to(a.v, P)),
+        pad_to(b.out, P), b.lse.contiguous(), cu, cu, L, L, /*dropout_p=*/0.0, a.causal, b.saved[0], b.saved[1],
+        scale_of(a), window_left(a), window_right(a));
+    g.dq = emit(cut_to(dq, a.q.size(2)), b.grads_out.dq);
+    g.dk = emit(cut_to(dk, a.k.size(2)), b.grads_out.dk);
+    g.dv = emit(cut_to(dv, a.v.size(2)), b.grads_out.dv);
     if (a.sinks.defined()) g.dsinks = emit(sink_grad(b.grad_out, b.out, b.lse, a.sinks), b.grads_out.dsinks);
     return g;
   }
