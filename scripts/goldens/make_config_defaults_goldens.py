@@ -41,6 +41,7 @@ CLASSES = {
     "gemma3_text": transformers.Gemma3TextConfig,
     "olmoe": transformers.OlmoeConfig,
     "gpt_oss": transformers.GptOssConfig,
+    "qwen3_5": transformers.Qwen3_5TextConfig,  # Qwen3_5ForCausalLM's; the multimodal config's text_config
 }
 
 # The sizes axengine requires of each family's config.json (everything else has a default).
@@ -134,6 +135,13 @@ def expect(family, cfg, tie):
     if family == "gpt_oss":
         e["swiglu_alpha"] = cfg.swiglu_alpha
         e["swiglu_limit"] = cfg.swiglu_limit
+    if family == "qwen3_5":
+        # The layer pattern (full_attention_interval 4), the Gated DeltaNet's sizes, the partial RoPE's rotary dim
+        # (modeling: int(head_dim * partial_rotary_factor)).
+        e["linear_layers"] = [t == "linear_attention" for t in cfg.layer_types]
+        e["gdn"] = [cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                    cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim]
+        e["rotary_dim"] = int(e["head_dim"] * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
     if family == "qwen2_5_vl":
         # Qwen2_5_VLRotaryEmbedding: config.rope_parameters.get("mrope_section", [16, 24, 24]).
         e["mrope_section"] = list(cfg.rope_parameters.get("mrope_section", [16, 24, 24]))
@@ -182,6 +190,8 @@ def main():
         cases.append(family_case(family, "small", SMALL))
     # Qwen2: the sliding window (default 4096) from max_window_layers (default 28) on, when use_sliding_window.
     cases.append(family_case("qwen2", "sliding", dict(SMALL, num_hidden_layers=30), {"use_sliding_window": True}))
+    # Qwen3.5: layer_types from full_attention_interval 3 (the class pops it when layer_types is not given).
+    cases.append(family_case("qwen3_5", "interval", SMALL, {"full_attention_interval": 3}))
     cases.append(vl_case("class", None))
     cases.append(vl_case("small", VL_SMALL))
     cases.append(vl_case("flat", VL_SMALL, flat=True))
