@@ -42,6 +42,7 @@ CLASSES = {
     "olmoe": transformers.OlmoeConfig,
     "gpt_oss": transformers.GptOssConfig,
     "qwen3_5": transformers.Qwen3_5TextConfig,  # Qwen3_5ForCausalLM's; the multimodal config's text_config
+    "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
 }
 
 # The sizes axengine requires of each family's config.json (everything else has a default).
@@ -51,6 +52,7 @@ REQUIRED = {
     "mixtral": DENSE + ["num_local_experts", "num_experts_per_tok"],
     "olmoe": DENSE + ["num_experts", "num_experts_per_tok"],
     "gpt_oss": DENSE + ["num_local_experts", "num_experts_per_tok"],
+    "qwen3_5_moe": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],  # the rest has defaults
 }
 # hidden / heads = 8: a derived head_dim shows as 8, not as a class constant (qwen3 128, gemma3 256, gpt_oss 64);
 # 32 heads are a multiple of every class's default num_key_value_heads; 7 layers show gemma3's pattern of 6.
@@ -60,7 +62,7 @@ SMALL = dict(vocab_size=128, hidden_size=256, num_hidden_layers=7, num_attention
 # vocabulary above 151656; 16 heads take the default 8 kv heads.
 VL_SMALL = dict(vocab_size=152064, hidden_size=2048, num_hidden_layers=7, num_attention_heads=16, intermediate_size=96)
 
-MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss")
+MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe")
 
 
 def rope(cfg, params):
@@ -135,7 +137,10 @@ def expect(family, cfg, tie):
     if family == "gpt_oss":
         e["swiglu_alpha"] = cfg.swiglu_alpha
         e["swiglu_limit"] = cfg.swiglu_limit
-    if family == "qwen3_5":
+    if family == "qwen3_5_moe":
+        e["norm_topk_prob"] = True  # Qwen3_5MoeTopKRouter always renormalises
+        e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
+    if family in ("qwen3_5", "qwen3_5_moe"):
         # The layer pattern (full_attention_interval 4), the Gated DeltaNet's sizes, the partial RoPE's rotary dim
         # (modeling: int(head_dim * partial_rotary_factor)).
         e["linear_layers"] = [t == "linear_attention" for t in cfg.layer_types]

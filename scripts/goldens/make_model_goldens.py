@@ -185,6 +185,24 @@ CASES = {
         targets=["in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj", "q_proj", "k_proj", "v_proj",
                  "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
+    # qwen3_5_moe (Qwen3_5MoeForCausalLM, saved as model_type qwen3_5_moe_text, experts per expert): qwen3_5's layers
+    # with 5 experts top-2 (always renormalised) and a shared expert of 10 gated by sigmoid(shared_expert_gate), aux
+    # loss in the loss. peft does not convert this family's targets: gate_proj / up_proj / down_proj are the shared
+    # expert's modules, and the routed experts are LoRA'd through target_parameters.
+    "qwen3_5_moe": dict(
+        cls="Qwen3_5MoeForCausalLM",
+        cfg=dict(model_type="qwen3_5_moe_text", vocab_size=61, hidden_size=24, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+                 layer_types=["linear_attention", "full_attention", "linear_attention"], linear_conv_kernel_dim=3,
+                 linear_key_head_dim=6, linear_value_head_dim=5, linear_num_key_heads=2, linear_num_value_heads=4,
+                 num_experts=5, num_experts_per_tok=2, moe_intermediate_size=6, shared_expert_intermediate_size=10,
+                 router_aux_loss_coef=0.05, output_router_logits=True,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+                 tie_word_embeddings=False),
+        targets=["in_proj_qkv", "out_proj", "q_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                 "shared_expert_gate"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    ),
 }
 
 # A tied config over a checkpoint that stores its own, different lm_head.weight: transformers keeps the stored
@@ -294,7 +312,8 @@ def make_case(name, spec):
         model = write_stored_head(d, spec)
 
     torch.manual_seed(99)
-    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0)
+    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0,
+                      target_parameters=spec.get("target_parameters"))
     pm = get_peft_model(model, lcfg)
     with torch.no_grad():
         for n, p in pm.named_parameters():
@@ -312,7 +331,7 @@ def make_case(name, spec):
               "loss": out.loss.detach().reshape(1)}
     if getattr(out, "aux_loss", None) is not None:
         golden["aux_loss"] = out.aux_loss.detach().reshape(1)
-    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe"):
+    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
         # output_router_logits off: the aux loss is not part of the loss; compute it for the test anyway.
         out2 = pm(input_ids=ids, output_router_logits=True)
         golden["aux_loss"] = out2.aux_loss.detach().reshape(1)

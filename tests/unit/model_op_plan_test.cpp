@@ -247,7 +247,7 @@ void check_plan_is_what_runs(const PlanCase& c) {
   const std::string type = cfg.value("model_type", "");
   if (type == "mixtral") lora.targets.insert(lora.targets.end(), {"w1", "w3", "w2"});  // the experts, Mixtral's names
   else if (type != "gpt_oss") lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
-  if (type == "qwen3_5_text")  // the Gated DeltaNet layers' projections
+  if (type == "qwen3_5_text" || type == "qwen3_5_moe_text")  // the Gated DeltaNet layers' projections
     lora.targets.insert(lora.targets.end(), {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"});
   lora.r = 4;
   lora.alpha = 8;
@@ -295,7 +295,7 @@ void check_plan_is_what_runs(const PlanCase& c) {
 
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5",
+                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe",
                                              "tiny-qwen2_5-vl"};
   return p;
 }

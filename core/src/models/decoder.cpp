@@ -20,6 +20,7 @@
 #include "models/decoder_plan.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/shared_expert.hpp"
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
 #include "models/tied_head.hpp"
@@ -585,7 +586,9 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   if (!cfg_.is_moe_layer(i)) return x + dense_mlp(i, n);
-  return x + (cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits) : moe_block(i, n, router_logits));
+  at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits) : moe_block(i, n, router_logits);
+  if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, n);
+  return x + m;
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
@@ -761,6 +764,7 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
       const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
       out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
       out.push_back(LoraSite{p + "mlp.experts.down_proj", "down_proj", true, E, I, H});
+      if (cfg_.shared_expert_intermediate_size > 0) shared_expert_lora_sites(cfg_, p, out);
     } else {
       const int64_t I = cfg_.intermediate_size;
       lin(p + "mlp.gate_proj", "gate_proj", H, I);

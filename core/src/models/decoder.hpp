@@ -107,6 +107,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   void store_linear_state(int64_t layer, const at::Tensor& conv, const at::Tensor& state);
   at::Tensor embed(const at::Tensor& ids) const;  // the token embeddings [T, H] (times embed_scale where set)
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
+  at::Tensor shared_expert(int64_t layer, const at::Tensor& h);  // models/parts/shared_expert.cpp
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
   // The moe.experts routing of each token's top-k expert ids [T, k].

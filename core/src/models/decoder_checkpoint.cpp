@@ -12,6 +12,7 @@
 #include "models/family.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
 
@@ -109,6 +110,7 @@ TensorShapes internal_tensors(const HfConfig& c) {
       out.push_back({p + "mlp.gate.weight", {E, H}});
       out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
       out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
+      if (c.shared_expert_intermediate_size > 0) shared_expert_tensors(c, p, out);
     } else {
       const int64_t I = c.intermediate_size;
       out.push_back({p + "mlp.gate_proj.weight", {I, H}});

@@ -6,6 +6,7 @@
 #include "axengine/strings.hpp"
 #include "models/decoder_checkpoint.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
 
@@ -51,6 +52,7 @@ std::vector<OpCall> decoder_calls(const HfConfig& c, const std::map<std::string,
       // A backend must serve both projections' formats (skip_modules may keep one dense): both are asked for.
       for (const char* proj : {"gate_up_proj", "down_proj"})
         out.push_back({"moe.mlp", ops::to_string(formats.at(p + "mlp.experts." + proj)), "ENK"});
+      if (c.shared_expert_intermediate_size > 0) shared_expert_calls(p, formats, out);
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) linear(p + "mlp." + proj + ".weight");

@@ -80,6 +80,8 @@ struct HfConfig {
   int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;
+  // qwen3_5_moe / qwen3_next: a shared expert beside the routed ones (models/parts/shared_expert.hpp); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set

@@ -18,7 +18,10 @@ bool is_projection(const std::string& n) {
                            ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj",
                            // Gated DeltaNet (models/parts/gated_deltanet.hpp)
                            ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
-                           ".linear_attn.in_proj_a.weight", ".linear_attn.out_proj.weight"})
+                           ".linear_attn.in_proj_a.weight", ".linear_attn.out_proj.weight",
+                           // the shared expert (models/parts/shared_expert.hpp)
+                           ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
+                           ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight"})
     if (ends_with(n, leaf)) return true;
   return false;
 }
