@@ -41,6 +41,8 @@ CLASSES = {
     "gemma3_text": transformers.Gemma3TextConfig,
     "olmoe": transformers.OlmoeConfig,
     "gpt_oss": transformers.GptOssConfig,
+    "qwen3_5": transformers.Qwen3_5TextConfig,  # Qwen3_5ForCausalLM's; the multimodal config's text_config
+    "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
 }
 
 # The sizes axengine requires of each family's config.json (everything else has a default).
@@ -50,6 +52,7 @@ REQUIRED = {
     "mixtral": DENSE + ["num_local_experts", "num_experts_per_tok"],
     "olmoe": DENSE + ["num_experts", "num_experts_per_tok"],
     "gpt_oss": DENSE + ["num_local_experts", "num_experts_per_tok"],
+    "qwen3_5_moe": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],  # the rest has defaults
 }
 # hidden / heads = 8: a derived head_dim shows as 8, not as a class constant (qwen3 128, gemma3 256, gpt_oss 64);
 # 32 heads are a multiple of every class's default num_key_value_heads; 7 layers show gemma3's pattern of 6.
@@ -59,7 +62,7 @@ SMALL = dict(vocab_size=128, hidden_size=256, num_hidden_layers=7, num_attention
 # vocabulary above 151656; 16 heads take the default 8 kv heads.
 VL_SMALL = dict(vocab_size=152064, hidden_size=2048, num_hidden_layers=7, num_attention_heads=16, intermediate_size=96)
 
-MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss")
+MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe")
 
 
 def rope(cfg, params):
@@ -134,6 +137,16 @@ def expect(family, cfg, tie):
     if family == "gpt_oss":
         e["swiglu_alpha"] = cfg.swiglu_alpha
         e["swiglu_limit"] = cfg.swiglu_limit
+    if family == "qwen3_5_moe":
+        e["norm_topk_prob"] = True  # Qwen3_5MoeTopKRouter always renormalises
+        e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
+    if family in ("qwen3_5", "qwen3_5_moe"):
+        # The layer pattern (full_attention_interval 4), the Gated DeltaNet's sizes, the partial RoPE's rotary dim
+        # (modeling: int(head_dim * partial_rotary_factor)).
+        e["linear_layers"] = [t == "linear_attention" for t in cfg.layer_types]
+        e["gdn"] = [cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                    cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim]
+        e["rotary_dim"] = int(e["head_dim"] * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
     if family == "qwen2_5_vl":
         # Qwen2_5_VLRotaryEmbedding: config.rope_parameters.get("mrope_section", [16, 24, 24]).
         e["mrope_section"] = list(cfg.rope_parameters.get("mrope_section", [16, 24, 24]))
@@ -182,6 +195,8 @@ def main():
         cases.append(family_case(family, "small", SMALL))
     # Qwen2: the sliding window (default 4096) from max_window_layers (default 28) on, when use_sliding_window.
     cases.append(family_case("qwen2", "sliding", dict(SMALL, num_hidden_layers=30), {"use_sliding_window": True}))
+    # Qwen3.5: layer_types from full_attention_interval 3 (the class pops it when layer_types is not given).
+    cases.append(family_case("qwen3_5", "interval", SMALL, {"full_attention_interval": 3}))
     cases.append(vl_case("class", None))
     cases.append(vl_case("small", VL_SMALL))
     cases.append(vl_case("flat", VL_SMALL, flat=True))

@@ -40,6 +40,8 @@ set(AX_FUZZ_CORE_SOURCES
   models/families/olmoe.cpp
   models/families/qwen2.cpp
   models/families/qwen3.cpp
+  models/families/qwen3_5.cpp
+  models/families/qwen3_5_moe.cpp
   models/families/qwen3_moe.cpp
   models/family.cpp
   models/hf_config.cpp

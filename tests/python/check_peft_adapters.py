@@ -132,7 +132,8 @@ def main():
             if not err <= TOL:
                 failures.append(f"{case}: merged logits differ by {err}")
         for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
-                       "tiny-gemma3", "tiny-olmoe", "tiny-gpt-oss"]:
+                       "tiny-gemma3", "tiny-olmoe", "tiny-gpt-oss", "tiny-qwen3_5",
+                       "tiny-qwen3_5-moe"]:
             if peer_too_old(preset):
                 continue
             out = os.path.join(tmp, "init-" + preset)

@@ -72,7 +72,8 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<ax::train::Generat
 }
 
 const char* kCases[] = {"llama",     "qwen2",          "mistral", "qwen3",  "qwen3_yarn", "llama_dynamic",
-                        "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4"};
+                        "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4",
+                        "qwen3_5"};
 
 }  // namespace
 
@@ -116,6 +117,40 @@ TEST_CASE("decode: cached logits equal the full forward's at every step") {
     logits = dec.decode({{}, {11}, {}}, *cache);
     CHECK(rel(logits[1], full_last(*l.model, seq[1])) <= 1e-5);
   }
+}
+
+TEST_CASE("decode: linear-attention layers (qwen3_5) continue from their cached conv window and recurrent state") {
+  auto l = load_case("qwen3_5");
+  auto& dec = ax::train::decoder_of(*l.model);
+  // A prefill of 6, of 1, and of 3 then 4 more in one call, then one token per row per step: every step is the
+  // full forward over the row's whole sequence (the state carries it; the conv window spans 2 earlier tokens).
+  std::vector<std::vector<int64_t>> seq{{3, 9, 1, 4, 7, 2}, {5}, {8, 0, 6}};
+  auto cache = dec.new_cache(3, 40);
+  at::Tensor logits = dec.decode(seq, *cache);
+  for (int r = 0; r < 3; ++r) CHECK(rel(logits[r], full_last(*l.model, seq[r])) <= 1e-5);
+  std::vector<int64_t> more{2, 2, 7, 1};
+  logits = dec.decode({{}, {}, more}, *cache);
+  seq[2].insert(seq[2].end(), more.begin(), more.end());
+  CHECK(rel(logits[2], full_last(*l.model, seq[2])) <= 1e-5);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<std::vector<int64_t>> next(3);
+    for (int r = 0; r < 3; ++r) {
+      next[r] = {(seq[r].back() * 7 + step) % 30};
+      seq[r].push_back(next[r][0]);
+    }
+    logits = dec.decode(next, *cache);
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(step);
+      CAPTURE(r);
+      CHECK(rel(logits[r], full_last(*l.model, seq[r])) <= 1e-5);
+    }
+  }
+  // The state cannot go back to a shorter row; emptied, the row starts over from a zero state.
+  CHECK_THROWS_WITH_AS(cache->truncate(1, 2), doctest::Contains("can only be emptied (truncate to 0)"), ax::UsageError);
+  cache->truncate(1, cache->length(1));  // no change: allowed
+  cache->truncate(1, 0);
+  logits = dec.decode({{}, {11, 4}, {}}, *cache);
+  CHECK(rel(logits[1], full_last(*l.model, {11, 4})) <= 1e-5);
 }
 
 TEST_CASE("decode: refuses what it cannot hold") {

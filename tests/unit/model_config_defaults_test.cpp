@@ -57,6 +57,18 @@ int check_config(const ax::models::HfConfig& c, const json& want) {
     else if (key == "swiglu_alpha") CHECK(c.swiglu_alpha == v.get<double>());
     else if (key == "swiglu_limit") CHECK(c.swiglu_limit == v.get<double>());
     else if (key == "mrope_section") CHECK(c.mrope_section == v.get<std::vector<int64_t>>());
+    else if (key == "moe")
+      CHECK(std::vector<int64_t>{c.num_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size} ==
+            v.get<std::vector<int64_t>>());
+    else if (key == "rotary_dim") CHECK(c.rope_dim() == v.get<int64_t>());
+    else if (key == "linear_layers") {
+      const auto l = v.get<std::vector<bool>>();
+      REQUIRE(static_cast<int64_t>(l.size()) == c.num_layers);
+      for (int64_t i = 0; i < c.num_layers; ++i) CHECK(c.is_linear_layer(i) == l[static_cast<std::size_t>(i)]);
+    } else if (key == "gdn") {
+      const auto& g = c.gdn;
+      CHECK(std::vector<int64_t>{g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel} == v.get<std::vector<int64_t>>());
+    }
     else if (key == "layer_window") {
       const auto w = v.get<std::vector<int64_t>>();
       REQUIRE(static_cast<int64_t>(w.size()) == c.num_layers);
@@ -95,7 +107,7 @@ TEST_CASE("hf config: every key a config.json leaves out takes the transformers 
   }
   // Every family the parser knows, and the one read through it.
   CHECK(families == std::set<std::string>{"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3_text", "olmoe",
-                                          "gpt_oss", "qwen2_5_vl"});
+                                          "gpt_oss", "qwen3_5", "qwen3_5_moe", "qwen2_5_vl"});
 }
 
 TEST_CASE("hf config: a class default num_key_value_heads that does not divide the heads is named as the class's") {

@@ -26,6 +26,8 @@
 #include "axengine/model_check.hpp"
 #include "axengine/models.hpp"
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/causal_conv1d.hpp"
+#include "axengine/ops/linear_attention.hpp"
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_mlp.hpp"
@@ -133,6 +135,29 @@ struct RecLinearCe : Recording<ax::ops::LinearCe> {
     return ref_->backward(a, b);
   }
 };
+struct RecLinearAttention : Recording<ax::ops::LinearAttention> {
+  using Recording::Recording;
+  ax::ops::LinearAttentionResult run_forward(const ax::ops::LinearAttentionArgs& a) override {
+    rec_->add("linear_attention");
+    return ref_->forward(a);
+  }
+  ax::ops::LinearAttentionGrads run_backward(const ax::ops::LinearAttentionArgs& a,
+                                             const ax::ops::LinearAttentionBackwardArgs& b) override {
+    rec_->add("linear_attention");
+    return ref_->backward(a, b);
+  }
+};
+struct RecCausalConv1d : Recording<ax::ops::CausalConv1d> {
+  using Recording::Recording;
+  ax::ops::CausalConv1dResult run_forward(const ax::ops::CausalConv1dArgs& a) override {
+    rec_->add("causal_conv1d");
+    return ref_->forward(a);
+  }
+  ax::ops::CausalConv1dGrads run_backward(const ax::ops::CausalConv1dArgs& a, const ax::ops::CausalConv1dBackwardArgs& b) override {
+    rec_->add("causal_conv1d");
+    return ref_->backward(a, b);
+  }
+};
 // Both projections' formats: a backend must serve the pair (skip_modules may keep one dense).
 struct RecMoeMlp : Recording<ax::ops::MoeMlp> {
   using Recording::Recording;
@@ -165,6 +190,8 @@ struct RecordingSetup {
     add<ax::ops::Swiglu, RecSwiglu>();
     add<ax::ops::LinearCe, RecLinearCe>();
     add<ax::ops::MoeMlp, RecMoeMlp>();
+    add<ax::ops::LinearAttention, RecLinearAttention>();
+    add<ax::ops::CausalConv1d, RecCausalConv1d>();
   }
   template <class Op, class Rec>
   void add() {
@@ -221,6 +248,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
   if (type == "mixtral") lora.targets.insert(lora.targets.end(), {"w1", "w3", "w2"});  // the experts, Mixtral's names
   else if (type == "gpt_oss") lora.targets.insert(lora.targets.end(), {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
   else lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
+  if (type == "qwen3_5_text" || type == "qwen3_5_moe_text")  // the Gated DeltaNet layers' projections
+    lora.targets.insert(lora.targets.end(), {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"});
   lora.r = 4;
   lora.alpha = 8;
   ax::ModelLoadOptions o;
@@ -267,7 +296,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
 
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen2_5-vl"};
+                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe",
+                                             "tiny-qwen2_5-vl"};
   return p;
 }
 

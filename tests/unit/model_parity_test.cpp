@@ -162,6 +162,17 @@ TEST_CASE("model parity: gpt_oss (sinks, sliding/full layers, yarn, biases, clam
   check_case("gpt_oss", "reference");
   check_case("gpt_oss", "naive");
 }
+TEST_CASE("model parity: qwen3_5 (Gated DeltaNet + gated attention, partial RoPE, 1+w norms, LoRA on linear_attn) vs transformers+peft") {
+  check_case("qwen3_5", "reference");
+  check_case("qwen3_5", "naive");
+}
+TEST_CASE("model parity: qwen3_5_moe (routed experts + sigmoid-gated shared expert, per-expert checkpoint, LoRA on experts by target_parameters) vs transformers+peft") {
+  check_case("qwen3_5_moe", "reference");
+  check_case("qwen3_5_moe", "naive");
+}
+TEST_CASE("model parity: qwen3_5's multimodal checkpoint (text_config, model.language_model.*, the tower unread), peft's adapter on it") {
+  check_case("qwen3_5_vl", "reference");
+}
 
 // A config that ties the head to the embeddings (tie_word_embeddings true; gemma3_stored_head leaves the key out,
 // Gemma3TextConfig's default) over a checkpoint that stores its own, different lm_head.weight: transformers keeps

@@ -10,6 +10,8 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/causal_conv1d.hpp"
+#include "axengine/ops/linear_attention.hpp"
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
@@ -252,6 +254,90 @@ struct NaiveLinearCe : ops::LinearCe {
   }
 };
 
+// The gated delta rule token by token (docs/ops/linear_attention.md's recurrence), fp32 state.
+struct NaiveLinearAttention : ops::LinearAttention {
+  static std::pair<at::Tensor, at::Tensor> f(const ops::LinearAttentionArgs& a, at::Tensor q, at::Tensor k, at::Tensor v,
+                                             at::Tensor g, at::Tensor beta, const at::Tensor& init) {
+    const auto ct = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const auto out_type = v.scalar_type();
+    q = q.to(ct), k = k.to(ct), v = v.to(ct), g = g.to(ct), beta = beta.to(ct);
+    if (a.qk_l2norm) {
+      q = q / at::sqrt((q * q).sum(-1, true) + ops::kLinearAttentionL2Eps);
+      k = k / at::sqrt((k * k).sum(-1, true) + ops::kLinearAttentionL2Eps);
+    }
+    const int64_t Hv = v.size(1), Dk = q.size(2), Dv = v.size(2), G = Hv / q.size(1);
+    const double scale = a.scale > 0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(Dk));
+    q = q.repeat_interleave(G, 1) * scale;  // value head h reads key head h / G
+    k = k.repeat_interleave(G, 1);
+    at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong);
+    std::vector<at::Tensor> outs, finals;
+    for (int64_t b = 0; b + 1 < cu.size(0); ++b) {
+      at::Tensor S = init.defined() ? init[b].to(ct) : at::zeros({Hv, Dk, Dv}, q.options());
+      for (int64_t t = cu[b].item<int64_t>(); t < cu[b + 1].item<int64_t>(); ++t) {
+        S = S * at::exp(g[t]).view({Hv, 1, 1});
+        at::Tensor u = v[t] - (S * k[t].unsqueeze(-1)).sum(1);  // v − Sᵀk
+        S = S + k[t].unsqueeze(-1) * (beta[t].unsqueeze(-1) * u).unsqueeze(1);
+        outs.push_back((S * q[t].unsqueeze(-1)).sum(1));
+      }
+      finals.push_back(S);
+    }
+    at::Tensor out = outs.empty() ? at::zeros({0, Hv, Dv}, q.options()) : at::stack(outs);
+    return {out.to(out_type), at::stack(finals)};
+  }
+  ops::LinearAttentionResult run_forward(const ops::LinearAttentionArgs& a) override {
+    auto [o, s] = f(a, a.q, a.k, a.v, a.g, a.beta, a.initial_state);
+    ops::LinearAttentionResult r;
+    r.out = o;
+    if (a.output_final_state) r.final_state = s;
+    return r;
+  }
+  ops::LinearAttentionGrads run_backward(const ops::LinearAttentionArgs& a, const ops::LinearAttentionBackwardArgs& b) override {
+    auto g = recompute_grads({a.q, a.k, a.v, a.g, a.beta, a.initial_state}, at::ones({}, at::kDouble).to(a.g.scalar_type()), [&](auto& x) {
+      auto [o, s] = f(a, x[0], x[1], x[2], x[3], x[4], x[5]);
+      at::Tensor l = (o.to(at::kDouble) * b.grad_out.to(at::kDouble)).sum();
+      if (b.grad_final_state.defined()) l = l + (s.to(at::kDouble) * b.grad_final_state.to(at::kDouble)).sum();
+      return l.to(a.g.scalar_type());
+    });
+    return {g[0], g[1], g[2], g[3], g[4], g[5]};
+  }
+};
+
+// The depthwise causal conv + SiLU per sequence, the window from the initial state (or zeros).
+struct NaiveCausalConv1d : ops::CausalConv1d {
+  static std::pair<at::Tensor, at::Tensor> f(const ops::CausalConv1dArgs& a, const at::Tensor& x, const at::Tensor& init) {
+    const int64_t C = x.size(1), W = a.weight.size(1);
+    const auto ct = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong), w = a.weight.to(ct);
+    std::vector<at::Tensor> ys, finals;
+    for (int64_t b = 0; b + 1 < cu.size(0); ++b) {
+      const int64_t r0 = cu[b].item<int64_t>(), n = cu[b + 1].item<int64_t>() - r0;
+      at::Tensor before = init.defined() ? init[b].to(ct) : at::zeros({W - 1, C}, x.options().dtype(ct));
+      at::Tensor ext = at::cat({before, x.narrow(0, r0, n).to(ct)});
+      at::Tensor acc = at::zeros({n, C}, ext.options());
+      for (int64_t j = 0; j < W; ++j) acc = acc + ext.narrow(0, j, n) * w.select(1, j);
+      ys.push_back(at::silu(acc).to(x.scalar_type()));
+      finals.push_back(ext.narrow(0, n, W - 1).to(x.scalar_type()));
+    }
+    return {at::cat(ys), at::stack(finals)};
+  }
+  ops::CausalConv1dResult run_forward(const ops::CausalConv1dArgs& a) override {
+    auto [y, s] = f(a, a.x, a.initial_state);
+    ops::CausalConv1dResult r;
+    r.y = y;
+    if (a.output_final_state) r.final_state = s;
+    return r;
+  }
+  ops::CausalConv1dGrads run_backward(const ops::CausalConv1dArgs& a, const ops::CausalConv1dBackwardArgs& b) override {
+    auto g = recompute_grads({a.x, a.initial_state}, at::ones({}, a.x.options()), [&](auto& x) {
+      auto [y, s] = f(a, x[0], x[1]);
+      at::Tensor l = (y * b.grad_y).sum();
+      if (b.grad_final_state.defined()) l = l + (s * b.grad_final_state).sum();
+      return l;
+    });
+    return {g[0], g[1]};
+  }
+};
+
 inline void add_naive_backends(Registry& r) {
   auto add = [&](const char* op, std::shared_ptr<void> obj) {
     Provider p;
@@ -270,6 +356,8 @@ inline void add_naive_backends(Registry& r) {
   add("rms_norm", std::shared_ptr<ops::RmsNorm>(std::make_shared<NaiveRmsNorm>()));
   add("swiglu", std::shared_ptr<ops::Swiglu>(std::make_shared<NaiveSwiglu>()));
   add("linear_ce", std::shared_ptr<ops::LinearCe>(std::make_shared<NaiveLinearCe>()));
+  add("linear_attention", std::shared_ptr<ops::LinearAttention>(std::make_shared<NaiveLinearAttention>()));
+  add("causal_conv1d", std::shared_ptr<ops::CausalConv1d>(std::make_shared<NaiveCausalConv1d>()));
 }
 
 }  // namespace ax::test

@@ -68,6 +68,8 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       // A tied config over a stored, different head (kept, as transformers keeps it): the merge writes the head.
       {"qwen2_stored_head", {"q_proj", "v_proj", "down_proj"}, false},
       {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
+      // Gated DeltaNet projections (linear_attn.*) beside the attention and MLP ones.
+      {"qwen3_5", {"in_proj_qkv", "in_proj_z", "in_proj_b", "out_proj", "q_proj", "down_proj"}, true},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

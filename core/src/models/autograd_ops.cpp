@@ -257,7 +257,85 @@ struct LinearCeFn : torch::autograd::Function<LinearCeFn> {
   }
 };
 
+// ---- linear_attention
+// No backend keeps anything in `saved` that autograd owns (out is recomputed or not needed by backward), so
+// the state holds it as attention's does.
+using LaState = State<ops::LinearAttention, ops::LinearAttentionArgs>;
+struct LinearAttentionFn : torch::autograd::Function<LinearAttentionFn> {
+  // Returns {out, final_state} with output_final_state, {out} without.
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& g, const at::Tensor& beta, const OptT& init, c10::intrusive_ptr<LaState> st) {
+    st->args.q = q.detach();
+    st->args.k = k.detach();
+    st->args.v = v.detach();
+    st->args.g = g.detach();
+    st->args.beta = beta.detach();
+    st->args.initial_state = det(init);
+    st->args.out = at::Tensor();  // a preallocated output would be this node's output and an input at once
+    st->needs = {q.requires_grad(), k.requires_grad(), v.requires_grad(), g.requires_grad(), beta.requires_grad(), req(init)};
+    auto r = st->op->forward(st->args);
+    st->saved = std::move(r.saved);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    if (st->args.output_final_state) return {r.out, r.final_state};
+    return {r.out};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<LaState>(ctx);
+    const auto& n = st->needs;
+    ops::LinearAttentionBackwardArgs bwd;
+    bwd.grad_out = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(st->args.v);
+    if (grads.size() > 1 && grads[1].defined()) bwd.grad_final_state = grads[1].contiguous();
+    bwd.saved = st->saved;
+    auto g = st->op->backward(st->args, bwd);
+    auto keep = [](bool need, const at::Tensor& t) { return need ? t : at::Tensor(); };
+    return {keep(n[0], g.dq), keep(n[1], g.dk), keep(n[2], g.dv), keep(n[3], g.dg), keep(n[4], g.dbeta),
+            keep(n[5], g.dinitial_state), at::Tensor()};
+  }
+};
+
+// ---- causal_conv1d
+using ConvState = State<ops::CausalConv1d, ops::CausalConv1dArgs>;
+struct CausalConv1dFn : torch::autograd::Function<CausalConv1dFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptT& init, c10::intrusive_ptr<ConvState> st) {
+    st->args.x = x.detach();
+    st->args.weight = st->args.weight.detach();
+    st->args.initial_state = det(init);
+    st->args.out = at::Tensor();
+    st->needs = {x.requires_grad(), req(init)};
+    auto r = st->op->forward(st->args);
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    if (st->args.output_final_state) return {r.y, r.final_state};
+    return {r.y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = state_of<ConvState>(ctx);
+    ops::CausalConv1dBackwardArgs bwd;
+    bwd.grad_y = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(st->args.x);
+    if (grads.size() > 1 && grads[1].defined()) bwd.grad_final_state = grads[1].contiguous();
+    auto g = st->op->backward(st->args, bwd);
+    return {st->needs[0] ? g.dx : at::Tensor(), st->needs[1] ? g.dinitial_state : at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+LinearAttentionOutput linear_attention(const std::shared_ptr<ops::LinearAttention>& op, ops::LinearAttentionArgs args) {
+  auto st = c10::make_intrusive<LaState>();
+  st->op = op;
+  at::Tensor q = args.q, k = args.k, v = args.v, g = args.g, beta = args.beta, init = args.initial_state;
+  st->args = std::move(args);
+  auto outs = LinearAttentionFn::apply(q, k, v, g, beta, opt(init), st);
+  return {outs[0], outs.size() > 1 ? outs[1] : at::Tensor()};
+}
+
+CausalConv1dOutput causal_conv1d(const std::shared_ptr<ops::CausalConv1d>& op, ops::CausalConv1dArgs args) {
+  auto st = c10::make_intrusive<ConvState>();
+  st->op = op;
+  at::Tensor x = args.x, init = args.initial_state;
+  st->args = std::move(args);
+  auto outs = CausalConv1dFn::apply(x, opt(init), st);
+  return {outs[0], outs.size() > 1 ? outs[1] : at::Tensor()};
+}
 
 RmsNormOutput rms_norm(const std::shared_ptr<ops::RmsNorm>& op, ops::RmsNormArgs args) {
   auto st = c10::make_intrusive<RnState>();

@@ -10,6 +10,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/causal_conv1d.hpp"
+#include "axengine/ops/linear_attention.hpp"
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/ops/linear_lora.hpp"
 #include "axengine/ops/moe_experts.hpp"
@@ -50,5 +52,21 @@ at::Tensor swiglu(const std::shared_ptr<ops::Swiglu>& op, ops::SwigluArgs args);
 // frozen). args.grad_in_forward is set here, whatever the caller passed: on exactly when grad mode is on and
 // h requires grad (a backward is expected), so the backend may compute the gradient in the forward.
 at::Tensor linear_ce(const std::shared_ptr<ops::LinearCe>& op, ops::LinearCeArgs args);
+
+// The gated delta rule over packed sequences (args.cu_seqlens: each sample starts from its own state). q, k,
+// v, g, beta and args.initial_state (when defined) may require grad. final_state is defined exactly when
+// args.output_final_state and is differentiable (a gradient reaching it is the op's grad_final_state).
+struct LinearAttentionOutput {
+  at::Tensor out, final_state;
+};
+LinearAttentionOutput linear_attention(const std::shared_ptr<ops::LinearAttention>& op, ops::LinearAttentionArgs args);
+
+// The depthwise causal conv1d + SiLU over packed sequences (the window restarts at each sample of
+// args.cu_seqlens). x and args.initial_state may require grad; the weight is frozen (the op has no dweight).
+// final_state as linear_attention's.
+struct CausalConv1dOutput {
+  at::Tensor y, final_state;
+};
+CausalConv1dOutput causal_conv1d(const std::shared_ptr<ops::CausalConv1d>& op, ops::CausalConv1dArgs args);
 
 }  // namespace ax::autograd

@@ -42,7 +42,7 @@ void parse_yarn(RopeConfig& rope, const Reader& p, const Reader& r, const std::f
 
 }  // namespace
 
-RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
+RopeConfig parse_rope(const json& j, const Reader& r, double default_theta, double partial_default) {
   RopeConfig rope;
   // transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x wrote rope_theta and rope_scaling.
   const json* params = nullptr;
@@ -55,6 +55,15 @@ RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
     where = "rope_scaling";
   }
   rope.theta = r.number_or("rope_theta", default_theta);
+  if (partial_default > 0) {
+    // transformers' standardize_rope_params moves a top-level partial_rotary_factor into the rope dict.
+    const bool in_dict = params && params->is_object() && params->contains("partial_rotary_factor");
+    const std::string key = in_dict ? where + ".partial_rotary_factor" : std::string("partial_rotary_factor");
+    const double f = in_dict ? Reader{*params, r.source}.number_or("partial_rotary_factor", partial_default)
+                             : r.number_or("partial_rotary_factor", partial_default);
+    if (!(f > 0 && f <= 1)) throw r.bad(key, str("must be in (0, 1], got ", f));
+    rope.partial_rotary_factor = f;
+  }
   if (!params) {
     if (!(rope.theta > 0) || !std::isfinite(rope.theta))
       throw r.bad("rope_theta", str("must be a finite number > 0, got ", rope.theta));
@@ -69,7 +78,7 @@ RopeConfig parse_rope(const json& j, const Reader& r, double default_theta) {
     throw r.bad(p.has("rope_theta") ? sub("rope_theta") : "rope_theta", str("must be a finite number > 0, got ", rope.theta));
   rope.type = p.string_or("rope_type", p.string_or("type", "default"));
   // Part of head_dim rotated (phi, stablelm): none of these families do it.
-  if (p.number_or("partial_rotary_factor", 1.0) != 1.0) throw r.bad(sub("partial_rotary_factor"), "must be 1 (partial rotary is not supported)");
+  if (partial_default == 0 && p.number_or("partial_rotary_factor", 1.0) != 1.0) throw r.bad(sub("partial_rotary_factor"), "must be 1 (partial rotary is not supported)");
   if (rope.type == "default") return rope;
   if (rope.type != "linear" && rope.type != "llama3" && rope.type != "yarn" && rope.type != "dynamic")
     throw r.bad(sub("rope_type"), str("'", rope.type, "' is not supported (supported: default, linear, llama3, yarn, dynamic)"));

@@ -61,7 +61,9 @@ struct Reader {
 
 // The RoPE of the config (transformers 5's rope_parameters, or 4.x's rope_theta + rope_scaling); `default_theta`
 // is the class's when the config gives none.
-RopeConfig parse_rope(const nlohmann::json& j, const Reader& r, double default_theta);
+// `partial_default` > 0: the family reads partial_rotary_factor (in the rope dict or at the top level) with that
+// class default; 0: a partial_rotary_factor other than 1 is refused.
+RopeConfig parse_rope(const nlohmann::json& j, const Reader& r, double default_theta, double partial_default = 0.0);
 
 // `sliding_window`: its value, -1 when null, `missing` when the key is absent (the class default).
 int64_t sliding_window_or(const Reader& r, int64_t missing);

@@ -19,6 +19,8 @@
 #include "models/bnb_load.hpp"
 #include "models/decoder_plan.hpp"
 #include "models/gpt_oss.hpp"
+#include "models/parts/gated_deltanet.hpp"
+#include "models/parts/shared_expert.hpp"
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
 #include "models/tied_head.hpp"
@@ -409,6 +411,12 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   const std::string p = layer_prefix(i) + "self_attn.";
   const int64_t T = x.size(0), D = cfg_.head_dim, Hq = cfg_.num_heads, Hkv = cfg_.num_kv_heads;
   at::Tensor q = linear(x, p + "q_proj");
+  at::Tensor gate;  // Qwen3.5 / Qwen3-Next: q_proj holds per head [q | output gate]
+  if (cfg_.attn_output_gate) {
+    at::Tensor qg = q.view({T, Hq, 2 * D});
+    gate = qg.narrow(-1, D, D).reshape({T, Hq * D});
+    q = qg.narrow(-1, 0, D).reshape({T, Hq * D});
+  }
   at::Tensor k = linear(x, p + "k_proj");
   at::Tensor v = linear(x, p + "v_proj");
   if (cfg_.qk_norm_full) {  // olmoe: one norm over all heads of q (of k), before the split into heads
@@ -467,9 +475,11 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
-  if (decode_step_) return linear(cached_attention(i, a).reshape({T, Hq * D}), p + "o_proj");  // KV-cached decode
-  at::Tensor o = autograd::attention(attention_backend(), std::move(a));
-  return linear(o.reshape({T, Hq * D}), p + "o_proj");
+  at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
+                              : autograd::attention(attention_backend(), std::move(a));
+  o = o.reshape({T, Hq * D});
+  if (gate.defined()) o = o * at::sigmoid(gate);
+  return linear(o, p + "o_proj");
 }
 
 std::shared_ptr<ops::Attention> attention_chain_of(KernelSet& kernels, at::ScalarType dtype, const std::string& layout) {
@@ -570,7 +580,8 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   ResidentLayer resident(residency_.get(), i);  // shard_base: the layer's tensors are here only while it runs
   const std::string p = layer_prefix(i);
   const at::Tensor& freq = cfg_.has_local_rope && cfg_.window(i) > 0 ? inv_freq_local_ : inv_freq;  // gemma3_text
-  at::Tensor a = attention_block(i, rms_norm(h, p + "input_layernorm.weight").first, pos, cu, max_len, freq);
+  const at::Tensor in = rms_norm(h, p + "input_layernorm.weight").first;
+  at::Tensor a = cfg_.is_linear_layer(i) ? gated_deltanet_block(i, in, cu) : attention_block(i, in, pos, cu, max_len, freq);
   if (cfg_.sandwich_norms) {
     // gemma3_text: x = h + norm(attention); the MLP reads pre_feedforward_layernorm(x) and its output is
     // normed again before the residual add.
@@ -580,7 +591,9 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
   if (!cfg_.is_moe_layer(i)) return x + dense_mlp(i, n);
-  return x + (cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits) : moe_block(i, n, router_logits));
+  at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits) : moe_block(i, n, router_logits);
+  if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, n);
+  return x + m;
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
@@ -746,16 +759,21 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
   };
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     std::string p = layer_prefix(i);
-    lin(p + "self_attn.q_proj", "q_proj", H, Hq * D);
-    lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
-    lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
-    lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
+    if (cfg_.is_linear_layer(i)) {
+      gated_deltanet_lora_sites(cfg_, p, out);
+    } else {
+      lin(p + "self_attn.q_proj", "q_proj", H, Hq * D * (cfg_.attn_output_gate ? 2 : 1));
+      lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
+      lin(p + "self_attn.v_proj", "v_proj", H, Hkv * D);
+      lin(p + "self_attn.o_proj", "o_proj", Hq * D, H);
+    }
     if (cfg_.is_moe_layer(i)) {
       // Every family's fused experts, gpt_oss's too (its checkpoint's [E, in, out] matrices are held ENK: the
       // sites' in/out are the same; peft's target_parameters LoRA, docs/models.md "gpt_oss expert LoRA").
       const int64_t E = cfg_.num_experts, I = cfg_.moe_intermediate_size;
       out.push_back(LoraSite{p + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
       out.push_back(LoraSite{p + "mlp.experts.down_proj", "down_proj", true, E, I, H});
+      if (cfg_.shared_expert_intermediate_size > 0) shared_expert_lora_sites(cfg_, p, out);
     } else {
       const int64_t I = cfg_.intermediate_size;
       lin(p + "mlp.gate_proj", "gate_proj", H, I);
@@ -763,6 +781,9 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
       lin(p + "mlp.down_proj", "down_proj", I, H);
     }
   }
+  // A multimodal checkpoint's language model sits under model.language_model. in peft's module tree.
+  if (cfg_.text_part)
+    for (auto& s : out) s.peft_path = "model.language_model." + s.path.substr(6);
   return out;
 }
 

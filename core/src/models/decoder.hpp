@@ -15,6 +15,7 @@
 #include "axengine/expert_parallel.hpp"
 #include "axengine/model.hpp"
 #include "axengine/ops/attention.hpp"
+#include "axengine/ops/linear_attention.hpp"
 #include "axengine/ops/moe_experts.hpp"
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
@@ -121,8 +122,13 @@ class DecoderModel : public Model, public CausalLmDecode {
   // While decode runs (decode_step_ set): appends a's k/v (after RoPE) to the cache and attends a's queries
   // over it, with a's scale, window and causality. A family's own attention calls it at the same point.
   at::Tensor cached_attention(int64_t layer, const ops::AttentionArgs& a);
+  // While decode runs: linear-attention layer `layer`'s conv windows and recurrent states of the step's rows,
+  // in segment order, and their update from the ops' final states (decoder_decode.cpp).
+  std::pair<at::Tensor, at::Tensor> cached_linear_state(int64_t layer) const;
+  void store_linear_state(int64_t layer, const at::Tensor& conv, const at::Tensor& state);
   at::Tensor embed(const at::Tensor& ids) const;  // the token embeddings [T, H] (times embed_scale where set)
   at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
+  at::Tensor shared_expert(int64_t layer, const at::Tensor& h);  // models/parts/shared_expert.cpp
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
   // The moe.experts routing of each token's top-k expert ids [T, k].
@@ -138,6 +144,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   // The attention backend for the model's layout ("sinks" with per-head sinks, else "plain"): the resolved
   // backend with its run-time fallbacks (a backend may decline a call: docs/ops/attention.md), cached.
   std::shared_ptr<ops::Attention> attention_backend();
+  // A Gated DeltaNet layer's mixer (models/parts/gated_deltanet.cpp) and its linear_attention backend chain.
+  at::Tensor gated_deltanet_block(int64_t layer, const at::Tensor& x, const at::Tensor& cu);
+  std::shared_ptr<ops::LinearAttention> linear_attention_backend();
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
@@ -186,6 +195,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
   std::map<std::string, std::shared_ptr<ops::MoeMlp>> moe_mlp_chains_;  // by "<gate_up fmt>/<down fmt>"
   std::shared_ptr<ops::Attention> attention_chain_;
+  std::shared_ptr<ops::LinearAttention> linear_attention_chain_;
   // Expert parallelism: the group, and this rank's experts [ep_first_, ep_first_ + ep_local_) of each MoE
   // layer (ep_local_ = num_experts without it). ep_gathered_: the full adapter of the last gather_expert_lora.
   std::shared_ptr<ExpertComm> ep_;

@@ -11,6 +11,8 @@
 #include "models/bnb_load.hpp"
 #include "models/family.hpp"
 #include "models/gpt_oss.hpp"
+#include "models/parts/gated_deltanet.hpp"
+#include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
 
@@ -52,6 +54,20 @@ void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const 
 
 }  // namespace
 
+safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensors::Checkpoint& ckpt, int64_t* left_out) {
+  if (!c.text_part) return ckpt;
+  int64_t dropped = 0;
+  auto view = ckpt.renamed([&](const std::string& n) -> std::optional<std::string> {
+    static const std::string lm = "model.language_model.";
+    if (n.rfind(lm, 0) == 0) return "model." + n.substr(lm.size());
+    if (n.rfind("lm_head.", 0) == 0) return n;
+    ++dropped;
+    return std::nullopt;
+  });
+  if (left_out) *left_out = dropped;
+  return view;
+}
+
 TensorShapes internal_tensors(const HfConfig& c) {
   TensorShapes out;
   const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
@@ -60,29 +76,33 @@ TensorShapes internal_tensors(const HfConfig& c) {
     std::string p = layer_prefix(i);
     out.push_back({p + "input_layernorm.weight", {H}});
     out.push_back({p + "post_attention_layernorm.weight", {H}});
-    out.push_back({p + "self_attn.q_proj.weight", {Hq * D, H}});
-    out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
-    out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
-    out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
-    if (c.qkv_bias) {
-      out.push_back({p + "self_attn.q_proj.bias", {Hq * D}});
-      out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
-      out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
-    }
-    if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
-    if (c.qk_norm) {
-      out.push_back({p + "self_attn.q_norm.weight", {D}});
-      out.push_back({p + "self_attn.k_norm.weight", {D}});
-    }
-    if (c.qk_norm_full) {
-      out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
-      out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
+    if (c.is_linear_layer(i)) {
+      gated_deltanet_tensors(c, p, out);
+    } else {
+      out.push_back({p + "self_attn.q_proj.weight", {Hq * D * (c.attn_output_gate ? 2 : 1), H}});
+      out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
+      out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
+      out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
+      if (c.qkv_bias) {
+        out.push_back({p + "self_attn.q_proj.bias", {Hq * D * (c.attn_output_gate ? 2 : 1)}});
+        out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
+        out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
+      }
+      if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
+      if (c.qk_norm) {
+        out.push_back({p + "self_attn.q_norm.weight", {D}});
+        out.push_back({p + "self_attn.k_norm.weight", {D}});
+      }
+      if (c.qk_norm_full) {
+        out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
+        out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
+      }
+      if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
     }
     if (c.sandwich_norms) {
       out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
       out.push_back({p + "post_feedforward_layernorm.weight", {H}});
     }
-    if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
     if (c.is_moe_layer(i) && c.moe_kind == MoeKind::topk_softmax_clamped) {
       gpt_oss_moe_tensors(c, p, out);
     } else if (c.is_moe_layer(i)) {
@@ -90,6 +110,7 @@ TensorShapes internal_tensors(const HfConfig& c) {
       out.push_back({p + "mlp.gate.weight", {E, H}});
       out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
       out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
+      if (c.shared_expert_intermediate_size > 0) shared_expert_tensors(c, p, out);
     } else {
       const int64_t I = c.intermediate_size;
       out.push_back({p + "mlp.gate_proj.weight", {I, H}});
@@ -229,16 +250,20 @@ void check_checkpoint_sizes(const HfConfig& c, const safetensors::Checkpoint& ck
       throw UsageError(str(c.source, ": 'hidden_size' is ", c.hidden_size, " but ", ckpt.file_of(embed), ": tensor '", embed,
                            "' has ", (*s)[1], " columns"));
   }
-  // Heads × head_dim: the rows of layer 0's q and k projections.
-  for (const auto& [proj, heads, key] : {std::tuple{"q_proj", c.num_heads, "num_attention_heads"},
-                                         std::tuple{"k_proj", c.num_kv_heads, "num_key_value_heads"}}) {
-    const std::string name = layer_prefix(0) + "self_attn." + proj + ".weight";
+  // Heads × head_dim: the rows of the first attention layer's q and k projections (q doubled by an output gate).
+  int64_t first_attn = 0;
+  while (first_attn < c.num_layers && c.is_linear_layer(first_attn)) ++first_attn;
+  for (const auto& [proj, heads, key, mult] : {std::tuple{"q_proj", c.num_heads, "num_attention_heads", c.attn_output_gate ? 2 : 1},
+                                               std::tuple{"k_proj", c.num_kv_heads, "num_key_value_heads", 1}}) {
+    if (first_attn == c.num_layers) break;
+    const std::string name = layer_prefix(first_attn) + "self_attn." + proj + ".weight";
     const auto* s = matrix(c, ckpt, name);
     // [rows, hidden] with other rows: the heads or head_dim; another shape is the tensor's fault (the walk says).
-    if (!s || (*s)[1] != c.hidden_size || (*s)[0] == heads * c.head_dim) continue;
+    if (!s || (*s)[1] != c.hidden_size || (*s)[0] == mult * heads * c.head_dim) continue;
     throw UsageError(str(c.source, ": '", key, "' x 'head_dim' is ", heads, " x ", c.head_dim, " = ", heads * c.head_dim,
-                         " but ", ckpt.file_of(name), ": tensor '", name, "' has ", (*s)[0], " rows",
-                         (*s)[0] % heads == 0 ? str(" (head_dim ", (*s)[0] / heads, "?)") : std::string()));
+                         mult == 2 ? " (x 2: q and its output gate)" : "", " but ", ckpt.file_of(name), ": tensor '", name,
+                         "' has ", (*s)[0], " rows",
+                         (*s)[0] % (mult * heads) == 0 ? str(" (head_dim ", (*s)[0] / (mult * heads), "?)") : std::string()));
   }
   // Experts: the router rows of the first MoE layer.
   for (int64_t i = 0; i < c.num_layers && c.num_experts > 0; ++i) {

@@ -20,6 +20,11 @@ namespace ax::models {
 
 using TensorShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
+// The checkpoint as the decoder reads it: for a multimodal checkpoint's text part (HfConfig::text_part) the
+// language model's tensors under model.* (model.language_model.* renamed) and lm_head; the rest (the vision tower
+// model.visual.*, an MTP head) left out: `left_out`, when given, gets their count.
+safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensors::Checkpoint& ckpt, int64_t* left_out = nullptr);
+
 // The weights in transformers 5 naming (fused experts), with shapes, layer by layer.
 TensorShapes internal_tensors(const HfConfig& c);
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for

@@ -1,4 +1,6 @@
-// DecoderModel's KV-cached incremental forward (axengine/decode.hpp). decode runs the training forward's own
+// DecoderModel's KV-cached incremental forward (axengine/decode.hpp). Linear-attention (Gated DeltaNet) layers
+// keep no keys: each row's conv window and recurrent state, which gated_deltanet_block reads as the ops'
+// initial states of the step's segments and writes back from their final states (O(1) per token). decode runs the training forward's own
 // layers (embedding, norms, projections with LoRA, RoPE, MoE blocks) over just the new tokens; only attention
 // differs, and attention_block hands it to cached_attention while decode_step_ is set:
 //   - the new tokens' k/v (after RoPE / q-k norm) are written into the cache at their rows' positions;
@@ -37,13 +39,27 @@ class DecoderKvCache final : public KvCache {
     if (row < 0 || row >= batch()) throw UsageError(str("KV cache: row ", row, " out of [0, ", batch(), ")"));
     if (length < 0 || length > len[row])
       throw UsageError(str("KV cache: cannot truncate row ", row, " of ", len[row], " tokens to ", length));
+    // A linear-attention layer's state sums up every token of the row: it can start over, not go back.
+    if (!state.empty() && length != 0 && length != len[row])
+      throw UsageError(str("KV cache: cannot truncate row ", row, " of ", len[row], " tokens to ", length,
+                           ": the model's linear-attention layers keep a recurrent state of the whole row, which can "
+                           "only be emptied (truncate to 0)"));
+    if (length == 0)
+      for (std::size_t l = 0; l < state.size(); ++l)
+        if (state[l].defined()) {
+          state[l][row].zero_();
+          conv[l][row].zero_();
+        }
     len[row] = length;  // what lies beyond is overwritten by the next tokens and never attended before
   }
 
   const DecoderModel* owner;
   int64_t cap;
   std::vector<int64_t> len;
-  std::vector<at::Tensor> k, v;
+  std::vector<at::Tensor> k, v;  // attention layers (undefined for linear-attention ones)
+  // Linear-attention layers (undefined for attention ones; both empty when the model has none): each row's
+  // conv window [batch, W-1, C] (the last W-1 inputs) and recurrent state [batch, Hv, Dk, Dv] fp32. O(1) per token.
+  std::vector<at::Tensor> conv, state;
 };
 
 }  // namespace
@@ -64,11 +80,35 @@ std::unique_ptr<KvCache> DecoderModel::new_cache(int64_t batch, int64_t capacity
   if (batch < 1 || capacity < 1) throw UsageError(str("KV cache: batch ", batch, " and capacity ", capacity, " must be >= 1"));
   auto c = std::make_unique<DecoderKvCache>(this, batch, capacity);
   const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
+  const bool linear = !cfg_.linear_layers.empty();
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    if (cfg_.is_linear_layer(i)) {
+      const auto& g = cfg_.gdn;
+      c->k.emplace_back();
+      c->v.emplace_back();
+      c->conv.push_back(at::zeros({batch, g.conv_kernel - 1, 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim}, opts));
+      c->state.push_back(at::zeros({batch, g.value_heads, g.key_dim, g.value_dim}, opts.dtype(at::kFloat)));
+      continue;
+    }
     c->k.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
     c->v.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+    if (linear) {
+      c->conv.emplace_back();
+      c->state.emplace_back();
+    }
   }
   return c;
+}
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::cached_linear_state(int64_t layer) const {
+  const DecodeStep& s = *decode_step_;
+  return {s.cache->conv[layer].index_select(0, s.rows_dev), s.cache->state[layer].index_select(0, s.rows_dev)};
+}
+
+void DecoderModel::store_linear_state(int64_t layer, const at::Tensor& conv, const at::Tensor& state) {
+  DecodeStep& s = *decode_step_;
+  s.cache->conv[layer].index_copy_(0, s.rows_dev, conv);
+  s.cache->state[layer].index_copy_(0, s.rows_dev, state);
 }
 
 at::Tensor DecoderModel::cached_attention(int64_t layer, const ops::AttentionArgs& a) {

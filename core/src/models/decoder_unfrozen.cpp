@@ -124,7 +124,19 @@ at::ScalarType checkpoint_dtype(const std::string& model_dir) {
 void write_model_dir(const DecoderModel& dm, const std::string& model_dir, const std::string& out_dir, at::ScalarType dtype) {
   const fs::path d(out_dir);
   const char* w = "model";
-  safetensors::save((d / "model.safetensors").string(), dm.merged_state_dict(dtype), {{"format", "pt"}}, w);
+  auto merged = dm.merged_state_dict(dtype);
+  if (dm.config().text_part) {
+    // A multimodal checkpoint's text part: written under its own names, the rest (vision tower...) as stored.
+    auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
+    for (auto& [name, t] : merged)
+      if (name.rfind("model.", 0) == 0) name = "model.language_model." + name.substr(6);
+    for (const auto& n : ckpt.names())
+      if (n.rfind("model.language_model.", 0) != 0 && n.rfind("lm_head.", 0) != 0) {
+        at::Tensor t = ckpt.get(n);
+        merged.emplace_back(n, at::isFloatingType(t.scalar_type()) ? t.to(dtype).contiguous() : t);
+      }
+  }
+  safetensors::save((d / "model.safetensors").string(), merged, {{"format", "pt"}}, w);
   nlohmann::json cfg = read_json_file((fs::path(model_dir) / "config.json").string());
   cfg["dtype"] = dtype == at::kFloat ? "float32" : dtype == at::kBFloat16 ? "bfloat16" : "float16";
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];

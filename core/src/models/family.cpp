@@ -14,18 +14,24 @@ const Family& mixtral_family();
 const Family& olmoe_family();
 const Family& gemma3_text_family();
 const Family& gpt_oss_family();
+const Family& qwen3_5_family();
+const Family& qwen3_5_moe_family();
 
 const std::vector<const Family*>& families() {
   // In init-model's order of presets (and docs/models.md's table).
   static const std::vector<const Family*> all = {&llama_family(),       &qwen2_family(), &mistral_family(),
                                                  &qwen3_family(),       &qwen3_moe_family(), &mixtral_family(),
-                                                 &gemma3_text_family(), &olmoe_family(), &gpt_oss_family()};
+                                                 &gemma3_text_family(), &olmoe_family(), &gpt_oss_family(),
+                                                 &qwen3_5_family(),     &qwen3_5_moe_family()};
   return all;
 }
 
 const Family* find_family(const std::string& model_type) {
-  for (const Family* f : families())
+  for (const Family* f : families()) {
     if (f->name == model_type) return f;
+    for (const auto& t : f->also_types)
+      if (t == model_type) return f;
+  }
   return nullptr;
 }
 

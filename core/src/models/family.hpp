@@ -28,6 +28,8 @@ struct ClassDefaults {
   bool tie_word_embeddings = false;
   // The RoPE the class builds when config.json has no rope key at all (gpt_oss: its YaRN); null: `rope_theta`.
   nlohmann::json rope_parameters;
+  // > 0: the class reads partial_rotary_factor with this default (Qwen3.5: 0.25); 0: it must be 1.
+  double partial_rotary_factor = 0.0;
 };
 
 // The per-expert checkpoint names of a MoE family whose experts we hold fused ([E, 2I, H] gate_up, [E, H, I]
@@ -65,6 +67,11 @@ struct Family {
   // model_types that are not this family but are mistaken for it, with the refusal that points here
   // (gemma3: the multimodal Gemma3ForConditionalGeneration).
   std::vector<std::pair<std::string, std::string>> refused_types;
+  // Other model_types this description reads (qwen3_5: "qwen3_5_text", what Qwen3_5ForCausalLM saves).
+  std::vector<std::string> also_types;
+  // A config.json with a `text_config` is the multimodal checkpoint of the family (qwen3_5): its language model
+  // is read (HfConfig::text_part), the vision tower is not.
+  bool reads_text_config = false;
 };
 
 // The built-in families, in docs/models.md's order.

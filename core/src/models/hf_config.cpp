@@ -63,6 +63,21 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
     throw r.bad("model_type", str("'", c.model_type, "' is not a family this parser knows (", join(known, ", "), ")"));
   }
   const Family& f = *family;
+  if (f.reads_text_config && j.contains("text_config")) {
+    // The multimodal checkpoint: its text_config, with what the composite config holds at its top level.
+    const json& t = j["text_config"];
+    if (!t.is_object()) throw r.bad("text_config", "must be an object");
+    json flat = t;
+    flat["model_type"] = f.name;
+    for (const char* k : {"tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"})
+      if (j.contains(k) && !j[k].is_null() && (!flat.contains(k) || flat[k].is_null() || std::string(k) == "tie_word_embeddings"))
+        flat[k] = j[k];
+    HfConfig text = parse_hf_config(flat, source + " (text_config)");
+    text.source = source;
+    text.text_part = true;
+    return text;
+  }
+  c.model_type = f.name;  // a description's other model_type (qwen3_5_text) is its family's
   const ClassDefaults& d = f.defaults;
   c.vocab_size = r.positive("vocab_size");
   c.hidden_size = r.positive("hidden_size");
@@ -93,9 +108,9 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   if (!d.rope_parameters.is_null() && !r.has("rope_parameters") && !r.has("rope_scaling")) {
     json with = j;
     with["rope_parameters"] = d.rope_parameters;
-    c.rope = parse_rope(with, Reader{with, source}, d.rope_theta);
+    c.rope = parse_rope(with, Reader{with, source}, d.rope_theta, d.partial_rotary_factor);
   } else {
-    c.rope = parse_rope(j, r, d.rope_theta);
+    c.rope = parse_rope(j, r, d.rope_theta, d.partial_rotary_factor);
   }
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", d.tie_word_embeddings);
   const std::string act = f.reads_hidden_act ? r.string_or("hidden_act", "silu") : "silu";
@@ -143,7 +158,7 @@ at::Tensor rope_inv_freq(const HfConfig& c, const RopeConfig& rope, int64_t seq_
 }
 
 at::Tensor rope_inv_freq(const HfConfig& c, int64_t seq_len) {
-  const int64_t dim = c.head_dim;
+  const int64_t dim = c.rope_dim();
   const at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / double(dim);
   at::Tensor inv = 1.0 / at::pow(c.rope.theta, exponents);
   if (c.rope.type == "linear") return inv / c.rope.factor;

@@ -27,6 +27,8 @@ struct RopeConfig {
   // so q·k gains its square: the decoder folds that into the softmax scale.
   double attention_factor = 1.0;
   int64_t max_position = 0;  // dynamic: max_position_embeddings, beyond which the base grows
+  // The share of head_dim rotated (Qwen3.5 / Qwen3-Next: ClassDefaults::partial_rotary_factor); the rest passes.
+  double partial_rotary_factor = 1.0;
 };
 
 // How a sparse layer routes and runs its experts.
@@ -78,6 +80,8 @@ struct HfConfig {
   int64_t num_experts = 0, top_k = 0, moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;
+  // qwen3_5_moe / qwen3_next: a shared expert beside the routed ones (models/parts/shared_expert.hpp); 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
@@ -90,6 +94,21 @@ struct HfConfig {
   bool mxfp4_experts = false;
 
   BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
+
+  // Qwen3.5 / Qwen3-Next (hybrid): RoPE on the first rotary_dim of head_dim (partial_rotary_factor; 0 = all of
+  // it); q_proj doubled per head into q and an output gate, attention output · sigmoid(gate); the layers
+  // linear_layers marks mix tokens with a Gated DeltaNet (models/parts/gated_deltanet.cpp) instead of attention.
+  int64_t rotary_dim = 0;
+  bool attn_output_gate = false;
+  std::vector<bool> linear_layers;  // empty: none
+  struct GatedDeltaNet {
+    int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
+  } gdn;
+  // config.json is a multimodal checkpoint's (Qwen3_5ForConditionalGeneration): the decoder is its text_config,
+  // its weights are under model.language_model. (checkpoint_text_view), the vision tower's are not read.
+  bool text_part = false;
+  bool is_linear_layer(int64_t layer) const { return !linear_layers.empty() && linear_layers[layer]; }
+  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 
   bool is_moe_layer(int64_t layer) const;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;

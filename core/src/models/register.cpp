@@ -33,7 +33,11 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
     HfConfig cfg = parse_config(hf_config, o);
     auto dtype = parse_model_dtype(o);
     at::Device device(o.device);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+    int64_t left_out = 0;
+    auto ckpt = checkpoint_text_view(cfg, safetensors::Checkpoint::open_dir(o.dir), &left_out);
+    if (left_out > 0)
+      log::info(str(o.dir, ": a multimodal checkpoint: its language model is read; ", left_out,
+                    " other tensors (model.visual.*: the vision tower, ...) are not used"));
     auto model = std::make_unique<DecoderModel>(cfg, ckpt, *dtype, device, o.kernels, o.weights, o.expert_parallel,
                                                 std::move(layers));
     model->set_activation_checkpointing(o.activation_checkpointing);
@@ -61,7 +65,7 @@ class DecoderFamily : public ModelFamily, public ModelFamilyCheck {
   ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
     HfConfig cfg = parse_config(hf_config, o);
     auto dtype = parse_model_dtype(o);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+    auto ckpt = checkpoint_text_view(cfg, safetensors::Checkpoint::open_dir(o.dir));
     // The checkpoint against the config, the weight plan, and every call DecoderModel will resolve and make
     // (models/decoder_plan.hpp: what its constructor resolves too).
     const DecoderPlan plan = plan_decoder(cfg, ckpt, o.weights);
@@ -106,7 +110,11 @@ void register_builtin_models(Registry& registry) {
     p.info.name = f->name;
     p.info.summary = f->summary;
     p.object = std::shared_ptr<ModelFamily>(std::make_shared<DecoderFamily>(f->name));  // the ModelFamily pointer, as get<> reads it
-    registry.add(std::move(p));
+    registry.add(p);
+    for (const auto& alias : f->also_types) {  // another model_type of the same description (qwen3_5_text)
+      p.info.name = alias;
+      registry.add(p);
+    }
   }
   register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
 }

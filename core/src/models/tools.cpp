@@ -107,7 +107,11 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
     at::Tensor t = at::empty(shape, at::kFloat);
     // HF's _init_weights: normal(0, initializer_range) for linears / embeddings / routers, ones for norms
     // (zeros for gemma3_text's (1 + w) norms: the same unit scale).
-    if (name.find("norm") != std::string::npos) t.fill_(hc.norm_offset ? 0.0 : 1.0);
+    // The Gated DeltaNet's gated norm scales by w, not 1 + w; its decay as Qwen3_5PreTrainedModel._init_weights
+    // sets it: dt_bias ones, A_log = log(A) with A uniform in [0.01, 16).
+    if (name.find("linear_attn.norm.") != std::string::npos || name.find("linear_attn.dt_bias") != std::string::npos) t.fill_(1.0);
+    else if (name.find("linear_attn.A_log") != std::string::npos) t.uniform_(0.01, 16.0, gen).log_();
+    else if (name.find("norm") != std::string::npos) t.fill_(hc.norm_offset ? 0.0 : 1.0);
     // Except the (tied) embeddings: at std 0.02 and hidden 64 an output logit can never exceed |h|·|e| ≈ 1.3, so
     // a LoRA adapter on the frozen random base could not fall below ~4.5 nats/token. Unit-norm rows
     // (std 1/sqrt(hidden)) keep the initial logits O(1) and let training show (the quickstart trains these).
@@ -138,7 +142,7 @@ std::string inspect_model_dir(const std::string& dir) {
   if (cfg_json.is_object() && cfg_json.value("model_type", json()) == "qwen2_5_vl")
     vl = models::parse_qwen2_5_vl_config(cfg_json, cfg_path);
   models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
-  auto ckpt = safetensors::Checkpoint::open_dir(dir);
+  auto ckpt = models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
   // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
   // refused here, not listed.
   models::check_checkpoint_sizes(c, vl ? models::vl_text_view(ckpt) : ckpt);

@@ -15,7 +15,13 @@ bool ends_with(const std::string& s, const std::string& tail) {
 bool is_projection(const std::string& n) {
   if (n == "lm_head.weight") return true;
   for (const char* leaf : {".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight", ".mlp.gate_proj.weight",
-                           ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj"})
+                           ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj",
+                           // Gated DeltaNet (models/parts/gated_deltanet.hpp)
+                           ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
+                           ".linear_attn.in_proj_a.weight", ".linear_attn.out_proj.weight",
+                           // the shared expert (models/parts/shared_expert.hpp)
+                           ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
+                           ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight"})
     if (ends_with(n, leaf)) return true;
   return false;
 }

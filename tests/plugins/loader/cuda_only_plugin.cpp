@@ -15,7 +15,9 @@ AXENGINE_PLUGIN_DESCRIPTOR(R"({
     {"kind": "kernel", "op": "rms_norm", "name": "cuda_only", "requires": {"devices": ["cuda"]}},
     {"kind": "kernel", "op": "swiglu", "name": "cuda_only", "requires": {"devices": ["cuda"]}},
     {"kind": "kernel", "op": "linear_ce", "name": "cuda_only", "requires": {"devices": ["cuda"]}},
-    {"kind": "kernel", "op": "moe.mlp", "name": "cuda_only", "requires": {"devices": ["cuda"]}}
+    {"kind": "kernel", "op": "moe.mlp", "name": "cuda_only", "requires": {"devices": ["cuda"]}},
+    {"kind": "kernel", "op": "linear_attention", "name": "cuda_only", "requires": {"devices": ["cuda"]}},
+    {"kind": "kernel", "op": "causal_conv1d", "name": "cuda_only", "requires": {"devices": ["cuda"]}}
   ]
 })")
 
@@ -29,4 +31,6 @@ AXENGINE_PLUGIN_REGISTER(reg) {
   reg.kernel<ax::ops::Swiglu>("cuda_only", std::make_shared<axtest::SwigluWrap>());
   reg.kernel<ax::ops::LinearCe>("cuda_only", std::make_shared<axtest::LinearCeWrap>());
   reg.kernel<ax::ops::MoeMlp>("cuda_only", std::make_shared<axtest::MoeMlpWrap>());
+  reg.kernel<ax::ops::LinearAttention>("cuda_only", std::make_shared<axtest::LinearAttentionWrap>());
+  reg.kernel<ax::ops::CausalConv1d>("cuda_only", std::make_shared<axtest::CausalConv1dWrap>());
 }

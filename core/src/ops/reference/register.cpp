@@ -42,11 +42,11 @@ namespace {
 
 namespace cd = conformance::detail;
 
-enum class Rows { plain, attention, dequant };
+enum class SpecRows { plain, attention, dequant };
 
 // The spec of one of core's ops: id, key and summary from known_ops(); tolerances from the policy table
 // (conformance::kTolerances, docs/ops/README.md), picking the op's columns.
-OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::string> layouts, Rows rows,
+OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::string> layouts, SpecRows rows,
             const char* reference_summary, std::function<void(conformance::Suite&)> problems) {
   const OpInfo* info = find_op(id);
   OpSpec s;
@@ -57,8 +57,8 @@ OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::s
   s.formats = std::move(formats);
   s.layouts = std::move(layouts);
   for (const auto& t : conformance::kTolerances) {
-    const double fwd = rows == Rows::dequant ? t.dequant : t.forward;
-    const double bwd = rows == Rows::attention ? t.attention_backward : t.backward;
+    const double fwd = rows == SpecRows::dequant ? t.dequant : t.forward;
+    const double bwd = rows == SpecRows::attention ? t.attention_backward : t.backward;
     s.tolerances.push_back({t.dtype, fwd, bwd});
   }
   s.reference_summary = reference_summary;
@@ -70,45 +70,45 @@ OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::s
 
 void register_reference_kernels(Registry& registry) {
   PluginRegistrar reg;
-  reg.op<MoeExperts>(spec(MoeExperts::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, Rows::plain,
+  reg.op<MoeExperts>(spec(MoeExperts::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, SpecRows::plain,
                           "plain ATen: per-expert matmuls on selectively dequantised weights, fp32 accumulation",
                           cd::moe_experts_problems),
                      make_reference_moe_experts());
-  reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4"}, {}, Rows::dequant,
+  reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4"}, {}, SpecRows::dequant,
                        "plain ATen table look-ups and scales", cd::dequant_problems),
                   make_reference_dequant());
-  reg.op<NormRope>(spec(NormRope::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
+  reg.op<NormRope>(spec(NormRope::kOp, {}, {}, SpecRows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
                    make_reference_norm_rope());
   // Layouts are the op's variants: "plain", and "sinks" (per-head sink logits; gpt_oss). A backend that
   // lists layouts without "sinks" is never selected for a call with sinks; one that lists none claims both
   // and the conformance suite holds it to the sink cases.
-  reg.op<Attention>(spec(Attention::kOp, {}, {"plain", "sinks"}, Rows::attention,
+  reg.op<Attention>(spec(Attention::kOp, {}, {"plain", "sinks"}, SpecRows::attention,
                          "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
                          cd::attention_problems),
                     make_reference_attention());
-  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {}, Rows::plain,
+  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {}, SpecRows::plain,
                           "plain ATen, fp32 math, never forms B·A; a packed W is dequantised inside each call, never kept",
                           cd::linear_lora_problems),
                      make_reference_linear_lora());
-  reg.op<RmsNorm>(spec(RmsNorm::kOp, {}, {}, Rows::plain,
+  reg.op<RmsNorm>(spec(RmsNorm::kOp, {}, {}, SpecRows::plain,
                        "plain ATen, fp32 statistics, transformers' rounding points (s, n and y rounded)",
                        cd::rms_norm_problems),
                   make_reference_rms_norm());
-  reg.op<Swiglu>(spec(Swiglu::kOp, {}, {}, Rows::plain, "plain ATen, fp32 math, rounded once", cd::swiglu_problems),
+  reg.op<Swiglu>(spec(Swiglu::kOp, {}, {}, SpecRows::plain, "plain ATen, fp32 math, rounded once", cd::swiglu_problems),
                  make_reference_swiglu());
-  reg.op<LinearCe>(spec(LinearCe::kOp, {}, {}, Rows::plain,
+  reg.op<LinearCe>(spec(LinearCe::kOp, {}, {}, SpecRows::plain,
                         "plain ATen: the whole [T, V] logits (rounded to the compute dtype), fp32 log-softmax",
                         cd::linear_ce_problems),
                    make_reference_linear_ce());
-  reg.op<MoeMlp>(spec(MoeMlp::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, Rows::plain,
+  reg.op<MoeMlp>(spec(MoeMlp::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, SpecRows::plain,
                       "composed: two reference moe.experts calls and the GLU between them in fp32",
                       cd::moe_mlp_problems),
                  make_reference_moe_mlp());
-  reg.op<LinearAttention>(spec(LinearAttention::kOp, {}, {}, Rows::plain,
+  reg.op<LinearAttention>(spec(LinearAttention::kOp, {}, {}, SpecRows::plain,
                                "the recurrence itself, row by row, fp32 math and state (host loop over the sequences)",
                                cd::linear_attention_problems),
                           make_reference_linear_attention());
-  reg.op<CausalConv1d>(spec(CausalConv1d::kOp, {}, {}, Rows::plain,
+  reg.op<CausalConv1d>(spec(CausalConv1d::kOp, {}, {}, SpecRows::plain,
                             "plain ATen per sequence, fp32 math, rounded once", cd::causal_conv1d_problems),
                        make_reference_causal_conv1d());
   for (const auto& s : reg.staged()) {

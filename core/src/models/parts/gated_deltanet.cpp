@@ -1,0 +1,126 @@
+#include "models/parts/gated_deltanet.hpp"
+
+#include <tuple>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/selection.hpp"
+#include "axengine/strings.hpp"
+#include "models/autograd_ops.hpp"
+#include "models/decoder.hpp"
+
+namespace ax::models {
+
+namespace {
+
+struct GdnSizes {
+  int64_t Hk, Hv, Dk, Dv, W, key, value, conv;
+};
+GdnSizes gdn_sizes(const HfConfig& c) {
+  const auto& g = c.gdn;
+  const int64_t key = g.key_heads * g.key_dim, value = g.value_heads * g.value_dim;
+  return {g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel, key, value, 2 * key + value};
+}
+
+}  // namespace
+
+void gated_deltanet_tensors(const HfConfig& c, const std::string& prefix, TensorShapes& out) {
+  const GdnSizes s = gdn_sizes(c);
+  const int64_t H = c.hidden_size;
+  const std::string p = prefix + "linear_attn.";
+  out.push_back({p + "in_proj_qkv.weight", {s.conv, H}});
+  out.push_back({p + "in_proj_z.weight", {s.value, H}});
+  out.push_back({p + "in_proj_b.weight", {s.Hv, H}});
+  out.push_back({p + "in_proj_a.weight", {s.Hv, H}});
+  out.push_back({p + "conv1d.weight", {s.conv, 1, s.W}});  // nn.Conv1d's depthwise [C, 1, W]
+  out.push_back({p + "A_log", {s.Hv}});
+  out.push_back({p + "dt_bias", {s.Hv}});
+  out.push_back({p + "norm.weight", {s.Dv}});
+  out.push_back({p + "out_proj.weight", {H, s.value}});
+}
+
+void gated_deltanet_lora_sites(const HfConfig& c, const std::string& prefix, std::vector<LoraSite>& out) {
+  const GdnSizes s = gdn_sizes(c);
+  const int64_t H = c.hidden_size;
+  const std::string p = prefix + "linear_attn.";
+  for (const auto& [leaf, in, outf] : {std::tuple{"in_proj_qkv", H, s.conv}, std::tuple{"in_proj_z", H, s.value},
+                                       std::tuple{"in_proj_b", H, s.Hv}, std::tuple{"in_proj_a", H, s.Hv},
+                                       std::tuple{"out_proj", s.value, H}})
+    out.push_back(LoraSite{p + leaf, leaf, false, 1, in, outf});
+}
+
+void gated_deltanet_calls(const HfConfig&, const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,
+                          std::vector<OpCall>& out) {
+  const std::string p = prefix + "linear_attn.";
+  for (const char* proj : {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"})
+    out.push_back({"linear.lora", ops::to_string(formats.at(p + proj + ".weight")), ""});
+  out.push_back({"causal_conv1d", "", ""});
+  out.push_back({"linear_attention", "", ""});
+  // The gated RMSNorm: rms_norm (no 1 + w) then swiglu with the gate z.
+  out.push_back({"rms_norm", "", ""});
+  out.push_back({"swiglu", "", ""});
+}
+
+std::shared_ptr<ops::LinearAttention> DecoderModel::linear_attention_backend() {
+  if (!linear_attention_chain_) {
+    std::vector<ops::NamedLinearAttention> named;
+    for (auto& [n, b] : kernels_->get_all<ops::LinearAttention>(ops::dtype_name(dtype_), "", "")) named.push_back({n, b});
+    linear_attention_chain_ = ops::linear_attention_chain(std::move(named));
+  }
+  return linear_attention_chain_;
+}
+
+at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, const at::Tensor& cu) {
+  const GdnSizes s = gdn_sizes(cfg_);
+  const std::string p = str("model.layers.", i, ".linear_attn.");
+  const int64_t T = x.size(0);
+  at::Tensor qkv = linear(x, p + "in_proj_qkv");
+  at::Tensor z = linear(x, p + "in_proj_z");
+  at::Tensor b = linear(x, p + "in_proj_b");
+  at::Tensor a = linear(x, p + "in_proj_a");
+
+  ops::CausalConv1dArgs conv;
+  conv.x = qkv;
+  conv.weight = w(p + "conv1d.weight").view({s.conv, s.W});
+  conv.cu_seqlens = cu;
+  conv.check_values = false;  // cu_seqlens were validated when the batch was built
+  at::Tensor state;
+  if (decode_step_) {  // decode: each row continues from its cached window and state
+    std::tie(conv.initial_state, state) = cached_linear_state(i);
+    conv.output_final_state = true;
+  }
+  auto c = autograd::causal_conv1d(kernels_->get<ops::CausalConv1d>(ops::dtype_name(dtype_)), std::move(conv));
+  const at::Tensor& y = c.y;
+
+  ops::LinearAttentionArgs la;
+  la.q = y.narrow(1, 0, s.key).reshape({T, s.Hk, s.Dk});
+  la.k = y.narrow(1, s.key, s.key).reshape({T, s.Hk, s.Dk});
+  la.v = y.narrow(1, 2 * s.key, s.value).reshape({T, s.Hv, s.Dv});
+  la.beta = at::sigmoid(b);
+  // transformers: -A_log.float().exp() * softplus(a.float() + dt_bias), in fp32 whatever the compute dtype.
+  la.g = -at::exp(w(p + "A_log").to(at::kFloat)) * at::softplus(a.to(at::kFloat) + w(p + "dt_bias").to(at::kFloat));
+  la.cu_seqlens = cu;
+  la.qk_l2norm = true;
+  la.check_values = false;
+  la.initial_state = state;
+  la.output_final_state = decode_step_ != nullptr;
+  auto r = autograd::linear_attention(linear_attention_backend(), std::move(la));
+  if (decode_step_) store_linear_state(i, c.final_state, r.final_state);
+  const at::Tensor& o = r.out;  // [T, Hv, Dv]
+
+  // Qwen3_5RMSNormGated: w · RMSNorm(o) (in the compute dtype, no 1 + w), times silu(z) in fp32.
+  ops::RmsNormArgs n;
+  n.x = o.reshape({T * s.Hv, s.Dv});
+  n.weight = w(p + "norm.weight");
+  n.eps = cfg_.rms_norm_eps;
+  n.weight_offset = false;
+  at::Tensor normed = autograd::rms_norm(kernels_->get<ops::RmsNorm>(ops::dtype_name(dtype_)), std::move(n)).y;
+  ops::SwigluArgs g;
+  g.gate = z.reshape({T * s.Hv, s.Dv});
+  g.up = normed;
+  at::Tensor gated = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(g));
+  return linear(gated.reshape({T, s.value}), p + "out_proj");
+}
+
+}  // namespace ax::models
