@@ -127,9 +127,11 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
         linear_targets.erase("mlp.experts.gate_up_proj"))
       gate_up = true;
     // transformers 5 parameter names work on every MoE family (Mixtral's own expert names are w1/w2/w3). A bare
-    // "down_proj" is the experts' only where peft converts the family's targets (per_expert names): elsewhere
-    // (qwen3_5_moe) it is the shared expert's module, as in peft.
-    if ((names && linear_targets.erase("down_proj")) || linear_targets.erase("experts.down_proj") ||
+    // "down_proj" is the experts' where peft converts the family's targets (per_expert names) or where no other
+    // module has that name (gpt_oss); where one does (qwen3_5_moe's shared expert) it is that module's, as in peft.
+    bool dense_down = false;
+    for (const auto& s : sites) dense_down |= !s.experts && s.leaf == "down_proj";
+    if (((names || !dense_down) && linear_targets.erase("down_proj")) || linear_targets.erase("experts.down_proj") ||
         linear_targets.erase("mlp.experts.down_proj"))
       down = true;
   }
