@@ -151,7 +151,9 @@ std::vector<int> run_two(const fs::path& dir, const std::string& tag, const std:
 }  // namespace
 
 TEST_CASE("stop: 2 ranks (Gloo), one gets the signal: both stop at the same step with one checkpoint; --resume ends bitwise") {
-  auto dir = ax::test::setup_run("stop_dist", "max_steps = 7\n[checkpoint]\nkeep_last = 10\nevery_minutes = 1\n");
+  // Both multi-rank tests run on the CPU: their subject is signals between processes over Gloo, and two ranks
+  // need two GPUs where the machine has any (LOCAL_RANK picks the device).
+  auto dir = ax::test::setup_run("stop_dist", std::string("max_steps = 7\n[checkpoint]\nkeep_last = 10\nevery_minutes = 1\n") + ax::test::kOnCpu);
   const std::vector<std::string> dist{"distributed.backend=gloo"};
   REQUIRE(run_two(dir, "ref", run_args(dir, "ref", false, dist)) == std::vector<int>{0, 0});
   // The time-based save is rank 0's decision, made with step 4's all-reduce (due after 3 steps of 25 s): both
@@ -175,7 +177,7 @@ TEST_CASE("stop: 2 ranks (Gloo), one gets the signal: both stop at the same step
 }
 
 TEST_CASE("stop: a signal to axengine launch is passed to the ranks, which stop together with a checkpoint") {
-  auto dir = ax::test::setup_run("stop_launch", "max_steps = 6\n[checkpoint]\nevery_steps = 2\nkeep_last = 10\n");
+  auto dir = ax::test::setup_run("stop_launch", std::string("max_steps = 6\n[checkpoint]\nevery_steps = 2\nkeep_last = 10\n") + ax::test::kOnCpu);
   std::vector<std::string> args{"launch", "--nproc", "2", "--"};
   for (const auto& a : run_args(dir, "out", false, {"distributed.backend=gloo"})) args.push_back(a);
   // Rank 0 (the only one writing checkpoints) holds at the end of step 2's checkpoint until the signal comes;
@@ -183,11 +185,15 @@ TEST_CASE("stop: a signal to axengine launch is passed to the ranks, which stop 
   const fs::path log = dir / "launch.log";
   const pid_t launcher = ax::test::spawn(args, log, {{"AXENGINE_TEST_PAUSE_AT", "checkpoint.dir_parent_synced@1"}});
   const auto t0 = std::chrono::steady_clock::now();
-  while (slurp(log).find("AXENGINE_TEST_PAUSE_AT: paused at") == std::string::npos &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE(::kill(launcher, SIGTERM) == 0);
   int status = 0;
+  bool exited = false;  // a launcher that ended before the pause (a rank refused to start) fails at once
+  while (slurp(log).find("AXENGINE_TEST_PAUSE_AT: paused at") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300) &&
+         !(exited = ::waitpid(launcher, &status, WNOHANG) == launcher))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  INFO(slurp(log));
+  REQUIRE_FALSE(exited);
+  REQUIRE(::kill(launcher, SIGTERM) == 0);
   ::waitpid(launcher, &status, 0);
   const std::string text = slurp(log);
   INFO(text);
