@@ -1,5 +1,5 @@
-// The gdn kernels on the GPU: kernels/chunk_math.cuh's block bodies with one CUDA thread block each.
-// Plain fp32 FMA loops over shared and global memory: the correct sm_80+ path (docs/plugins/gdn.md).
+// The gdn kernels on the GPU: kernels/chunk_math.cuh's two scans with one CUDA thread block each (sequence,
+// head, column tile). Plain fp32 FMA loops over shared and global memory, sm_80+ (docs/plugins/gdn.md).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -19,34 +19,17 @@ struct DeviceBlock {
   __device__ void sync() const { __syncthreads(); }
 };
 
-__global__ void __launch_bounds__(kThreads) ut_transform_kernel(Params p) {
-  extern __shared__ float smem[];
-  ut_transform(DeviceBlock{}, p, blockIdx.x / p.H, static_cast<int>(blockIdx.x % p.H), smem);
-}
-
-__global__ void __launch_bounds__(kThreads) scan_forward_kernel(Params p) {
+// One block per (sequence, head, column tile), as chunk_math.cuh's scans index them.
+template <bool kForward>
+__global__ void __launch_bounds__(kThreads) scan_kernel(Params p) {
   extern __shared__ float smem[];
   const int tiles = col_tiles(p);
   const int64_t b = blockIdx.x / (p.H * tiles);
   const int rest = static_cast<int>(blockIdx.x % (p.H * tiles));
-  scan_forward(DeviceBlock{}, p, b, rest / tiles, rest % tiles, smem);
-}
-
-__global__ void __launch_bounds__(kThreads) output_forward_kernel(Params p) {
-  output_forward(DeviceBlock{}, p, blockIdx.x / p.H, static_cast<int>(blockIdx.x % p.H));
-}
-
-__global__ void __launch_bounds__(kThreads) scan_backward_kernel(Params p) {
-  extern __shared__ float smem[];
-  const int tiles = col_tiles(p);
-  const int64_t b = blockIdx.x / (p.H * tiles);
-  const int rest = static_cast<int>(blockIdx.x % (p.H * tiles));
-  scan_backward(DeviceBlock{}, p, b, rest / tiles, rest % tiles, smem);
-}
-
-__global__ void __launch_bounds__(kThreads) chunk_backward_kernel(Params p) {
-  extern __shared__ float smem[];
-  chunk_backward(DeviceBlock{}, p, blockIdx.x / p.H, static_cast<int>(blockIdx.x % p.H), smem);
+  if constexpr (kForward)
+    scan_forward(DeviceBlock{}, p, b, rest / tiles, rest % tiles, smem);
+  else
+    scan_backward(DeviceBlock{}, p, b, rest / tiles, rest % tiles, smem);
 }
 
 void check(const char* what) {
@@ -65,22 +48,17 @@ void launch(Kernel kernel, const char* what, int64_t blocks, int64_t floats, con
   check(what);
 }
 
-void ut(const Params& p, void* s) { launch(ut_transform_kernel, "ut_transform", p.NC * p.H, ut_transform_smem(p), p, s); }
 void scan_fwd(const Params& p, void* s) {
-  launch(scan_forward_kernel, "scan_forward", p.N * p.H * col_tiles(p), scan_smem(p), p, s);
+  launch(scan_kernel<true>, "scan_forward", p.N * p.H * col_tiles(p), scan_smem(p), p, s);
 }
-void out_fwd(const Params& p, void* s) { launch(output_forward_kernel, "output_forward", p.NC * p.H, 0, p, s); }
 void scan_bwd(const Params& p, void* s) {
-  launch(scan_backward_kernel, "scan_backward", p.N * p.H * col_tiles(p), scan_smem(p), p, s);
-}
-void chunk_bwd(const Params& p, void* s) {
-  launch(chunk_backward_kernel, "chunk_backward", p.NC * p.H, chunk_backward_smem(p), p, s);
+  launch(scan_kernel<false>, "scan_backward", p.N * p.H * col_tiles(p), scan_smem(p), p, s);
 }
 
 }  // namespace
 
 const Kernels& cuda_kernels() {
-  static const Kernels k{"cuda", ut, scan_fwd, out_fwd, scan_bwd, chunk_bwd};
+  static const Kernels k{"cuda", scan_fwd, scan_bwd};
   return k;
 }
 

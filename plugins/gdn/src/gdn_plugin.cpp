@@ -1,7 +1,7 @@
 // The gdn plugin: a CUDA backend of linear_attention (the gated delta rule of Gated DeltaNet layers,
-// docs/ops/linear_attention.md), the chunked form in five kernels (docs/plugins/gdn.md). sm_80 or newer
-// (PTX for sm_80, native sm_90a / sm_120), fp32 / bf16 / fp16 (computed in fp32 with an fp32 state);
-// graph-safe: no host sync, every grid from shapes.
+// docs/ops/linear_attention.md): core's shared chunked form with its two scans as kernels (docs/plugins/gdn.md).
+// sm_80 or newer (PTX for sm_80, native sm_90a / sm_120), fp32 / bf16 / fp16 (the scans in fp32, an fp32
+// state); graph-safe: no host sync, every grid from shapes.
 #include <axengine/plugin.hpp>
 
 #include "linear_attention.hpp"

@@ -14,41 +14,26 @@ struct HostBlock {
   void sync() const {}
 };
 
-void ut(const Params& p, void*) {
-  std::vector<float> smem(static_cast<size_t>(ut_transform_smem(p)));
-  for (int64_t c = 0; c < p.NC; ++c)
-    for (int h = 0; h < p.H; ++h) ut_transform(HostBlock{}, p, c, h, smem.data());
+template <class Body>
+void every_block(const Params& p, Body body) {
+  std::vector<float> smem(static_cast<size_t>(scan_smem(p)));
+  for (int64_t b = 0; b < p.N; ++b)
+    for (int h = 0; h < p.H; ++h)
+      for (int t = 0; t < col_tiles(p); ++t) body(b, h, t, smem.data());
 }
 
 void scan_fwd(const Params& p, void*) {
-  std::vector<float> smem(static_cast<size_t>(scan_smem(p)));
-  for (int64_t b = 0; b < p.N; ++b)
-    for (int h = 0; h < p.H; ++h)
-      for (int t = 0; t < col_tiles(p); ++t) scan_forward(HostBlock{}, p, b, h, t, smem.data());
-}
-
-void out_fwd(const Params& p, void*) {
-  for (int64_t c = 0; c < p.NC; ++c)
-    for (int h = 0; h < p.H; ++h) output_forward(HostBlock{}, p, c, h);
+  every_block(p, [&](int64_t b, int h, int t, float* smem) { scan_forward(HostBlock{}, p, b, h, t, smem); });
 }
 
 void scan_bwd(const Params& p, void*) {
-  std::vector<float> smem(static_cast<size_t>(scan_smem(p)));
-  for (int64_t b = 0; b < p.N; ++b)
-    for (int h = 0; h < p.H; ++h)
-      for (int t = 0; t < col_tiles(p); ++t) scan_backward(HostBlock{}, p, b, h, t, smem.data());
-}
-
-void chunk_bwd(const Params& p, void*) {
-  std::vector<float> smem(static_cast<size_t>(chunk_backward_smem(p)));
-  for (int64_t c = 0; c < p.NC; ++c)
-    for (int h = 0; h < p.H; ++h) chunk_backward(HostBlock{}, p, c, h, smem.data());
+  every_block(p, [&](int64_t b, int h, int t, float* smem) { scan_backward(HostBlock{}, p, b, h, t, smem); });
 }
 
 }  // namespace
 
 const Kernels& host_kernels() {
-  static const Kernels k{"host", ut, scan_fwd, out_fwd, scan_bwd, chunk_bwd};
+  static const Kernels k{"host", scan_fwd, scan_bwd};
   return k;
 }
 
