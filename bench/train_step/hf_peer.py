@@ -358,7 +358,7 @@ def main():
 
     # The GEMM rate first, while the device is empty.
     res["gemm"] = flops.gemm_rate(device, c["dtype"])
-    print(f"hf_peer: GEMM rate {res["gemm"]["flops_per_s"] / 1e12:.4g} TFLOP/s ({res['gemm']['n']}^3, {res['gemm']['dtype']})")
+    print(f"hf_peer: GEMM rate {res['gemm']['flops_per_s'] / 1e12:.4g} TFLOP/s ({res['gemm']['n']}^3, {res['gemm']['dtype']})")
 
     t = time.perf_counter()
     data = AxengineBatches(c["data"], c["model"], c["seq_len"], c["batch"], c["seed"])
