@@ -50,6 +50,7 @@ usage: hf_peer.py CONFIG.toml --out peer.json [--variants eager,compile] [--devi
 both systems the same overrides.
 """
 import argparse
+import gc
 import json
 import os
 import re
@@ -195,28 +196,30 @@ def base_stats(model):
             "packed_bytes_per_param": round(packed_bytes / packed, 4) if packed else None}
 
 
-def apply_liger(is_moe, model_type):
+def apply_liger(is_moe, model_type, experts):
     """liger-kernel's patch for this family with its defaults (rope, rms_norm, swiglu, fused linear
-    cross-entropy), class-wide, before the model is built: peft then wraps the Liger MLP's projections."""
+    cross-entropy), class-wide, before the model is built: peft then wraps the Liger MLP's projections.
+    experts = "grouped_mm" keeps transformers' experts on a MoE model (swiglu off: it is what replaces them)."""
     from liger_kernel.transformers import apply_liger_kernel_to_qwen3, apply_liger_kernel_to_qwen3_moe
     patch = {"qwen3": apply_liger_kernel_to_qwen3, "qwen3_moe": apply_liger_kernel_to_qwen3_moe}.get(model_type)
     if patch is None:
         raise RuntimeError(f"no liger patch wired here for model_type {model_type!r} (qwen3, qwen3_moe)")
-    patch(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True)
+    patch(rope=True, rms_norm=True, swiglu=not (is_moe and experts == "grouped_mm"), cross_entropy=False,
+          fused_linear_cross_entropy=True)
     return patch.__name__
 
 
-def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdpa"):
+def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdpa", liger_experts="liger"):
     import transformers
     from peft import get_peft_model
 
     mcfg = json.load(open(os.path.join(c["model"], "config.json")))
     is_moe = bool(mcfg.get("num_experts") or mcfg.get("num_local_experts"))
     # Liger replaces the experts class with its fused kernel (LigerExperts), which has no experts_implementation.
-    kw = {"experts_implementation": "grouped_mm"} if is_moe and not liger else {}
+    kw = {"experts_implementation": "grouped_mm"} if is_moe and (not liger or liger_experts == "grouped_mm") else {}
     if qlora:
         kw["quantization_config"] = bnb_config(c, double_quant)
-    patched = apply_liger(is_moe, mcfg.get("model_type")) if liger else None
+    patched = apply_liger(is_moe, mcfg.get("model_type"), liger_experts) if liger else None
     model = transformers.AutoModelForCausalLM.from_pretrained(
         c["model"], dtype=c["dtype"], attn_implementation=attn, device_map=device, **kw)
     model.config.use_cache = False
@@ -313,6 +316,9 @@ def main():
     ap.add_argument("--qlora", action="store_true", help="the base in bitsandbytes nf4 (HF + peft + bitsandbytes QLoRA)")
     ap.add_argument("--double-quant", type=int, choices=(0, 1), default=1,
                     help="with --qlora: bnb_4bit_use_double_quant, as axengine's model.double_quant")
+    ap.add_argument("--liger-experts", choices=("liger", "grouped_mm"), default="liger",
+                    help="liger variants on a MoE model: liger's fused expert kernel (LigerExperts, its default) or "
+                         "transformers' grouped_mm experts with the rest of liger")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (axengine's syntax)")
     ap.add_argument("--model")
     ap.add_argument("--data")
@@ -383,7 +389,8 @@ def main():
 
     attn = "flex_attention" if liger and packed else "sdpa"
     t = time.perf_counter()
-    model, params, is_moe, setup = load_model(c, device, args.qlora, bool(args.double_quant), liger, attn)
+    model, params, is_moe, setup = load_model(c, device, args.qlora, bool(args.double_quant), liger, attn,
+                                              args.liger_experts)
     lora_init = [p.detach().clone() for p in params]
     n_trainable = sum(p.numel() for p in params)
     print(f"hf_peer: loaded {c['model']} in {time.perf_counter() - t:.1f} s; {len(params)} LoRA tensors, "
@@ -438,7 +445,9 @@ def main():
             traceback.print_exc()
             row.update(error=f"{type(e).__name__}: {str(e)[:400]}", wall_s=round(time.perf_counter() - t, 1),
                        peak_memory_gb=round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None)
+        if "error" in row:  # out of the except block: its traceback (and the step's tensors) is gone
             res["rows"].append(row)
+            gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
             print(json.dumps(row), flush=True)
