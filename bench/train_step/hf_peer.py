@@ -319,6 +319,8 @@ def main():
     ap.add_argument("--liger-experts", choices=("liger", "grouped_mm"), default="liger",
                     help="liger variants on a MoE model: liger's fused expert kernel (LigerExperts, its default) or "
                          "transformers' grouped_mm experts with the rest of liger")
+    ap.add_argument("--attention", choices=("auto", "sdpa", "flex_attention"), default="auto",
+                    help="auto: sdpa, except flex_attention for the liger variants on packed rows")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (axengine's syntax)")
     ap.add_argument("--model")
     ap.add_argument("--data")
@@ -387,7 +389,7 @@ def main():
     print(f"hf_peer: {len(data.samples)} samples -> {len(data.rows)} rows of {c['seq_len']} "
           f"({'packed' if packed else 'one sample each, no padding'}; {time.perf_counter() - t:.1f} s)")
 
-    attn = "flex_attention" if liger and packed else "sdpa"
+    attn = args.attention if args.attention != "auto" else "flex_attention" if liger and packed else "sdpa"
     t = time.perf_counter()
     model, params, is_moe, setup = load_model(c, device, args.qlora, bool(args.double_quant), liger, attn,
                                               args.liger_experts)
