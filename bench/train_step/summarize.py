@@ -137,7 +137,8 @@ def markdown(res):
     keys = [k for k in ax if k.startswith(("ratio_vs", "peak_memory_vs", "tokens_per_s_vs"))]
     lines += ["", "axengine: " + ", ".join(f"{k} {ax[k]}" for k in keys if ax[k] is not None)
               + (f" (strongest peer: {res['strongest_peer']})" if res.get("strongest_peer") else ""),
-              f"same_tokens_per_step: {json.dumps(res['same_tokens_per_step'])}", "", res["method"], ""]
+              f"same_tokens_per_step: {json.dumps(res['same_tokens_per_step'])}",
+              f"goals: {json.dumps(res['goals'])}" if res.get("goals") else "", "", res["method"], ""]
     return "\n".join(lines)
 
 
