@@ -24,28 +24,80 @@ varlen attention: the same tokens, the same loss, the same attention math. sdpa 
 masked (memory-efficient) kernel; a plain causal [B, S] batch would let samples see each other and is
 not the same computation.
 
+Variants (--variants, any of): `eager`; `compile` (torch.compile of each decoder layer); `liger` and
+`liger+compile`: the strongest HF-stack setup that runs without network (issue 41), liger-kernel's
+apply_liger_kernel_to_qwen3 / apply_liger_kernel_to_qwen3_moe with its defaults (RoPE, RMSNorm, SwiGLU -- on the
+MoE model its fused expert kernel LigerExperts -- and the fused linear cross-entropy, so the [T, V] logits never
+exist), patched into the classes before loading, and the fastest attention that keeps each sample attending to
+itself only: sdpa with a plain causal mask when every row of the run is one sample with no padding (sdpa then
+takes its flash/cuDNN kernels), else transformers' flex_attention, whose BlockMask from the packed position_ids
+skips the blocks between samples (flash_attn, the varlen kernel, is not installed there). Liger variants are
+not mixed with the others in one process (the patch is class-wide): run.sh runs them in a second process. On a
+CPU they load and patch the model, then are reported as skipped (liger's kernels are Triton: GPU only).
+
+`train.activation_checkpointing = true` in the config turns on HF's per-layer activation checkpointing
+(torch.utils.checkpoint, use_reentrant=False), as axengine recomputes each layer. Out of memory (or any error)
+in a variant is written as that row's `error` and the next variant runs.
+
+MFU: the JSON has the step's matrix FLOPs per step (flops.py, same count for every system) and the device's
+GEMM rate measured in this process (flops.gemm_rate: torch.matmul 8192^3 in the config's dtype); each row's
+`mfu` = its timed steps' mean FLOPs / its median step time / that rate.
+
 usage: hf_peer.py CONFIG.toml --out peer.json [--variants eager,compile] [--device cuda] [--warmup 5] [--steps N]
-       [--max-warmup 25] [--qlora [--double-quant 0|1]]
+       [--max-warmup 25] [--qlora [--double-quant 0|1]] [--set KEY=VALUE ...]
        [--model DIR --data JSONL --seq-len N --batch N]   (overrides, for a small test on CPU)
+--set takes axengine's --set syntax (`data.sequence_len=4096`, `datasets[0].path=/x.jsonl`), so run.sh gives
+both systems the same overrides.
 """
 import argparse
+import gc
 import json
 import os
+import re
 import statistics
 import sys
 import time
 import tomllib
+import traceback
 import warnings
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from packed_rows import AxengineBatches  # noqa: E402
+import flops  # noqa: E402
+from packed_rows import AxengineBatches, spans  # noqa: E402
+
+VARIANTS = ("eager", "compile", "liger", "liger+compile")
+
+
+def apply_set(cfg, assignment):
+    """One `--set KEY=VALUE` as axengine applies it (docs/config.md): a dotted key, `name[i]` indexing a list
+    or an array of tables; the value read as TOML, else taken as a string."""
+    key, sep, raw = assignment.partition("=")
+    if not sep:
+        sys.exit(f"hf_peer: --set {assignment}: expected KEY=VALUE")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    parts = []
+    for part in key.split("."):
+        m = re.fullmatch(r"([^\[]+)((?:\[\d+\])*)", part)
+        if not m:
+            sys.exit(f"hf_peer: --set {assignment}: bad key")
+        parts.append(m.group(1))
+        parts += [int(i) for i in re.findall(r"\[(\d+)\]", m.group(2))]
+    node = cfg
+    for p in parts[:-1]:
+        node = node[p] if isinstance(p, int) else node.setdefault(p, {})
+    node[parts[-1]] = value
 
 
 def read_config(path, args):
     """The axengine config's values the peer needs, with axengine's defaults (core/src/train/*config*)."""
     cfg = tomllib.load(open(path, "rb"))
+    for assignment in args.set:
+        apply_set(cfg, assignment)
     base = os.path.dirname(os.path.abspath(path))
     rel = lambda p: p if os.path.isabs(p) else os.path.join(base, p)  # noqa: E731
     train, lora, ds = cfg.get("train", {}), cfg.get("lora", {}), cfg["datasets"][0]
@@ -65,6 +117,7 @@ def read_config(path, args):
         "lr": train.get("lr", 2e-4),
         "weight_decay": train.get("weight_decay", 0.0),
         "max_grad_norm": train.get("max_grad_norm", 1.0),
+        "checkpointing": bool(train.get("activation_checkpointing", False)),
         "betas": (opt.get("beta1", 0.9), opt.get("beta2", 0.999)),
         "eps": opt.get("eps", 1e-8),
         "r": lora.get("r", 16),
@@ -143,31 +196,70 @@ def base_stats(model):
             "packed_bytes_per_param": round(packed_bytes / packed, 4) if packed else None}
 
 
-def load_model(c, device, qlora=False, double_quant=True):
+def apply_liger(is_moe, model_type, experts):
+    """liger-kernel's patch for this family with its defaults (rope, rms_norm, swiglu, fused linear
+    cross-entropy), class-wide, before the model is built: peft then wraps the Liger MLP's projections.
+    experts = "grouped_mm" keeps transformers' experts on a MoE model (swiglu off: it is what replaces them)."""
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen3, apply_liger_kernel_to_qwen3_moe
+    patch = {"qwen3": apply_liger_kernel_to_qwen3, "qwen3_moe": apply_liger_kernel_to_qwen3_moe}.get(model_type)
+    if patch is None:
+        raise RuntimeError(f"no liger patch wired here for model_type {model_type!r} (qwen3, qwen3_moe)")
+    patch(rope=True, rms_norm=True, swiglu=not (is_moe and experts == "grouped_mm"), cross_entropy=False,
+          fused_linear_cross_entropy=True)
+    return patch.__name__
+
+
+def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdpa", liger_experts="liger"):
     import transformers
     from peft import get_peft_model
 
     mcfg = json.load(open(os.path.join(c["model"], "config.json")))
     is_moe = bool(mcfg.get("num_experts") or mcfg.get("num_local_experts"))
-    kw = {"experts_implementation": "grouped_mm"} if is_moe else {}
+    # Liger replaces the experts class with its fused kernel (LigerExperts), which has no experts_implementation.
+    kw = {"experts_implementation": "grouped_mm"} if is_moe and (not liger or liger_experts == "grouped_mm") else {}
     if qlora:
         kw["quantization_config"] = bnb_config(c, double_quant)
+    patched = apply_liger(is_moe, mcfg.get("model_type"), liger_experts) if liger else None
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        c["model"], dtype=c["dtype"], attn_implementation="sdpa", device_map=device, **kw)
+        c["model"], dtype=c["dtype"], attn_implementation=attn, device_map=device, **kw)
     model.config.use_cache = False
+    if c["checkpointing"]:  # per decoder layer, non-reentrant (transformers 5.17's name; later ones renamed it)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = get_peft_model(model, lora_config(c, is_moe))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    return model, params, is_moe
+    setup = {"attention": attn, "experts_implementation": kw.get("experts_implementation"),
+             "activation_checkpointing": c["checkpointing"]}
+    if patched:  # what the patch replaced, under peft's wrappers: evidence that liger's modules run
+        layer = model.get_base_model().model.layers[0]
+        base = lambda m: base(m.base_layer) if hasattr(m, "base_layer") else m  # noqa: E731
+        setup.update(liger=patched, liger_modules={
+            "mlp": type(layer.mlp).__name__, "experts": type(base(getattr(layer.mlp, "experts", None))).__name__,
+            "norm": type(layer.input_layernorm).__name__,
+            "causal_lm_forward": type(model.get_base_model()).forward.__module__})
+    return model, params, is_moe, setup
 
 
-def compile_layers(model):
-    """torch.compile of each decoder layer, the usual way to compile an HF model for training. dynamo's
-    defaults (recompile_limit 8) stay: peft's expert LoRA re-registers a parametrization every forward,
-    so a MoE layer recompiles until that limit leaves those frames eager; train() waits that out."""
-    layers = model.get_base_model().model.layers
-    for i, layer in enumerate(layers):
-        layers[i] = torch.compile(layer)
+class Layers:
+    """The decoder layers, compiled (torch.compile of each layer, the usual way to compile an HF model for
+    training) or as loaded. dynamo's defaults (recompile_limit 8) stay: peft's expert LoRA re-registers a
+    parametrization every forward, so a MoE layer recompiles until that limit leaves those frames eager;
+    train() waits that out."""
+
+    def __init__(self, model):
+        self.layers = model.get_base_model().model.layers
+        self.plain = list(self.layers)
+        self.compiled = None
+
+    def use(self, compiled):
+        if compiled and self.compiled is None:
+            self.compiled = [torch.compile(layer) for layer in self.plain]
+        for i, layer in enumerate(self.compiled if compiled else self.plain):
+            self.layers[i] = layer
 
 
 def graphs_compiled():
@@ -184,27 +276,31 @@ def train(model, params, batch, c, device, warmup, steps, max_warmup):
     cuda = device.startswith("cuda")
     times, losses, warm, step = [], [], None, 0
     graphs_at_warm = 0
-    while len(times) < steps:
-        ids, labels, pos, _ = batch(step)
-        g0, t0 = graphs_compiled(), time.perf_counter()
-        ids, labels, pos = (x.to(device, non_blocking=True) for x in (ids, labels, pos))
-        loss = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False).loss
-        loss.backward()
-        if c["max_grad_norm"] > 0:
-            torch.nn.utils.clip_grad_norm_(params, c["max_grad_norm"])
-        opt.step()
+    try:
+        while len(times) < steps:
+            ids, labels, pos, _ = batch(step)
+            g0, t0 = graphs_compiled(), time.perf_counter()
+            ids, labels, pos = (x.to(device, non_blocking=True) for x in (ids, labels, pos))
+            loss = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False).loss
+            loss.backward()
+            if c["max_grad_norm"] > 0:
+                torch.nn.utils.clip_grad_norm_(params, c["max_grad_norm"])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+            del loss
+            if cuda:
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            if warm is not None:
+                times.append(dt)
+            elif step + 1 >= max_warmup or (step + 1 >= warmup and graphs_compiled() == g0):
+                warm, graphs_at_warm = step + 1, graphs_compiled()
+            step += 1
+            print(f"  step {step}: loss {losses[-1].item():.4f}  {1e3 * dt:.1f} ms", flush=True)
+    finally:  # an error (out of memory) leaves nothing of this variant behind for the next
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
-        if cuda:
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        if warm is not None:
-            times.append(dt)
-        elif step + 1 >= max_warmup or (step + 1 >= warmup and graphs_compiled() == g0):
-            warm, graphs_at_warm = step + 1, graphs_compiled()
-        step += 1
-        print(f"  step {step}: loss {losses[-1].item():.4f}  {1e3 * dt:.1f} ms", flush=True)
-    del opt
+        del opt
     return times, [l.item() for l in losses], warm, graphs_compiled() - graphs_at_warm
 
 
@@ -220,6 +316,12 @@ def main():
     ap.add_argument("--qlora", action="store_true", help="the base in bitsandbytes nf4 (HF + peft + bitsandbytes QLoRA)")
     ap.add_argument("--double-quant", type=int, choices=(0, 1), default=1,
                     help="with --qlora: bnb_4bit_use_double_quant, as axengine's model.double_quant")
+    ap.add_argument("--liger-experts", choices=("liger", "grouped_mm"), default="liger",
+                    help="liger variants on a MoE model: liger's fused expert kernel (LigerExperts, its default) or "
+                         "transformers' grouped_mm experts with the rest of liger")
+    ap.add_argument("--attention", choices=("auto", "sdpa", "flex_attention"), default="auto",
+                    help="auto: sdpa, except flex_attention for the liger variants on packed rows")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (axengine's syntax)")
     ap.add_argument("--model")
     ap.add_argument("--data")
     ap.add_argument("--seq-len", type=int)
@@ -230,6 +332,22 @@ def main():
     steps = args.steps or c["max_steps"] - args.warmup
     if steps <= 0:
         sys.exit("hf_peer: no timed steps (give --steps, or a config with max_steps > --warmup)")
+    variants = args.variants.split(",")
+    if any(v not in VARIANTS for v in variants):
+        sys.exit(f"hf_peer: unknown variant in {args.variants} (known: {', '.join(VARIANTS)})")
+    liger = {v.startswith("liger") for v in variants}
+    if len(liger) != 1 or (args.qlora and True in liger):
+        sys.exit("hf_peer: liger variants run in a process of their own (the patch is class-wide), without --qlora")
+    liger = liger.pop()
+    res = {"qlora": args.qlora, "device": torch.cuda.get_device_name() if cuda else "cpu",
+           "model": c["model"], "batch": [c["batch"], c["seq_len"]], "rows": []}
+
+    def skip_all(reason):
+        print(f"hf_peer: {reason}", flush=True)
+        res["rows"] = [{"system": system_name(v, ""), "skipped": reason} for v in variants]
+        res["skipped"] = reason
+        json.dump(res, open(args.out, "w"), indent=1)
+
     torch.manual_seed(c["seed"])
     if args.qlora:
         try:
@@ -240,6 +358,15 @@ def main():
             json.dump({"rows": [], "skipped": reason, "qlora": True, "batch": [c["batch"], c["seq_len"]]},
                       open(args.out, "w"), indent=1)
             return
+    if liger:
+        try:
+            import liger_kernel  # noqa: F401
+        except Exception as e:
+            return skip_all(f"liger-kernel is not importable ({type(e).__name__}: {e}): install its wheel (README.md)")
+
+    # The GEMM rate first, while the device is empty.
+    res["gemm"] = flops.gemm_rate(device, c["dtype"])
+    print(f"hf_peer: GEMM rate {res['gemm']['flops_per_s'] / 1e12:.4g} TFLOP/s ({res['gemm']['n']}^3, {res['gemm']['dtype']})")
 
     t = time.perf_counter()
     data = AxengineBatches(c["data"], c["model"], c["seq_len"], c["batch"], c["seed"])
@@ -250,13 +377,26 @@ def main():
             cache[step] = tuple(x.pin_memory() if cuda and torch.is_tensor(x) else x for x in data.batch(step))
         return cache[step]
 
-    print(f"hf_peer: {len(data.samples)} samples -> {len(data.rows)} rows of {c['seq_len']} ({time.perf_counter() - t:.1f} s)")
+    n_steps = max(c["max_steps"], args.max_warmup + steps)
+    row_spans = [spans(batch(s)[2]) for s in range(n_steps)]
+    # One sample per row, no padding, in every step: a plain causal batch (transformers then passes no mask and
+    # sdpa runs is_causal); else packed rows, which the liger variants run through flex_attention.
+    packed = any(len(r) > 1 for step in row_spans for r in step)
+    res["step_matrix_flops"] = [flops.step_flops(c["model"], c["targets"], c["r"], sp, c["checkpointing"])["total"]
+                                for sp in row_spans]
+    res["flops_parts_step1"] = flops.step_flops(c["model"], c["targets"], c["r"], row_spans[0], c["checkpointing"])
+    res["rows_packed"] = packed
+    print(f"hf_peer: {len(data.samples)} samples -> {len(data.rows)} rows of {c['seq_len']} "
+          f"({'packed' if packed else 'one sample each, no padding'}; {time.perf_counter() - t:.1f} s)")
 
+    attn = args.attention if args.attention != "auto" else "flex_attention" if liger and packed else "sdpa"
     t = time.perf_counter()
-    model, params, is_moe = load_model(c, device, args.qlora, bool(args.double_quant))
+    model, params, is_moe, setup = load_model(c, device, args.qlora, bool(args.double_quant), liger, attn,
+                                              args.liger_experts)
     lora_init = [p.detach().clone() for p in params]
     n_trainable = sum(p.numel() for p in params)
-    print(f"hf_peer: loaded {c['model']} in {time.perf_counter() - t:.1f} s; {len(params)} LoRA tensors, {n_trainable} parameters")
+    print(f"hf_peer: loaded {c['model']} in {time.perf_counter() - t:.1f} s; {len(params)} LoRA tensors, "
+          f"{n_trainable} parameters; {setup}")
 
     import peft
     import transformers
@@ -266,43 +406,75 @@ def main():
         import bitsandbytes
         versions["bitsandbytes"] = bitsandbytes.__version__
         suffix = "+bnb"
-    res = {"versions": versions, "qlora": args.qlora,
-           "device": torch.cuda.get_device_name() if cuda else "cpu",
-           "model": c["model"], "batch": [c["batch"], c["seq_len"]], "trainable_params": n_trainable,
-           "lora_dtype": str(params[0].dtype).replace("torch.", ""),  # peft keeps adapters in fp32, as axengine
-           "experts_implementation": "grouped_mm" if is_moe else None,
-           "attention": "sdpa; packed rows, block-diagonal causal mask from position_ids", "rows": []}
+    if liger:
+        from importlib.metadata import version
+        versions["liger_kernel"] = version("liger-kernel")
+        import triton
+        versions["triton"] = triton.__version__
+    res.update(versions=versions, trainable_params=n_trainable, setup=setup,
+               lora_dtype=str(params[0].dtype).replace("torch.", ""),  # peft keeps adapters in fp32, as axengine
+               experts_implementation=setup["experts_implementation"],
+               attention=f"{attn}; " + ("packed rows, each sample attends to itself only (block-diagonal causal "
+                                        "mask from position_ids)" if packed else "one sample per row, causal"))
     if args.qlora:
         res["base"] = base_stats(model)
         res["quantization"] = (f"bitsandbytes nf4, blocksize 64, double_quant {bool(args.double_quant)}, compute "
                                f"{str(c['dtype']).replace('torch.', '')}; "
                                "no prepare_model_for_kbit_training (it upcasts the rest of the base to fp32)")
         print(f"hf_peer: base {res['base']}")
-    for variant in args.variants.split(","):
+    layers = Layers(model)
+    for variant in variants:
+        name = system_name(variant, suffix)
+        if liger and not cuda:
+            res["rows"].append({"system": name, "skipped": "liger-kernel's Triton kernels need a CUDA device "
+                                "(the model loaded and was patched: see setup)", "attention": attn})
+            print(json.dumps(res["rows"][-1]), flush=True)
+            json.dump(res, open(args.out, "w"), indent=1)
+            continue
         with torch.no_grad():  # every variant starts from the same adapter
             for p, p0 in zip(params, lora_init):
                 p.copy_(p0)
-        if variant == "compile":
-            compile_layers(model)
-        elif variant != "eager":
-            sys.exit(f"hf_peer: unknown variant {variant}")
-        if cuda and variant != "eager":  # eager's peak counts from process start, like axengine's
+        layers.use(variant.endswith("compile"))
+        if cuda and variant != variants[0]:  # the first variant's peak counts from process start, like axengine's
             torch.cuda.reset_peak_memory_stats()
         print(f"hf_peer: {variant}")
         t = time.perf_counter()
-        times, losses, warm, late_graphs = train(model, params, batch, c, device, args.warmup, steps,
-                                                 args.max_warmup)
+        row = {"system": name, "attention": attn}
+        try:
+            times, losses, warm, late_graphs = train(model, params, batch, c, device, args.warmup, steps,
+                                                     args.max_warmup)
+        except Exception as e:  # out of memory above all: the row says so and the next variant runs
+            traceback.print_exc()
+            row.update(error=f"{type(e).__name__}: {str(e)[:400]}", wall_s=round(time.perf_counter() - t, 1),
+                       peak_memory_gb=round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None)
+        if "error" in row:  # out of the except block: its traceback (and the step's tensors) is gone
+            res["rows"].append(row)
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+            print(json.dumps(row), flush=True)
+            json.dump(res, open(args.out, "w"), indent=1)
+            continue
         ms = 1e3 * statistics.median(times)
-        res["rows"].append({
-            "system": "hf+peft" + suffix + ("" if variant == "eager" else "+compile"), "ms_per_step": round(ms, 2),
-            "tokens_per_s": round(c["batch"] * c["seq_len"] / ms * 1e3),
+        timed = res["step_matrix_flops"][warm:warm + len(times)]
+        step_flops = statistics.fmean(timed)
+        row.update({
+            "ms_per_step": round(ms, 2), "tokens_per_s": round(c["batch"] * c["seq_len"] / ms * 1e3),
             "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
+            "matrix_tflop_per_step": round(step_flops / 1e12, 4),
+            "mfu": round(step_flops / (ms / 1e3) / res["gemm"]["flops_per_s"], 4),
             "steps_timed": len(times), "warmup_steps": warm, "first_loss": losses[0], "final_loss": losses[-1],
             "step_real_tokens": [batch(s)[3] for s in range(len(losses))], "wall_s": round(time.perf_counter() - t, 1)})
-        if variant == "compile":
-            res["rows"][-1].update(dynamo_graphs=graphs_compiled(), graphs_compiled_while_timed=late_graphs)
-        print(json.dumps({k: v for k, v in res["rows"][-1].items() if k != "step_real_tokens"}), flush=True)
+        if variant.endswith("compile"):
+            row.update(dynamo_graphs=graphs_compiled(), graphs_compiled_while_timed=late_graphs)
+        res["rows"].append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "step_real_tokens"}), flush=True)
         json.dump(res, open(args.out, "w"), indent=1)  # after each variant: a later one may be cut off
+
+
+def system_name(variant, suffix):
+    """hf+peft[+bnb][+liger][+compile]"""
+    return "hf+peft" + suffix + "".join("+" + part for part in variant.split("+") if part != "eager")
 
 
 if __name__ == "__main__":

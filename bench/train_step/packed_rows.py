@@ -2,6 +2,9 @@
 
 Mirrors, for a `completion` dataset with prompt_field and eval_path (what the bench configs use):
   core/src/data/completion.cpp  sample = [bos] + encode(prompt) + encode(answer) + [eos]; no loss on bos+prompt
+  core/src/data/prepare.cpp     has_loss_token(): a sample with no label past its first token within sequence_len
+                                stops the run (on_bad_row's default "error"); samples longer than sequence_len
+                                are cut to it when packed (pack_samples counts them: the run log's warning)
   core/src/data/packing.cpp     permutation(), mix_seed(), pack_samples() (first fit), make_batch()
   core/src/train/trainer.cpp    plan(): samples packed once in permutation(n, mix_seed(seed, 1)) order;
                                 train_step(): epoch e visits rows in permutation(rows, mix_seed(seed, 0x5eed0000 + e))
@@ -99,11 +102,30 @@ def make_batch(samples, rows, row_ids, S, pad_id):
     return ids, labels, pos, real
 
 
+def check_loss_tokens(samples, S, jsonl):
+    """axengine's has_loss_token() with on_bad_row = "error": every sample has a label past its first token
+    within the first S tokens, else the run stops naming the row (so must the peer: not the same data else)."""
+    for i, (_, labels) in enumerate(samples):
+        if all(x == -100 for x in labels[1:S]):
+            raise SystemExit(f"{jsonl}:{i + 1}: no token to train on within data.sequence_len = {S} (axengine stops here too)")
+
+
+def spans(position_ids):
+    """The attention spans of each row of a [B, S] position_ids batch (samples and the padding span): the
+    lengths between the zeros, as make_batch writes them (the cu_seqlens of axengine's varlen attention)."""
+    out = []
+    for row in position_ids.tolist():
+        starts = [i for i, p in enumerate(row) if p == 0] + [len(row)]
+        out.append([b - a for a, b in zip(starts, starts[1:])])
+    return out
+
+
 class AxengineBatches:
     """batch(step) -> (input_ids, labels, position_ids, real_tokens) for micro_batch_size rows, grad_accum = 1."""
 
     def __init__(self, jsonl, model_dir, S, micro_batch_size, seed):
         self.samples, self.pad_id = load_samples(jsonl, model_dir)
+        check_loss_tokens(self.samples, S, jsonl)
         self.S, self.B, self.seed = S, micro_batch_size, seed
         self.rows = pack_samples(self.samples, permutation(len(self.samples), mix_seed(seed, 1)), S)
         self.steps_per_epoch = len(self.rows) // self.B
