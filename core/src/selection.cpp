@@ -20,10 +20,10 @@ const std::vector<std::string>* default_order(const std::string& op) {
       // (bench/results/bench-moe-mlp-nvidia-h200-2026-11-29.json, docs/plugins/sonicmoe.md); scattermoe serves
       // everything else (other GPUs, fp16, quantised experts, declines).
       {"moe.mlp", {"sonicmoe", "scattermoe", "reference"}},
-      // aten's chunked form before the gdn plugin: gdn's correctness-first CUDA kernels (fp32 FMA loops, no
-      // tensor cores yet) measured 0.25-0.43x aten's forward + backward speed at Qwen3.5's linear-layer shapes on
-      // an H100 (bench/results/gdn-bench-nvidia-h100-2026-12-07.json, docs/plugins/gdn.md). gdn moves first
-      // when a committed result shows it faster; `[kernels] linear_attention = ["gdn"]` picks it today.
+      // aten before the gdn plugin: with the chunk-parallel math shared, gdn's scan kernels measured 0.44-0.87x
+      // aten's forward + backward time on packed rows but 1.21x on one 16k-row sequence on an H100
+      // (bench/results/gdn-bench-fla-nvidia-h100-2026-12-07.md, docs/plugins/gdn.md); gdn moves first when it is
+      // ahead at every shape; `[kernels] linear_attention = ["gdn"]` picks it for packed rows today.
       {"linear_attention", {"aten", "gdn", "reference"}},
   };
   auto it = lists.find(op);
