@@ -30,10 +30,10 @@ void check_parser(const std::string& line) {
   if (!row.is_object()) return;
   auto m = row.find("messages");
   if (m == row.end() || !m->is_array()) return;
-  jinja::Json messages = jinja::Json::parse(m->dump());
+  ax::jinja::Json messages = ax::jinja::Json::parse(m->dump());
   for (const auto& x : messages)
     if (!x.is_object()) return;
-  jinja::Json images = row.contains("images") ? jinja::Json::parse(row["images"].dump()) : jinja::Json();
+  ax::jinja::Json images = row.contains("images") ? ax::jinja::Json::parse(row["images"].dump()) : ax::jinja::Json();
   ax::data::ChatImages out;
   if (!ax::data::read_chat_images(messages, images, "<image>", out).empty()) return;
   if (out.paths.size() != out.message.size()) std::abort();

@@ -49,7 +49,7 @@ void make_layout(const fs::path& dir, int rows) {
       else user.push_back(part);
     }
     json messages = json::array({{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", caption}}});
-    if (k % 4 == 0) messages.insert(messages.begin(), {{"role", "system"}, {"content", "Be exact."}});
+    if (k % 4 == 0) messages.insert(messages.begin(), json{{"role", "system"}, {"content", "Be exact."}});
     out << json{{"messages", messages}}.dump() << "\n";
     if (k++ % 5 == 0) out << R"({"messages": [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi."}]})" "\n";
   }
@@ -75,6 +75,7 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
   const std::string log = slurp(dir / "run.log");
   INFO(log);
   REQUIRE(rc == 0);
+  CHECK(log.find("bad rows skipped") == std::string::npos);  // every generated row is good
   auto steps = mm_e2e::steps_of(dir / "runs/qwen2_5-vl-chat-lora/metrics.jsonl");
   REQUIRE(steps.size() == 30);
   auto mean = [&](std::size_t from) {
