@@ -88,10 +88,15 @@ void bind_chat(TableBinder& t, ChatOptions& o) {
   t.field("field_messages", o.field_messages, "chat_template: field holding the list of messages");
   t.field("message_field_role", o.message_field_role, "chat_template: key of a message's role (ShareGPT: \"from\")");
   t.field("message_field_content", o.message_field_content, "chat_template: key of a message's content (ShareGPT: \"value\")");
-  t.field("chat_template", o.chat_template, "chat_template: a .jinja file (relative to the config), or \"tokenizer\" for tokenizer_config.json's template; default: the model dir's chat_template.jinja, else tokenizer_config.json's");
+  t.field("chat_template", o.chat_template, "chat_template: a .jinja file (relative to the config), or \"tokenizer\" for tokenizer_config.json's template; default: the model dir's chat_template.jinja, else its chat_template.json, else tokenizer_config.json's");
   t.choice("train_on", o.train_on, {"assistant", "all", "last"}, "chat_template: loss on every assistant turn, on every token, or on the last assistant turn only");
   t.field("field_tools", o.field_tools, "chat_template: field holding the tool definitions given to the template as `tools` (\"\" = none)");
   t.field("eot_tokens", o.eot_tokens, "chat_template: end-of-turn markers an assistant span extends over when one directly follows its content (default: <|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>, </s>, <|end|>, <|return|>, <|endoftext|> and the EOS token)");
+  t.field("field_images", o.field_images, "chat_template: field holding a row's image paths (a path or a list) for the image_placeholder markers in its messages (ShareGPT style); images may instead be content parts of the messages");
+  t.field("image_placeholder", o.image_placeholder, "chat_template: the marker in a message's text that the next image of field_images replaces");
+  t.field("image_base_dir", o.image_base_dir, "chat_template: directory relative image paths resolve against, relative to the config (default: the data file's directory)");
+  t.field("min_pixels", o.min_pixels, "chat_template: the image processor's min_pixels (0: the model's preprocessor_config.json)");
+  t.field("max_pixels", o.max_pixels, "chat_template: the image processor's max_pixels (0: the model's preprocessor_config.json)");
   TableBinder r = t.sub("roles", "chat_template: role names of the data mapped to the template's, e.g. {human = \"user\", gpt = \"assistant\"} (unlisted roles pass as they are)");
   if (r.table())
     for (const auto& [k, v] : *r.table()) {
@@ -108,11 +113,6 @@ void bind_chat(TableBinder& t, ChatOptions& o) {
       o.template_kwargs[std::string(k.str())] = toml_to_json(v);
     }
   kw.finish();
-  t.field("field_images", o.field_images, "chat_template: field holding a row's image paths (a path or a list) for the image_placeholder markers in its messages (ShareGPT style); images may instead be content parts of the messages");
-  t.field("image_placeholder", o.image_placeholder, "chat_template: the marker in a message's text that the next image of field_images replaces");
-  t.field("image_base_dir", o.image_base_dir, "chat_template: directory relative image paths resolve against, relative to the config (default: the data file's directory)");
-  t.field("min_pixels", o.min_pixels, "chat_template: the image processor's min_pixels (0: the model's preprocessor_config.json)");
-  t.field("max_pixels", o.max_pixels, "chat_template: the image processor's max_pixels (0: the model's preprocessor_config.json)");
 }
 
 constexpr const char* kImageEnd = "image_tokens_end";  // per sample: one past its last image token (prepare's fit check)
@@ -394,8 +394,10 @@ class ChatTemplateType final : public DatasetType, public SampleFit {
     ChatOptions o;
     bind_chat(t, o);
     t.finish();
-    for (const char* k : {"field_messages", "message_field_role", "message_field_content"})
+    for (const char* k : {"field_messages", "message_field_role", "message_field_content", "image_placeholder"})
       if (const auto* v = entry.get(k); v && v->value_or(std::string()).empty()) t.fail(v, ax::str("'", k, "' is empty"));
+    for (const char* k : {"min_pixels", "max_pixels"})
+      if (const auto* v = entry.get(k); v && v->value_or(int64_t(0)) < 0) t.fail(v, ax::str("'", k, "' must be >= 0"));
     Loaded loaded = load_template(o, ctx, t);
     std::optional<jinja::Template> tmpl;
     try {

@@ -11,12 +11,17 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "axengine/builtins.hpp"
 #include "axengine/config.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/model.hpp"
+#include "axengine/models.hpp"
 #include "axengine/registry.hpp"
+#include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "data/data_config.hpp"
+#include "data/packing.hpp"
 #include "data/prepare.hpp"
 #include "data/register.hpp"
 #include "mm_dataset.hpp"
@@ -304,5 +309,44 @@ TEST_CASE("chat_template with images: packed rows carry their samples' pixels an
   // A sample cut inside its image tokens is refused, not mis-trained.
   layout.samples = {{&data.train[2], 0, 0, 3}};
   CHECK(error_of([&] { data.collator->collate(layout); }).find("inside its image tokens") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("chat_template with images: tiny-qwen2_5-vl gives a packed row of conversations the logits each has alone") {
+  // Packing keeps each sample's multimodal RoPE (restarting at its first token) and its images (in token order):
+  // the logits of three conversations packed in one row equal those of each in a batch of its own.
+  auto dir = corpus("packfwd", R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "img/a.jpg"}, {"type": "text", "text": "one"}]}, {"role": "assistant", "content": "a blob"}]}
+{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "text only"}, {"role": "assistant", "content": "b"}]}
+{"messages": [{"role": "user", "content": [{"type": "text", "text": "two"}, {"type": "image", "image": "img/j_large.jpg"}, {"type": "image_url", "image_url": {"url": "img/i_exif6.jpg"}}]}, {"role": "assistant", "content": "c"}, {"role": "user", "content": [{"type": "image", "image": "img/b.png"}]}, {"role": "assistant", "content": "d"}]}
+)");
+  ax::init_model_dir("tiny-qwen2_5-vl", (dir / "model").string(), 1);
+  fs::copy_file(kModel + "/chat_template.jinja", dir / "model/chat_template.jinja");
+  auto tok = ax::load_hf_tokenizer((dir / "model").string());
+  std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[model]\npath = \"model\"\n[data]\nsequence_len = 1024\n"
+                                     "eval_fraction = 0.0\ncache = false\n[[datasets]]\ntype = \"chat_template\"\npath = \"data.jsonl\"\n";
+  auto cfg = ax::load_config((dir / "run.toml").string(), {});
+  auto data = ax::data::prepare_datasets(cfg, ax::data::read_data_config(cfg), registry(), *tok);
+  REQUIRE(data.train.size() == 3);
+  ax::Registry models;
+  ax::register_builtins(models);
+  ax::ModelLoadOptions o;
+  o.dir = (dir / "model").string();
+  o.kernels = std::make_shared<ax::KernelSet>(models, ax::KernelPreferences{}, ax::DeviceInfo{});
+  auto model = ax::load_model(models, o);
+  const int64_t S = 1024;
+  ax::data::PackedRows all;
+  all.rows = {{0, 1, 2}};
+  const at::Tensor packed = model->forward(ax::data::make_batch(data.train, all, {0}, S, 0, data.collator.get()), true).logits;
+  int64_t at = 0;
+  for (uint32_t k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    ax::data::PackedRows one;
+    one.rows = {{k}};
+    const int64_t n = static_cast<int64_t>(data.train[k].input_ids.size());
+    const at::Tensor alone = model->forward(ax::data::make_batch(data.train, one, {0}, S, 0, data.collator.get()), true).logits;
+    const at::Tensor a = alone[0].narrow(0, 0, n), p = packed[0].narrow(0, at, n);
+    CHECK((a - p).abs().max().item<double>() <= 1e-4 * std::max(1.0, a.abs().max().item<double>()));
+    at += n;
+  }
   fs::remove_all(dir);
 }
