@@ -67,11 +67,7 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
   static const ax::Registry registry = [] {
     ax::Registry r;
     ax::data::register_builtin_datasets(r);
-    ax::Provider p;
-    p.info.kind = ax::ProviderKind::dataset;
-    p.info.name = "mm_cpt";
-    p.object = std::make_shared<ax::mm::MmCptType>();
-    r.add(std::move(p));
+    ax::mm::add_mm_cpt_type(r);
     return r;
   }();
   static const auto type = registry.get<ax::DatasetType>(ax::ProviderKind::dataset, "chat_template");

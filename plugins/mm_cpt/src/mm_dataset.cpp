@@ -284,6 +284,15 @@ Sample complete_sample(const nlohmann::json& row, const Options& o, const std::s
 
 std::uint64_t image_decodes() { return g_decodes.load(); }
 
+void add_mm_cpt_type(Registry& registry) {
+  Provider p;
+  p.info.kind = ProviderKind::dataset;
+  p.info.name = "mm_cpt";
+  p.info.summary = "image + text rows (registered in-process)";
+  p.object = std::make_shared<MmCptType>();
+  registry.add(std::move(p));
+}
+
 std::vector<std::string> MmCptType::known_keys() const {
   return {"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row", "rows", "text_column", "image_column",
           "image_base_dir", "image_placeholder", "vision_start_token", "vision_end_token", "image_token", "add_bos",

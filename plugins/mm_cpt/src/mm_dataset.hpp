@@ -15,6 +15,7 @@
 
 #include "axengine/chat_media.hpp"
 #include "axengine/dataset.hpp"
+#include "axengine/registry.hpp"
 #include "axengine/stream.hpp"
 #include "image.hpp"
 #include "processor.hpp"
@@ -24,6 +25,10 @@ namespace ax::mm {
 // Images decoded by this process (every decode_image_file of the type): the tests prove that a cached
 // prepare decodes nothing.
 std::uint64_t image_decodes();
+
+// Adds the `mm_cpt` dataset type to `registry` by hand, as the plugin's registration does: for the tests and fuzz
+// harnesses that build a registry (or an engine without plugin discovery) in-process.
+void add_mm_cpt_type(Registry& registry);
 
 // The processor settings of the model dir's preprocessor_config.json (transformers' defaults without one).
 ProcessorConfig model_processor(const std::string& model_dir);

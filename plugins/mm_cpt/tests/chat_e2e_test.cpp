@@ -18,10 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using mm_e2e::slurp;
 
 // ../data/vl-chat/train.jsonl beside configs/: make-mm-corpus.py's captioned images made conversations (the
 // images as content parts in varied places and spellings, some as ShareGPT-free text-only rows), the model dir

@@ -24,6 +24,7 @@
 #include "data/packing.hpp"
 #include "data/prepare.hpp"
 #include "data/register.hpp"
+#include "e2e_util.hpp"
 #include "mm_dataset.hpp"
 // Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
 #include <doctest/doctest.h>
@@ -46,11 +47,7 @@ const ax::Registry& registry() {
   static ax::Registry reg = [] {
     ax::Registry r;
     ax::data::register_builtin_datasets(r);
-    ax::Provider p;
-    p.info.kind = ax::ProviderKind::dataset;
-    p.info.name = "mm_cpt";
-    p.object = std::make_shared<ax::mm::MmCptType>();
-    r.add(std::move(p));
+    ax::mm::add_mm_cpt_type(r);
     return r;
   }();
   return reg;
@@ -64,24 +61,8 @@ std::shared_ptr<ax::Dataset> open(const std::string& toml, const std::string& ba
 const char* kShareGpt = "field_messages = \"conversations\"\nmessage_field_role = \"from\"\nmessage_field_content = \"value\"\n"
                         "roles = { human = \"user\", gpt = \"assistant\" }\n";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// A fresh directory holding the committed images under img/ and `jsonl` as data.jsonl.
-fs::path corpus(const std::string& name, const std::string& jsonl) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  fs::path d = fs::temp_directory_path() / ("mm_chat_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(rng()));
-  fs::create_directories(d / "img");
-  for (const auto& e : fs::directory_iterator(kData + "/images")) fs::copy_file(e.path(), d / "img" / e.path().filename());
-  std::ofstream(d / "data.jsonl") << jsonl;
-  return d;
-}
+using mm_e2e::error_of;
+fs::path corpus(const std::string& name, const std::string& jsonl) { return mm_e2e::corpus("mm_chat", name, jsonl); }
 
 int64_t count(const std::vector<int32_t>& v, int32_t id) { return std::count(v.begin(), v.end(), id); }
 int32_t id_of(const std::string& t) { return tokenizer().encode(t, false).at(0); }
