@@ -43,11 +43,11 @@ std::string read_chat_images(Json& messages, const Json& images_column, const st
     column.push_back(images_column.get<std::string>());
   } else if (images_column.is_array()) {
     for (const auto& v : images_column) {
-      if (!v.is_string()) return "the images column must be a path or a list of paths";
+      if (!v.is_string()) return "the images column must be a path or a list of paths (embedded image bytes are not read)";
       column.push_back(v.get<std::string>());
     }
   } else if (has_column) {
-    return "the images column must be a path or a list of paths";
+    return "the images column must be a path or a list of paths (embedded image bytes are not read)";
   }
   std::size_t placeholders = 0, parts_images = 0;
   for (std::size_t k = 0; k < messages.size(); ++k) {
