@@ -10,6 +10,8 @@ set(AX_FUZZ_CORE_SOURCES
   data/alpaca.cpp
   data/arrow_rows.cpp
   data/batch.cpp
+  data/chat_images.cpp
+  data/chat_media.cpp
   data/chat_spans.cpp
   data/chat_template.cpp
   data/completion.cpp
