@@ -203,6 +203,26 @@ CASES = {
                  "shared_expert_gate"],
         target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
     ),
+    # qwen3_next (Qwen3NextForCausalLM, experts per expert): qwen3_5_moe's mixers with the fused projections
+    # in_proj_qkvz / in_proj_ba in their per-key-head grouped layout (2 key heads of 6, each serving 2 value heads of
+    # 5), layer 1 a dense MLP (mlp_only_layers) among sparse layers 0 and 2, 5 experts top-2 not renormalised
+    # (norm_topk_prob false), a sigmoid-gated shared expert of 10, aux loss in the loss. peft converts this family's
+    # targets (conversion pattern qwen2_moe): gate_proj / up_proj / down_proj become the routed experts' parameters
+    # (gate_up_proj at rank 2r), so neither the shared expert's nor the dense layer's MLP modules are LoRA'd.
+    "qwen3_next": dict(
+        cls="Qwen3NextForCausalLM",
+        cfg=dict(model_type="qwen3_next", vocab_size=61, hidden_size=24, intermediate_size=14, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+                 layer_types=["linear_attention", "full_attention", "linear_attention"], linear_conv_kernel_dim=3,
+                 linear_key_head_dim=6, linear_value_head_dim=5, linear_num_key_heads=2, linear_num_value_heads=4,
+                 num_experts=5, num_experts_per_tok=2, norm_topk_prob=False, moe_intermediate_size=6,
+                 shared_expert_intermediate_size=10, decoder_sparse_step=1, mlp_only_layers=[1],
+                 router_aux_loss_coef=0.05, output_router_logits=True,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+                 tie_word_embeddings=False),
+        targets=["in_proj_qkvz", "in_proj_ba", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                 "up_proj", "down_proj", "shared_expert_gate"],
+    ),
 }
 
 # A tied config over a checkpoint that stores its own, different lm_head.weight: transformers keeps the stored
@@ -331,7 +351,7 @@ def make_case(name, spec):
               "loss": out.loss.detach().reshape(1)}
     if getattr(out, "aux_loss", None) is not None:
         golden["aux_loss"] = out.aux_loss.detach().reshape(1)
-    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
+    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe_text", "qwen3_next"):
         # output_router_logits off: the aux loss is not part of the loss; compute it for the test anyway.
         out2 = pm(input_ids=ids, output_router_logits=True)
         golden["aux_loss"] = out2.aux_loss.detach().reshape(1)

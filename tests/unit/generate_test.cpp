@@ -73,7 +73,7 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<ax::train::Generat
 
 const char* kCases[] = {"llama",     "qwen2",          "mistral", "qwen3",  "qwen3_yarn", "llama_dynamic",
                         "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4",
-                        "qwen3_5"};
+                        "qwen3_5", "qwen3_5_moe", "qwen3_next"};
 
 }  // namespace
 

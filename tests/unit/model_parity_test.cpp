@@ -170,6 +170,10 @@ TEST_CASE("model parity: qwen3_5_moe (routed experts + sigmoid-gated shared expe
   check_case("qwen3_5_moe", "reference");
   check_case("qwen3_5_moe", "naive");
 }
+TEST_CASE("model parity: qwen3_next (fused in_proj_qkvz / in_proj_ba per key head, dense layer among sparse ones, norm_topk_prob off, peft-converted expert targets) vs transformers+peft") {
+  check_case("qwen3_next", "reference");
+  check_case("qwen3_next", "naive");
+}
 TEST_CASE("model parity: qwen3_5's multimodal checkpoint (text_config, model.language_model.*, the tower unread), peft's adapter on it") {
   check_case("qwen3_5_vl", "reference");
 }

@@ -70,6 +70,12 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
       // Gated DeltaNet projections (linear_attn.*) beside the attention and MLP ones.
       {"qwen3_5", {"in_proj_qkv", "in_proj_z", "in_proj_b", "out_proj", "q_proj", "down_proj"}, true},
+      // qwen3_5_moe: the shared expert's modules by peft's bare names, the routed experts by their parameters.
+      {"qwen3_5_moe", {"in_proj_qkv", "in_proj_a", "k_proj", "gate_proj", "down_proj", "mlp.experts.gate_up_proj",
+                       "mlp.experts.down_proj"}, false},
+      // qwen3_next: the fused projections; gate_proj / up_proj / down_proj converted to the experts (peft).
+      {"qwen3_next", {"in_proj_qkvz", "in_proj_ba", "out_proj", "v_proj", "gate_proj", "up_proj", "down_proj",
+                      "shared_expert_gate"}, true},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
