@@ -449,31 +449,41 @@ def make_rope_goldens():
     print(f"rope_goldens.json: {len(out)} cases")
 
 
-def make_qwen3_5_vl_case():
-    """qwen3_5_vl/: the multimodal checkpoint form (Qwen3_5ForConditionalGeneration, model_type qwen3_5: the text
-    config nested in text_config, the language model under model.language_model.*, a vision tower under
-    model.visual.* that axengine does not read) with the qwen3_5 case's text weights and a tiny tower; a peft
-    adapter made on the multimodal model (its module paths: model.language_model.layers...), and the golden of a
-    text-only batch. The same layout and files as make_case."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-    text = {k: v for k, v in CASES["qwen3_5"]["cfg"].items() if k != "model_type"}
+VL_FORMS = {  # the multimodal form of a text case: (its config and model classes, the text case)
+    "qwen3_5_vl": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", "qwen3_5"),
+    "qwen3_5_moe_vl": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"),
+}
+
+
+def make_vl_case(name):
+    """qwen3_5_vl/, qwen3_5_moe_vl/: the multimodal checkpoint form (Qwen3_5ForConditionalGeneration, model_type
+    qwen3_5; Qwen3_5MoeForConditionalGeneration, qwen3_5_moe: the text config nested in text_config, the language
+    model under model.language_model.*, a vision tower under model.visual.* that axengine does not read) with the
+    text case's weights and a tiny tower; a peft adapter made on the multimodal model (its module paths:
+    model.language_model.layers...), and the golden of a text-only batch. The same layout and files as make_case."""
+    cfg_cls, model_cls, text_case = VL_FORMS[name]
+    spec = CASES[text_case]
+    text = {k: v for k, v in spec["cfg"].items() if k != "model_type"}
     vision = dict(depth=1, hidden_size=8, intermediate_size=16, num_heads=2, patch_size=2, temporal_patch_size=2,
                   spatial_merge_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=16)
     # Token ids inside the tiny vocabulary (the defaults are Qwen3.5's 248k-vocabulary ones).
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=57, video_token_id=58,
-                        vision_start_token_id=59, vision_end_token_id=60, tie_word_embeddings=False)
+    cfg = getattr(transformers, cfg_cls)(text_config=text, vision_config=vision, image_token_id=57, video_token_id=58,
+                                         vision_start_token_id=59, vision_end_token_id=60, tie_word_embeddings=False)
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"
+    cfg.text_config._experts_implementation = "eager"
     torch.manual_seed(4321)
-    model = Qwen3_5ForConditionalGeneration(cfg).eval()
-    # The text weights of the qwen3_5 case (so both forms are the same language model).
+    model = getattr(transformers, model_cls)(cfg).eval()
+    # The text case's weights (so both forms are the same language model); experts as the model holds them.
     from safetensors.torch import load_file
-    dense = load_file(os.path.join(OUT, "qwen3_5", "model.safetensors"))
+    text_model = getattr(transformers, spec["cls"]).from_pretrained(os.path.join(OUT, text_case), dtype=torch.float32)
+    dense = text_model.state_dict()
     sd = model.state_dict()
     with torch.no_grad():
         for k, v in dense.items():
             key = "lm_head.weight" if k == "lm_head.weight" else "model.language_model." + k[len("model."):]
             sd[key].copy_(v)
-    d = os.path.join(OUT, "qwen3_5_vl")
+    d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d)
     from safetensors import safe_open
@@ -481,7 +491,8 @@ def make_qwen3_5_vl_case():
         keys = list(f.keys())
     assert any(k.startswith("model.visual.") for k in keys) and any(k.startswith("model.language_model.") for k in keys), keys[:5]
     torch.manual_seed(99)
-    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(CASES["qwen3_5"]["targets"]), lora_dropout=0.0)
+    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0,
+                      target_parameters=spec.get("target_parameters"))
     pm = get_peft_model(model, lcfg)
     with torch.no_grad():
         for n, p in pm.named_parameters():
@@ -497,13 +508,15 @@ def make_qwen3_5_vl_case():
     out.loss.backward()
     golden = {"input_ids": ids, "labels": labels, "logits": out.logits.detach().contiguous(),
               "loss": out.loss.detach().reshape(1)}
+    if getattr(out, "aux_loss", None) is not None:
+        golden["aux_loss"] = out.aux_loss.detach().reshape(1)
     for n, p in pm.named_parameters():
         if p.requires_grad:
             golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
     save_file(golden, os.path.join(d, "golden.safetensors"))
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-    assert total < 300_000, f"qwen3_5_vl: {total} bytes"
-    print(f"qwen3_5_vl: loss {out.loss.item():.6f}, {total} bytes")
+    assert total < 300_000, f"{name}: {total} bytes"
+    print(f"{name}: loss {out.loss.item():.6f}, {total} bytes")
 
 
 def main():
@@ -513,8 +526,9 @@ def main():
     if names == ["rope"]:
         make_rope_goldens()
         return
-    if names == ["qwen3_5_vl"]:  # the multimodal form, from the committed qwen3_5 case
-        make_qwen3_5_vl_case()
+    if names and all(n in VL_FORMS for n in names):  # the multimodal forms, from the committed text cases
+        for n in names:
+            make_vl_case(n)
         return
     if names == ["aux_mask"]:  # only the aux-loss masks, from the committed model dirs
         for n in ("qwen3_moe", "qwen3_moe_top1"):
@@ -525,8 +539,9 @@ def main():
     for n in ("qwen3_moe", "qwen3_moe_top1"):
         if n in names:
             make_aux_mask_golden(n)
-    if "qwen3_5" in names:
-        make_qwen3_5_vl_case()
+    for vl, (_, _, text_case) in VL_FORMS.items():
+        if text_case in names:
+            make_vl_case(vl)
     if "gemma3" in names:  # the gemma3 case's own config (not gemma3_stored_head's)
         make_gemma3_v4_config()
     if not sys.argv[1:]:

@@ -177,6 +177,9 @@ TEST_CASE("model parity: qwen3_next (fused in_proj_qkvz / in_proj_ba per key hea
 TEST_CASE("model parity: qwen3_5's multimodal checkpoint (text_config, model.language_model.*, the tower unread), peft's adapter on it") {
   check_case("qwen3_5_vl", "reference");
 }
+TEST_CASE("model parity: qwen3_5_moe's multimodal checkpoint (Qwen3_5MoeForConditionalGeneration: model.language_model.* with per-expert experts, the tower unread), peft's adapter on it") {
+  check_case("qwen3_5_moe_vl", "reference");
+}
 
 // A config that ties the head to the embeddings (tie_word_embeddings true; gemma3_stored_head leaves the key out,
 // Gemma3TextConfig's default) over a checkpoint that stores its own, different lm_head.weight: transformers keeps

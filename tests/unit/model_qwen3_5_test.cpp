@@ -25,23 +25,26 @@ TEST_CASE("qwen3_5, qwen3_5_moe: merge-lora folds every adapter (linear_attn, se
   ax::test::check_merge_lora("qwen3_5_moe");
 }
 
-TEST_CASE("qwen3_5: merge-lora of the multimodal checkpoint keeps its layout and its vision tower") {
+TEST_CASE("qwen3_5, qwen3_5_moe: merge-lora of the multimodal checkpoint keeps its layout and its vision tower") {
   ax::Registry reg;
   ax::register_builtins(reg);
-  const fs::path base = ax::test::case_dir("qwen3_5_vl");
-  const fs::path out = ax::test::scratch_dir("merge_qwen3_5_vl") / "merged";
-  ax::merge_lora_dir(reg, base.string(), (base / "adapter").string(), out.string(), "");
-  auto merged = ax::safetensors::Checkpoint::open_dir(out.string());
-  auto orig = ax::safetensors::Checkpoint::open_dir(base.string());
-  CHECK(merged.names() == orig.names());
-  for (const auto& n : orig.names())
-    if (n.rfind("model.visual.", 0) == 0) CHECK(at::equal(merged.get(n), orig.get(n)));
-  CHECK(ax::models::read_json_file((out / "config.json").string())["model_type"] == "qwen3_5");
-  auto golden = ax::safetensors::File::open((base / "golden.safetensors").string());
-  ax::Batch b;
-  b.input_ids = golden->get("input_ids");
-  CHECK(rel_max(ax::test::load_hybrid(reg, out.string())->forward(b, true).logits, golden->get("logits")) <= 1e-4);
-  ax::test::remove_tree(out.parent_path());
+  for (const auto& [name, type] : {std::pair{"qwen3_5_vl", "qwen3_5"}, std::pair{"qwen3_5_moe_vl", "qwen3_5_moe"}}) {
+    CAPTURE(name);
+    const fs::path base = ax::test::case_dir(name);
+    const fs::path out = ax::test::scratch_dir(std::string("merge_") + name) / "merged";
+    ax::merge_lora_dir(reg, base.string(), (base / "adapter").string(), out.string(), "");
+    auto merged = ax::safetensors::Checkpoint::open_dir(out.string());
+    auto orig = ax::safetensors::Checkpoint::open_dir(base.string());
+    CHECK(merged.names() == orig.names());  // per-expert experts under model.language_model. included
+    for (const auto& n : orig.names())
+      if (n.rfind("model.visual.", 0) == 0) CHECK(at::equal(merged.get(n), orig.get(n)));
+    CHECK(ax::models::read_json_file((out / "config.json").string())["model_type"] == type);
+    auto golden = ax::safetensors::File::open((base / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = golden->get("input_ids");
+    CHECK(rel_max(ax::test::load_hybrid(reg, out.string())->forward(b, true).logits, golden->get("logits")) <= 1e-4);
+    ax::test::remove_tree(out.parent_path());
+  }
 }
 
 TEST_CASE("qwen3_5: config.json refusals name the key (layer_types, head counts, partial rotary)") {

@@ -171,8 +171,10 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
 static std::string peft_key_for(const LoraSite& s, bool both_expert_params_targeted) {
   // peft nests one ParamWrapper per targeted parameter of the experts module, in parameter order
   // (gate_up_proj inner, down_proj outer): the inner one's keys gain ".base_layer".
-  if (!s.experts) return "base_model.model." + (s.peft_path.empty() ? s.path : s.peft_path);
-  std::string module = s.path.substr(0, s.path.rfind('.'));  // ...mlp.experts
+  // A multimodal checkpoint's sites sit under peft's model.language_model. (peft_path), experts included.
+  const std::string& path = s.peft_path.empty() ? s.path : s.peft_path;
+  if (!s.experts) return "base_model.model." + path;
+  std::string module = path.substr(0, path.rfind('.'));  // ...mlp.experts
   if (s.leaf == "gate_up_proj" && both_expert_params_targeted) return "base_model.model." + module + ".base_layer";
   return "base_model.model." + module;
 }
