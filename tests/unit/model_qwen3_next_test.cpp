@@ -115,6 +115,13 @@ TEST_CASE("qwen3_next: LoRA targets as peft converts them (gate_proj / up_proj /
                                        "model.layers.2.mlp.experts.gate_up_proj", "model.layers.2.mlp.experts.down_proj"});
   spec.targets = {"gate_proj"};
   CHECK_THROWS_WITH_AS(ax::models::plan_lora(spec, "qwen3_next", sites), doctest::Contains("must be given together"), ax::UsageError);
+  // peft takes any target ending in .gate_proj for the experts: the shared expert's cannot be named.
+  spec.targets = {"shared_expert.gate_proj", "shared_expert.up_proj"};
+  CHECK_THROWS_WITH_AS(ax::models::plan_lora(spec, "qwen3_next", sites),
+                       doctest::Contains("target 'shared_expert.gate_proj' on this qwen3_next model: peft converts every target ending in 'gate_proj' to the routed experts"),
+                       ax::UsageError);
+  spec.targets = {"mlp.experts.down_proj", "shared_expert_gate"};  // the experts' parameter by its own name: fine
+  CHECK(ax::models::plan_lora(spec, "qwen3_next", sites).size() == 4);
   spec.targets = {"in_proj_qkv"};  // Qwen3.5's name
   CHECK_THROWS_WITH_AS(ax::models::plan_lora(spec, "qwen3_next", sites), doctest::Contains("did you mean 'in_proj_qkvz'"),
                        ax::UsageError);

@@ -134,6 +134,16 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
     if (((names || !dense_down) && linear_targets.erase("down_proj")) || linear_targets.erase("experts.down_proj") ||
         linear_targets.erase("mlp.experts.down_proj"))
       down = true;
+    // peft converts every target that ends in ".<per-expert name>" to the experts too, whatever precedes it: a
+    // dotted one (shared_expert.gate_proj, or mlp.gate_proj for mlp_only_layers) would put an adapter on a module
+    // that peft, loading it, takes for the experts'.
+    if (names)
+      for (const auto& t : linear_targets)
+        for (const std::string& n : {names->gate_up[0], names->gate_up[1], names->down})
+          if (t.size() > n.size() + 1 && t.compare(t.size() - n.size() - 1, n.size() + 1, "." + n) == 0)
+            throw UsageError(str("lora: target '", t, "' on this ", model_type, " model: peft converts every target ending in '",
+                                 n, "' to the routed experts (transformers' MoE conversion), so no other module of that name "
+                                 "can carry an adapter peft loads; target '", n, "' for the experts"));
   }
   std::vector<LoraPlan> out;
   std::set<std::string> used;
