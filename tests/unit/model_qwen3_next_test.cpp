@@ -24,6 +24,40 @@ TEST_CASE("qwen3_next: merge-lora folds the fused projections' and the experts' 
   ax::test::check_merge_lora("qwen3_next");
 }
 
+TEST_CASE("qwen3_next: the fused-experts checkpoint form and a hub checkpoint's mtp.* tensors load to the same logits") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  const fs::path src = ax::test::case_dir("qwen3_next");
+  auto ckpt = ax::safetensors::Checkpoint::open_dir(src.string());
+  const auto cfg = ax::test::config_of("qwen3_next");
+  const int64_t E = cfg["num_experts"].get<int64_t>();
+  // transformers 5's own layout: experts.gate_up_proj [E, 2I, H] (gate rows, then up) and experts.down_proj [E, H, I].
+  std::vector<std::pair<std::string, at::Tensor>> ts;
+  for (const auto& n : ckpt.names())
+    if (n.find(".mlp.experts.") == std::string::npos) ts.emplace_back(n, ckpt.get(n));
+  for (int64_t layer : {0, 2}) {
+    const std::string p = ax::str("model.layers.", layer, ".mlp.experts.");
+    std::vector<at::Tensor> gate_up, down;
+    for (int64_t e = 0; e < E; ++e) {
+      gate_up.push_back(at::cat({ckpt.get(ax::str(p, e, ".gate_proj.weight")), ckpt.get(ax::str(p, e, ".up_proj.weight"))}, 0));
+      down.push_back(ckpt.get(ax::str(p, e, ".down_proj.weight")));
+    }
+    ts.emplace_back(p + "gate_up_proj", at::stack(gate_up));
+    ts.emplace_back(p + "down_proj", at::stack(down));
+  }
+  ts.emplace_back("mtp.fc.weight", at::ones({24, 48}));  // the multi-token-prediction head transformers leaves unread
+  const fs::path d = ax::test::scratch_dir("qwen3_next_fused_experts");
+  fs::copy_file(src / "config.json", d / "config.json");
+  ax::safetensors::save((d / "model.safetensors").string(), ts);
+  auto golden = ax::safetensors::File::open((src / "golden.safetensors").string());
+  ax::Batch b;
+  b.input_ids = golden->get("input_ids");
+  const at::Tensor want = ax::test::load_hybrid(reg, src.string(), "qwen3_next")->forward(b, true).logits;
+  CHECK(ax::test::rel_max(ax::test::load_hybrid(reg, d.string(), "qwen3_next")->forward(b, true).logits, want) <= 1e-6);
+  CHECK(ax::test::rel_max(want, golden->get("logits")) <= 1e-4);
+  ax::test::remove_tree(d);
+}
+
 TEST_CASE("qwen3_next: the config's layers, sizes and defaults (Qwen3NextConfig's)") {
   const nlohmann::json base = ax::test::config_of("qwen3_next");
   auto c = ax::models::parse_hf_config(base, "c.json");
