@@ -43,6 +43,7 @@ CLASSES = {
     "gpt_oss": transformers.GptOssConfig,
     "qwen3_5": transformers.Qwen3_5TextConfig,  # Qwen3_5ForCausalLM's; the multimodal config's text_config
     "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
+    "qwen3_next": transformers.Qwen3NextConfig,
 }
 
 # The sizes axengine requires of each family's config.json (everything else has a default).
@@ -53,6 +54,7 @@ REQUIRED = {
     "olmoe": DENSE + ["num_experts", "num_experts_per_tok"],
     "gpt_oss": DENSE + ["num_local_experts", "num_experts_per_tok"],
     "qwen3_5_moe": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],  # the rest has defaults
+    "qwen3_next": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],
 }
 # hidden / heads = 8: a derived head_dim shows as 8, not as a class constant (qwen3 128, gemma3 256, gpt_oss 64);
 # 32 heads are a multiple of every class's default num_key_value_heads; 7 layers show gemma3's pattern of 6.
@@ -62,7 +64,7 @@ SMALL = dict(vocab_size=128, hidden_size=256, num_hidden_layers=7, num_attention
 # vocabulary above 151656; 16 heads take the default 8 kv heads.
 VL_SMALL = dict(vocab_size=152064, hidden_size=2048, num_hidden_layers=7, num_attention_heads=16, intermediate_size=96)
 
-MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe")
+MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next")
 
 
 def rope(cfg, params):
@@ -125,11 +127,11 @@ def expect(family, cfg, tie):
     if family in MOE_FAMILIES:
         e["router_aux_loss_coef"] = cfg.router_aux_loss_coef
         e["output_router_logits"] = cfg.output_router_logits
-    if family in ("qwen3_moe", "olmoe"):
+    if family in ("qwen3_moe", "olmoe", "qwen3_next"):
         e["norm_topk_prob"] = cfg.norm_topk_prob
     if family == "mixtral":
         e["norm_topk_prob"] = True  # MixtralTopKRouter always renormalises the top-k weights
-    if family == "qwen3_moe":
+    if family in ("qwen3_moe", "qwen3_next"):
         e["decoder_sparse_step"] = cfg.decoder_sparse_step
         e["mlp_only_layers"] = list(cfg.mlp_only_layers)
     if family == "olmoe":
@@ -140,7 +142,11 @@ def expect(family, cfg, tie):
     if family == "qwen3_5_moe":
         e["norm_topk_prob"] = True  # Qwen3_5MoeTopKRouter always renormalises
         e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
-    if family in ("qwen3_5", "qwen3_5_moe"):
+    if family == "qwen3_next":
+        # The sparse layers' sizes, and the dense layers' MLP (mlp_only_layers) of intermediate_size.
+        e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
+        e["intermediate_size"] = cfg.intermediate_size
+    if family in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
         # The layer pattern (full_attention_interval 4), the Gated DeltaNet's sizes, the partial RoPE's rotary dim
         # (modeling: int(head_dim * partial_rotary_factor)).
         e["linear_layers"] = [t == "linear_attention" for t in cfg.layer_types]
@@ -197,6 +203,9 @@ def main():
     cases.append(family_case("qwen2", "sliding", dict(SMALL, num_hidden_layers=30), {"use_sliding_window": True}))
     # Qwen3.5: layer_types from full_attention_interval 3 (the class pops it when layer_types is not given).
     cases.append(family_case("qwen3_5", "interval", SMALL, {"full_attention_interval": 3}))
+    # Qwen3-Next: a dense layer among the sparse ones (mlp_only_layers), every other layer sparse, the interval.
+    cases.append(family_case("qwen3_next", "sparse", SMALL, {"mlp_only_layers": [1], "decoder_sparse_step": 2,
+                                                            "full_attention_interval": 2}))
     cases.append(vl_case("class", None))
     cases.append(vl_case("small", VL_SMALL))
     cases.append(vl_case("flat", VL_SMALL, flat=True))

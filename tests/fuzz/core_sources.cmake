@@ -44,6 +44,7 @@ set(AX_FUZZ_CORE_SOURCES
   models/families/qwen3.cpp
   models/families/qwen3_5.cpp
   models/families/qwen3_5_moe.cpp
+  models/families/qwen3_next.cpp
   models/families/qwen3_moe.cpp
   models/family.cpp
   models/hf_config.cpp

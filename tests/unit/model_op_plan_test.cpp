@@ -250,6 +250,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
   else lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
   if (type == "qwen3_5_text" || type == "qwen3_5_moe_text")  // the Gated DeltaNet layers' projections
     lora.targets.insert(lora.targets.end(), {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"});
+  if (type == "qwen3_next")  // its fused ones
+    lora.targets.insert(lora.targets.end(), {"in_proj_qkvz", "in_proj_ba", "out_proj", "shared_expert_gate"});
   lora.r = 4;
   lora.alpha = 8;
   ax::ModelLoadOptions o;
@@ -296,7 +298,7 @@ void check_plan_is_what_runs(const PlanCase& c) {
 
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe",
+                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe", "tiny-qwen3-next",
                                              "tiny-qwen2_5-vl"};
   return p;
 }

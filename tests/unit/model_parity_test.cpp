@@ -170,8 +170,15 @@ TEST_CASE("model parity: qwen3_5_moe (routed experts + sigmoid-gated shared expe
   check_case("qwen3_5_moe", "reference");
   check_case("qwen3_5_moe", "naive");
 }
+TEST_CASE("model parity: qwen3_next (fused in_proj_qkvz / in_proj_ba per key head, dense layer among sparse ones, norm_topk_prob off, peft-converted expert targets) vs transformers+peft") {
+  check_case("qwen3_next", "reference");
+  check_case("qwen3_next", "naive");
+}
 TEST_CASE("model parity: qwen3_5's multimodal checkpoint (text_config, model.language_model.*, the tower unread), peft's adapter on it") {
   check_case("qwen3_5_vl", "reference");
+}
+TEST_CASE("model parity: qwen3_5_moe's multimodal checkpoint (Qwen3_5MoeForConditionalGeneration: model.language_model.* with per-expert experts, the tower unread), peft's adapter on it") {
+  check_case("qwen3_5_moe_vl", "reference");
 }
 
 // A config that ties the head to the embeddings (tie_word_embeddings true; gemma3_stored_head leaves the key out,

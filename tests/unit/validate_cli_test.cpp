@@ -205,6 +205,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-gpt-oss", "models/gpt-oss");
   init("tiny-qwen3_5", "models/qwen3.5");
   init("tiny-qwen3_5-moe", "models/qwen3.5-moe");
+  init("tiny-qwen3-next", "models/qwen3-next");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
   // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
   // 400, enough to pack into one step's 8 rows of 2048 tokens.
@@ -244,6 +245,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen3.5-lora.toml", "models/qwen3.5"},
       {"qwen3.5-moe-lora.toml", "models/qwen3.5-moe"},
       {"qwen3.5-moe-qlora.toml", "models/qwen3.5-moe"},
+      {"qwen3-next-lora.toml", "models/qwen3-next"},
       {"qwen2_5-vl-mm-cpt.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-chat-lora.toml", "models/qwen2_5-vl"},

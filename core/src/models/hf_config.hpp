@@ -103,6 +103,9 @@ struct HfConfig {
   std::vector<bool> linear_layers;  // empty: none
   struct GatedDeltaNet {
     int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
+    // Qwen3-Next: the projections fused into in_proj_qkvz and in_proj_ba, their rows grouped per key head
+    // (transformers' fix_query_key_value_ordering; parts/gated_deltanet.cpp); Qwen3.5: four separate ones.
+    bool fused = false;
   } gdn;
   // config.json is a multimodal checkpoint's (Qwen3_5ForConditionalGeneration): the decoder is its text_config,
   // its weights are under model.language_model. (checkpoint_text_view), the vision tower's are not read.

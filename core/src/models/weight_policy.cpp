@@ -19,6 +19,7 @@ bool is_projection(const std::string& n) {
                            // Gated DeltaNet (models/parts/gated_deltanet.hpp)
                            ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
                            ".linear_attn.in_proj_a.weight", ".linear_attn.out_proj.weight",
+                           ".linear_attn.in_proj_qkvz.weight", ".linear_attn.in_proj_ba.weight",  // Qwen3-Next's fused ones
                            // the shared expert (models/parts/shared_expert.hpp)
                            ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
                            ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight"})
