@@ -133,7 +133,7 @@ def main():
                 failures.append(f"{case}: merged logits differ by {err}")
         for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
                        "tiny-gemma3", "tiny-olmoe", "tiny-gpt-oss", "tiny-qwen3_5",
-                       "tiny-qwen3_5-moe"]:
+                       "tiny-qwen3_5-moe", "tiny-glm4-moe", "tiny-deepseek-v3"]:
             if peer_too_old(preset):
                 continue
             out = os.path.join(tmp, "init-" + preset)

@@ -70,6 +70,10 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
       // Gated DeltaNet projections (linear_attn.*) beside the attention and MLP ones.
       {"qwen3_5", {"in_proj_qkv", "in_proj_z", "in_proj_b", "out_proj", "q_proj", "down_proj"}, true},
+      // The group-router families: attention (MLA's projections) and the routed experts by peft's converted names.
+      {"glm4_moe", {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}, false},
+      {"deepseek_v3", {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "down_proj"}, true},
+      {"deepseek_v3_qproj", {"q_proj", "kv_b_proj", "gate_proj", "up_proj"}, false},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);

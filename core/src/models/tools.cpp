@@ -117,7 +117,9 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
     // (std 1/sqrt(hidden)) keep the initial logits O(1) and let training show (the quickstart trains these).
     else if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
       t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(hc.hidden_size)), gen);
-    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) t.zero_();
+    else if ((name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) ||
+             name.find(".e_score_correction_bias") != std::string::npos)  // the group router's buffer: zeros
+      t.zero_();
     else t.normal_(0.0, 0.02, gen);
     tensors.emplace_back(name, t);
   }
