@@ -249,3 +249,29 @@ TEST_CASE("deepseek_v3 / glm4_moe: a checkpoint missing a tensor, or with one of
   ax::test::EditedModel edited("deepseek_v3_qproj", cfg, "dsglm_q_rank");
   CHECK(load_error(reg, edited.dir).find("'q_lora_rank' is 4 but") != std::string::npos);
 }
+
+TEST_CASE("deepseek_v3 / glm4_moe: in bf16 the router's correction bias stays fp32, and the model tracks its fp32 golden") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  for (const std::string name : {"glm4_moe", "deepseek_v3"}) {
+    CAPTURE(name);
+    ax::ModelLoadOptions o;
+    o.dir = ax::test::case_dir(name).string();
+    o.adapter_dir = (ax::test::case_dir(name) / "adapter").string();
+    o.dtype = "bf16";
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+    auto m = ax::load_model(reg, o);
+    int biases = 0;
+    for (const auto& [n, t] : m->named_parameters()) {
+      if (n.find("e_score_correction_bias") == std::string::npos) continue;
+      CHECK(bool(t.scalar_type() == at::kFloat));
+      ++biases;
+    }
+    CHECK(biases == 2);
+    auto golden = ax::safetensors::File::open((ax::test::case_dir(name) / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = golden->get("input_ids");
+    // bf16 rounding (8 bits of mantissa) through 3 layers; a wrong router or attention is off by O(1).
+    CHECK(rel_max(m->forward(b, true).logits.to(at::kFloat), golden->get("logits")) <= 0.1);
+  }
+}
