@@ -2,7 +2,8 @@
 // glm4_moe_qknorm, deepseek_v3, deepseek_v3_qproj}, scripts/goldens/make_deepseek_glm_goldens.py): packed rows give
 // the logits and loss of separate rows (MLA's latent and the router see one sample at a time), merge-lora gives
 // transformers+peft's logits and writes the checkpoint's own names (fp32 correction bias included), the fused
-// expert form loads like the per-expert one, the init-model presets load, and the config / checkpoint refusals.
+// expert form loads like the per-expert one, the init-model presets load and train (bf16, nf4 too), and the config /
+// checkpoint refusals.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -139,15 +140,15 @@ TEST_CASE("deepseek_v3 / glm4_moe: fused experts (transformers 5's in-memory for
 TEST_CASE("deepseek_v3 / glm4_moe: init-model presets load, train a step and take an adapter") {
   ax::Registry reg;
   ax::register_builtins(reg);
-  for (const char* preset : {"tiny-glm4-moe", "tiny-deepseek-v3"}) {
+  for (const std::string preset : {"tiny-glm4-moe", "tiny-deepseek-v3"}) {
     CAPTURE(preset);
-    const fs::path dir = ax::test::scratch_dir(std::string("init_") + preset);
+    const fs::path dir = ax::test::scratch_dir("init_" + preset);
     ax::init_model_dir(preset, dir.string(), 3);
     ax::ModelLoadOptions o;
     o.dir = dir.string();
     o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
     ax::LoraSpec spec;
-    spec.targets = std::string(preset) == "tiny-deepseek-v3"
+    spec.targets = preset == "tiny-deepseek-v3"
                        ? std::vector<std::string>{"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
                        : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     o.lora = spec;
@@ -274,4 +275,42 @@ TEST_CASE("deepseek_v3 / glm4_moe: in bf16 the router's correction bias stays fp
     // bf16 rounding (8 bits of mantissa) through 3 layers; a wrong router or attention is off by O(1).
     CHECK(rel_max(m->forward(b, true).logits.to(at::kFloat), golden->get("logits")) <= 0.1);
   }
+}
+
+TEST_CASE("deepseek_v3 / glm4_moe: QLoRA packs MLA's, the experts' and the shared experts' projections to nf4") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  for (const std::string preset : {"tiny-deepseek-v3", "tiny-glm4-moe"}) {
+    CAPTURE(preset);
+    const fs::path dir = ax::test::scratch_dir("nf4_" + preset);
+    ax::init_model_dir(preset, dir.string(), 5);
+    ax::ModelLoadOptions o;
+    o.dir = dir.string();
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+    auto dense = ax::load_model(reg, o);
+    o.weights.format = "nf4";
+    auto packed = ax::load_model(reg, o);
+    const auto st = packed->weight_stats();
+    CHECK(st.kept.empty());  // every projection fits blocksize 64: none left dense
+    // Everything but the embeddings, the head, norms, routers, their correction biases and GLM's q/k/v biases.
+    int64_t other = 0;
+    for (const auto& [n, t] : dense->named_parameters())
+      if (n.find("proj") == std::string::npos || n.find(".bias") != std::string::npos) other += t.numel();
+    CHECK(st.packed_params == st.params - other);
+    ax::Batch b;
+    b.input_ids = at::randint(0, 300, {2, 9}, at::kLong);
+    const at::Tensor want = dense->forward(b, true).logits, got = packed->forward(b, true).logits;
+    const double err = rel_max(got, want);
+    CHECK(err > 0);     // the packed base is what ran
+    CHECK(err < 0.05);  // nf4 rounding of a random base, not another model
+    ax::test::remove_tree(dir);
+  }
+}
+
+TEST_CASE("deepseek_v3: Kimi K2's model_type kimi_k2 is read as deepseek_v3") {
+  nlohmann::json j = ax::test::config_of("deepseek_v3");
+  j["model_type"] = "kimi_k2";
+  const auto c = ax::models::parse_hf_config(j, "c.json");
+  CHECK(c.model_type == "deepseek_v3");
+  CHECK(c.is_mla());
 }

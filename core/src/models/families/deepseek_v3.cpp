@@ -60,6 +60,9 @@ const Family& deepseek_v3_family() {
   static const Family f = [] {
     Family f;
     f.name = "deepseek_v3";
+    // Kimi K2's config.json says model_type "kimi_k2" (its remote code's name for DeepseekV3Config, architecture
+    // DeepseekV3ForCausalLM, the same keys): read as this family.
+    f.also_types = {"kimi_k2"};
     f.config_class = "DeepseekV3Config";
     f.summary = "DeepSeek-V3 / Kimi K2 (multi-head latent attention, group-limited sigmoid router, shared experts)";
     f.defaults.rms_norm_eps = 1e-6;
