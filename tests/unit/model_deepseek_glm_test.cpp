@@ -314,3 +314,52 @@ TEST_CASE("deepseek_v3: Kimi K2's model_type kimi_k2 is read as deepseek_v3") {
   CHECK(c.model_type == "deepseek_v3");
   CHECK(c.is_mla());
 }
+
+// The hub's config.json files as they ship (transformers 4 spelling, remote-code keys transformers' classes ignore:
+// topk_method, scoring_func, moe_layer_freq, ...): read without a complaint, with the sizes the checkpoints have.
+TEST_CASE("deepseek_v3 / glm4_moe: the hub configs of DeepSeek-V3 (bf16) and GLM-4.5-Air read as their checkpoints are") {
+  const nlohmann::json ds = nlohmann::json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001,
+    "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+    "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+    "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+    "transformers_version": "4.46.3", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})");
+  const auto c = ax::models::parse_hf_config(ds, "DeepSeek-V3/config.json");
+  CHECK(c.mla.q_lora_rank == 1536);
+  CHECK(c.head_dim == 64);
+  CHECK(c.rope.type == "yarn");
+  CHECK(c.rope.attention_factor == doctest::Approx(1.0));  // mscale == mscale_all_dim
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  CHECK(c.mla.softmax_scale == doctest::Approx(m * m / std::sqrt(192.0)).epsilon(1e-12));
+  CHECK(c.mlp_only_layers == std::vector<int64_t>{0, 1, 2});
+  CHECK(c.n_group == 8);
+  CHECK(c.topk_group == 4);
+  CHECK(c.shared_expert_intermediate_size == 2048);
+  CHECK(c.routed_scaling_factor == 2.5);
+  const nlohmann::json glm = nlohmann::json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0, "pad_token_id": 151329,
+    "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+    "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944, "max_position_embeddings": 131072,
+    "model_type": "glm4_moe", "moe_intermediate_size": 1408, "norm_topk_prob": true, "num_attention_heads": 96,
+    "n_group": 1, "topk_group": 1, "n_routed_experts": 128, "n_shared_experts": 1, "routed_scaling_factor": 1.0,
+    "num_experts_per_tok": 8, "first_k_dense_replace": 1, "num_hidden_layers": 46, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 1000000, "num_nextn_predict_layers": 1,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": true,
+    "use_qk_norm": false, "vocab_size": 151552})");
+  const auto g = ax::models::parse_hf_config(glm, "GLM-4.5-Air/config.json");
+  CHECK(g.head_dim == 128);
+  CHECK(g.rope_dim() == 64);
+  CHECK(g.qkv_bias);
+  CHECK_FALSE(g.o_bias);
+  CHECK_FALSE(g.qk_norm);
+  CHECK(g.num_experts == 128);
+  CHECK(g.mlp_only_layers == std::vector<int64_t>{0});
+  CHECK(g.shared_expert_intermediate_size == 1408);
+}
