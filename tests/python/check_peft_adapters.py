@@ -54,7 +54,11 @@ NF4 = torch.tensor([-1.0, -0.6961928009986877, -0.5250730514526367, -0.394917488
 # The QLoRA policy (docs/weights.md): attention, MLP and expert projections are packed; embeddings, lm_head,
 # routers (mlp.gate), norms and biases are not.
 PACKED = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight", ".mlp.gate_proj.weight",
-          ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+          ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj",
+          # DeepSeek-V3 / GLM-4.5's shared experts and multi-head latent attention
+          ".mlp.shared_experts.gate_proj.weight", ".mlp.shared_experts.up_proj.weight",
+          ".mlp.shared_experts.down_proj.weight", ".q_a_proj.weight", ".q_b_proj.weight", ".kv_a_proj_with_mqa.weight",
+          ".kv_b_proj.weight")
 
 
 def nf4_roundtrip(w, blocksize):

@@ -127,7 +127,7 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
   ax::WeightPolicy nf4;
   nf4.format = "nf4";
   nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
-  for (const char* name : {"llama", "qwen3_moe"}) {
+  for (const char* name : {"llama", "qwen3_moe", "glm4_moe"}) {  // glm4_moe: shared experts and a dense layer too
     CAPTURE(name);
     const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
     ax::LoraSpec spec;
