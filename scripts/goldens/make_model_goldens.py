@@ -322,6 +322,8 @@ def make_case(name, spec):
                 p.copy_(1.5 * torch.randn_like(p))
             if n.endswith("_bias") or n.endswith("router.bias"):
                 p.copy_(0.2 * torch.randn_like(p))
+    if spec.get("prepare"):  # a case's own setup of what the loop above leaves (buffers: scripts/goldens/make_deepseek_glm_goldens.py)
+        spec["prepare"](model)
     packed = set_mxfp4_experts(model) if spec.get("mxfp4") else None
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)

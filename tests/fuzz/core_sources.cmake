@@ -34,7 +34,9 @@ set(AX_FUZZ_CORE_SOURCES
   kernel_op.cpp
   models/bnb_config.cpp
   models/config_reader.cpp
+  models/families/deepseek_v3.cpp
   models/families/gemma3_text.cpp
+  models/families/glm4_moe.cpp
   models/families/gpt_oss.cpp
   models/families/llama.cpp
   models/families/mistral.cpp
@@ -49,6 +51,7 @@ set(AX_FUZZ_CORE_SOURCES
   models/family.cpp
   models/hf_config.cpp
   models/lora.cpp
+  models/parts/group_topk_router.cpp
   models/qwen2_5_vl_config.cpp
   op_spec.cpp
   ops/check.cpp

@@ -59,7 +59,11 @@ PACKED = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight"
           ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
           ".linear_attn.in_proj_a.weight", ".linear_attn.in_proj_qkvz.weight", ".linear_attn.in_proj_ba.weight",
           ".linear_attn.out_proj.weight", ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
-          ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight")
+          ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight",
+          # DeepSeek-V3 / GLM-4.5's shared experts and multi-head latent attention
+          ".mlp.shared_experts.gate_proj.weight", ".mlp.shared_experts.up_proj.weight",
+          ".mlp.shared_experts.down_proj.weight", ".q_a_proj.weight", ".q_b_proj.weight", ".kv_a_proj_with_mqa.weight",
+          ".kv_b_proj.weight")
 
 
 def nf4_roundtrip(w, blocksize):
@@ -138,7 +142,8 @@ def main():
                 failures.append(f"{case}: merged logits differ by {err}")
         for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
                        "tiny-gemma3", "tiny-olmoe", "tiny-gpt-oss", "tiny-qwen3_5",
-                       "tiny-qwen3_5-moe", "tiny-qwen3-next"]:
+                       "tiny-qwen3_5-moe", "tiny-qwen3-next",
+                       "tiny-glm4-moe", "tiny-deepseek-v3"]:
             if peer_too_old(preset):
                 continue
             out = os.path.join(tmp, "init-" + preset)

@@ -73,15 +73,17 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<ax::train::Generat
 
 const char* kCases[] = {"llama",     "qwen2",          "mistral", "qwen3",  "qwen3_yarn", "llama_dynamic",
                         "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4",
-                        "qwen3_5", "qwen3_5_moe", "qwen3_next"};
+                        "qwen3_5", "qwen3_5_moe", "qwen3_next",
+                        "glm4_moe", "glm4_moe_qknorm", "deepseek_v3", "deepseek_v3_qproj"};
 
 }  // namespace
 
 TEST_CASE("decode: cached logits equal the full forward's at every step") {
   // Not llama_dynamic: its frequencies follow the forward's length, so cached keys (rotated when they were
   // new) differ from a full forward's by design, in transformers too; its tokens are checked against HF below.
-  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe",
-                                    "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4"}) {
+  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe", "qwen3_moe_top1",
+                                    "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "deepseek_v3",
+                                    "deepseek_v3_qproj"}) {
     CAPTURE(name);
     auto l = load_case(name);
     auto& dec = ax::train::decoder_of(*l.model);

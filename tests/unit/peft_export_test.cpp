@@ -76,6 +76,10 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       // qwen3_next: the fused projections; gate_proj / up_proj / down_proj converted to the experts (peft).
       {"qwen3_next", {"in_proj_qkvz", "in_proj_ba", "out_proj", "v_proj", "gate_proj", "up_proj", "down_proj",
                       "shared_expert_gate"}, true},
+      // The group-router families: attention (MLA's projections) and the routed experts by peft's converted names.
+      {"glm4_moe", {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}, false},
+      {"deepseek_v3", {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "down_proj"}, true},
+      {"deepseek_v3_qproj", {"q_proj", "kv_b_proj", "gate_proj", "up_proj"}, false},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -130,8 +134,8 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
   nf4.format = "nf4";
   nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
   // qwen3_5: its linear-attention projections packed too (the MoE hybrids' [1, 24] shared_expert_gate is not a
-  // multiple of 16: model_quant_test.cpp covers their QLoRA).
-  for (const char* name : {"llama", "qwen3_moe", "qwen3_5"}) {
+  // multiple of 16: model_quant_test.cpp covers their QLoRA); glm4_moe: shared experts and a dense layer too.
+  for (const char* name : {"llama", "qwen3_moe", "qwen3_5", "glm4_moe"}) {
     CAPTURE(name);
     const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
     ax::LoraSpec spec;

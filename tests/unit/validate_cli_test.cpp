@@ -207,6 +207,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-qwen3_5-moe", "models/qwen3.5-moe");
   init("tiny-qwen3-next", "models/qwen3-next");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
+  init("tiny-glm4-moe", "models/glm4.5-air");
+  init("tiny-deepseek-v3", "models/deepseek-v3");
   // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
   // 400, enough to pack into one step's 8 rows of 2048 tokens.
   fs::create_directories(dir.path / "data/mm/images");
@@ -249,6 +251,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen2_5-vl-mm-cpt.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-chat-lora.toml", "models/qwen2_5-vl"},
+      {"glm4.5-air-lora.toml", "models/glm4.5-air"},
+      {"deepseek-v3-lora.toml", "models/deepseek-v3"},
   };
   std::size_t shipped = 0;
   for (const auto& e : fs::directory_iterator(std::string(AXENGINE_SOURCE_DIR) + "/configs")) shipped += e.path().extension() == ".toml";

@@ -17,6 +17,8 @@ const Family& gpt_oss_family();
 const Family& qwen3_5_family();
 const Family& qwen3_5_moe_family();
 const Family& qwen3_next_family();
+const Family& glm4_moe_family();
+const Family& deepseek_v3_family();
 
 const std::vector<const Family*>& families() {
   // In init-model's order of presets (and docs/models.md's table).
@@ -24,7 +26,7 @@ const std::vector<const Family*>& families() {
                                                  &qwen3_family(),       &qwen3_moe_family(), &mixtral_family(),
                                                  &gemma3_text_family(), &olmoe_family(), &gpt_oss_family(),
                                                  &qwen3_5_family(),     &qwen3_5_moe_family(),
-                                                 &qwen3_next_family()};
+                                                 &qwen3_next_family(),  &glm4_moe_family(), &deepseek_v3_family()};
   return all;
 }
 
