@@ -228,7 +228,8 @@ put("tokenizer_encode", "invalid_utf8", b"\x05" + b"ab\xff\xfe\xc3(\xe2\x82 \xf0
 
 # --- hf_config: the test models' config.json, and variants of the keys parse_hf_config reads
 for name in sorted(os.listdir(os.path.join(DATA, "models"))):
-    put("hf_config", name, read(os.path.join(DATA, "models", name, "config.json")))
+    if os.path.isfile(os.path.join(DATA, "models", name, "config.json")):  # skips the directory's golden files
+        put("hf_config", name, read(os.path.join(DATA, "models", name, "config.json")))
 llama = json.loads(read(os.path.join(DATA, "models/llama/config.json")))
 v = dict(llama, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                               "original_max_position_embeddings": 8192})
