@@ -16,6 +16,8 @@ using RecomputeFn = std::function<std::vector<at::Tensor>(const at::Tensor& x)>;
 // dropout draws the same masks), back-propagates the incoming gradients through it — parameters captured
 // by fn (LoRA factors) accumulate their .grad there — and passes dx on. `fn` must own what it captures:
 // it runs again after the caller has returned. Undefined outputs are not allowed.
+// x is kept for backward where checkpoint_store() says when forward runs (models/offload.hpp): as is, or in
+// host memory ([train] activation_offload), brought back (prefetched by the layer above) before backward.
 std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x);
 
 }  // namespace ax::autograd

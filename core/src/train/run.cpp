@@ -27,6 +27,7 @@
 #include "data/chat_template.hpp"
 #include "data/prepare.hpp"
 #include "models/decoder.hpp"
+#include "models/offload.hpp"
 #include "models/training_record.hpp"
 #include "train/dist_config.hpp"
 #include "train/dist_expert.hpp"
@@ -249,6 +250,9 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     s.gather_adapter = [decoder] { decoder->gather_expert_lora(); };
   }
 
+  // [train] activation_offload: where each checkpointed layer keeps its input (models/offload.hpp), for this run.
+  const autograd::CheckpointStoreScope store(plan.train.activation_offload ? autograd::CheckpointStore::kHost
+                                                                           : autograd::CheckpointStore::kDevice);
   auto sum = train::run_trainer(s);
   if (!writer) return;
   std::vector<std::string> lines{

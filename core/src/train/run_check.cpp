@@ -262,6 +262,7 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
   shape.sequence_len = seq;
   shape.dtype_bytes = engine.dtype == "fp32" ? 4 : 2;
   shape.activation_checkpointing = p.train.activation_checkpointing;
+  shape.activation_offload = p.train.activation_offload && engine.device.is_cuda();
   // The backends selection picks for this device and dtype.
   for (const auto& r : engine.resolve_all()) {
     if (r.op == ops::LinearCe::kOp) shape.logits_whole = r.chosen == "reference";
@@ -356,6 +357,9 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_shard_base(cfg, p.distributed, p.dist_env, p.eval.exact_match);
 
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
+  if (p.train.activation_offload && !engine.device.is_cuda())
+    log::warn(ax::str(cfg.file, ": train.activation_offload = true on the CPU: the layer inputs already live in host "
+                      "memory, so nothing is offloaded (activation checkpointing still applies)"));
   return p;
 }
 
