@@ -11,11 +11,15 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include "axengine/builtins.hpp"
+#include "axengine/config.hpp"
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/selection.hpp"
 #include "models/offload.hpp"
+#include "train/train_config.hpp"
 
 namespace fs = std::filesystem;
 using ax::autograd::CheckpointStore;
@@ -140,4 +144,36 @@ TEST_CASE("activation offload: pinned host memory and a side stream give bitwise
     CHECK(after.stashed - before.stashed == steps * layers);
     CHECK(after.prefetched - before.prefetched == steps * (layers - 1));
   }
+}
+
+namespace {
+
+// [train] of a run config holding `body`, as the run reads it.
+ax::train::TrainConfig train_section(const std::string& body) {
+  const fs::path dir = fs::temp_directory_path() / ("ax_offload_cfg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "run.toml";
+  std::ofstream(file) << "[train]\n" << body << "\n";
+  auto cfg = ax::read_config(file.string());
+  fs::remove_all(dir);
+  return ax::train::read_train_config(cfg);
+}
+
+}  // namespace
+
+TEST_CASE("activation offload: the key implies activation checkpointing, and is refused with it turned off") {
+  CHECK(!train_section("").activation_offload);
+  const auto implied = train_section("activation_offload = true");
+  CHECK(implied.activation_offload);
+  CHECK(implied.activation_checkpointing);
+  CHECK(train_section("activation_offload = true\nactivation_checkpointing = true").activation_checkpointing);
+  std::string err;
+  try {
+    train_section("activation_checkpointing = false\nactivation_offload = true");
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  CHECK(err.find("train.activation_offload") != std::string::npos);
+  CHECK(err.find("train.activation_checkpointing = true") != std::string::npos);
+  CHECK(err.find("run.toml") != std::string::npos);
 }
