@@ -43,6 +43,7 @@ struct State : torch::CustomClassHolder {
   RecomputeFn fn;
   RngStates rng;
   bool x_requires_grad = false;
+  bool offloadable = true;
   std::shared_ptr<OffloadedInput> offloaded;  // x in host memory ([train] activation_offload), else saved as is
 };
 
@@ -55,7 +56,7 @@ struct RecomputeNode : torch::autograd::Function<RecomputeNode> {
     st->rng = RngStates::capture(x);
     st->x_requires_grad = x.requires_grad();
     // Offloaded before fn is queued, so that the copy out overlaps fn's compute.
-    if (offloads(checkpoint_store(), x)) st->offloaded = OffloadedInput::stash(x.detach());
+    if (st->offloadable && offloads(checkpoint_store(), x)) st->offloaded = OffloadedInput::stash(x.detach());
     variable_list out = st->fn(x.detach());
     for (const auto& t : out)
       if (!t.defined()) throw RuntimeError("recompute: the function returned an undefined tensor");
@@ -89,10 +90,11 @@ struct RecomputeNode : torch::autograd::Function<RecomputeNode> {
 
 }  // namespace
 
-std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x) {
+std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x, bool offloadable) {
   static const at::Tensor anchor = at::empty({0}).requires_grad_(true);
   auto st = c10::make_intrusive<State>();
   st->fn = std::move(fn);
+  st->offloadable = offloadable;
   return RecomputeNode::apply(x, anchor, st);
 }
 

@@ -28,6 +28,7 @@
 #include "data/prepare.hpp"
 #include "models/decoder.hpp"
 #include "models/offload.hpp"
+#include "models/tiled_mlp.hpp"
 #include "models/training_record.hpp"
 #include "train/dist_config.hpp"
 #include "train/dist_expert.hpp"
@@ -253,6 +254,7 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
   // [train] activation_offload: where each checkpointed layer keeps its input (models/offload.hpp), for this run.
   const autograd::CheckpointStoreScope store(plan.train.activation_offload ? autograd::CheckpointStore::kHost
                                                                            : autograd::CheckpointStore::kDevice);
+  const models::MlpTilesScope tiles(plan.train.tiled_mlp);  // [train] tiled_mlp (models/tiled_mlp.hpp)
   auto sum = train::run_trainer(s);
   if (!writer) return;
   std::vector<std::string> lines{

@@ -285,6 +285,18 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
                         shape.activation_checkpointing ? "" : ", or set train.activation_checkpointing = true"));
 }
 
+// [train] tiled_mlp shards the MLP block's tokens, each shard its own recompute node run again in the main backward,
+// after the layer's call: where a layer's weights are there only during its call (shard_base) or its experts'
+// all-to-all must run the same number of times on every rank (expert_parallel) it cannot apply.
+void check_tiled_mlp(const RunConfig& cfg, const TrainConfig& train, const DistributedConfig& d) {
+  if (train.tiled_mlp <= 1) return;
+  const char* with = d.shard_base ? "distributed.shard_base = true" : d.expert_parallel > 1 ? "distributed.expert_parallel > 1" : nullptr;
+  if (with)
+    config_fail(cfg.file, node_at(cfg, "train.tiled_mlp"),
+                ax::str("'train.tiled_mlp' = ", train.tiled_mlp, ": not together with ", with,
+                        " (each shard is recomputed in backward outside its layer's call); set tiled_mlp = 1 or turn that off"));
+}
+
 }  // namespace
 
 ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train) {
@@ -356,6 +368,7 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_expert_parallel(cfg, p.distributed, p.dist_env, p.resume.has_value(), p.eval.exact_match);
   check_shard_base(cfg, p.distributed, p.dist_env, p.eval.exact_match);
 
+  check_tiled_mlp(cfg, p.train, p.distributed);
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
   if (p.train.activation_offload && !engine.device.is_cuda())
     log::warn(ax::str(cfg.file, ": train.activation_offload = true on the CPU: the layer inputs already live in host "

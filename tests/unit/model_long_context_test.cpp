@@ -1,7 +1,10 @@
+// The long-context memory features (docs/training.md, "Long context").
 // [train] activation_offload (models/offload.hpp): the checkpointed layer inputs kept in host memory give bitwise
 // the losses and LoRA gradients of activation checkpointing alone, over a few optimizer steps. On the CPU the test
 // seam CheckpointStore::kHostCopy runs the offload path (copy out, link, prefetch, copy back); the CUDA case runs
 // the real one (pinned host buffers, a side stream, events) and passes saying so without a device.
+// [train] tiled_mlp (models/tiled_mlp.hpp): the MLP / MoE block in token shards gives the untiled losses and LoRA
+// gradients to fp32 rounding (1e-6 of the largest magnitude), with and without activation checkpointing.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -19,6 +22,7 @@
 #include "axengine/safetensors.hpp"
 #include "axengine/selection.hpp"
 #include "models/offload.hpp"
+#include "models/tiled_mlp.hpp"
 #include "train/train_config.hpp"
 
 namespace fs = std::filesystem;
@@ -33,23 +37,36 @@ struct Trace {
   std::vector<std::vector<at::Tensor>> grads;  // a step's LoRA gradients
 };
 
-// `steps` SGD steps of a fresh LoRA (B nonzero, dropout on the dense model: the recomputation replays the RNG) with
-// activation checkpointing, each layer input kept as `store` says.
-Trace train_steps(const std::string& name, const std::string& device, CheckpointStore store, int steps) {
+struct Setup {
+  CheckpointStore store = CheckpointStore::kDevice;
+  int64_t tiles = 1;
+  bool checkpointing = true;
+  double dense_dropout = 0.3;
+};
+
+Setup stored(CheckpointStore store) {
+  Setup s;
+  s.store = store;
+  return s;
+}
+
+// `steps` SGD steps of a fresh LoRA (B nonzero, dropout on the dense model: the recomputation replays the RNG) as
+// `setup` says.
+Trace train_steps(const std::string& name, const std::string& device, const Setup& setup, int steps) {
   ax::Registry reg;
   ax::register_builtins(reg);
   const bool moe = name == "mixtral";
   ax::LoraSpec spec;  // LoRA on experts takes no dropout (as peft)
   spec.targets = moe ? std::vector<std::string>{"q_proj", "v_proj", "gate_up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "v_proj", "gate_proj", "down_proj"};
-  spec.dropout = moe ? 0.0 : 0.3;
+  spec.dropout = moe ? 0.0 : setup.dense_dropout;
   at::manual_seed(7);
   ax::ModelLoadOptions o;
   o.dir = case_dir(name).string();
   o.dtype = "fp32";
   o.device = device;
   o.lora = spec;
-  o.activation_checkpointing = true;
+  o.activation_checkpointing = setup.checkpointing;
   o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{},
                                               device == "cpu" ? ax::DeviceInfo{} : ax::detect_device("cuda"));
   auto m = ax::load_model(reg, o);
@@ -64,7 +81,8 @@ Trace train_steps(const std::string& name, const std::string& device, Checkpoint
   b.input_ids = g->get("input_ids");
   b.labels = b.input_ids;
   m->set_training(true);
-  const ax::autograd::CheckpointStoreScope scope(store);
+  const ax::autograd::CheckpointStoreScope scope(setup.store);
+  const ax::models::MlpTilesScope tiles(setup.tiles);
   Trace tr;
   for (int s = 0; s < steps; ++s) {
     for (auto& [n, t] : params) t.mutable_grad() = at::Tensor();
@@ -83,13 +101,19 @@ Trace train_steps(const std::string& name, const std::string& device, Checkpoint
   return tr;
 }
 
-void check_equal(const Trace& a, const Trace& b) {
+// Equal to `tol` of the largest magnitude (0: bitwise).
+void check_equal(const Trace& a, const Trace& b, double tol = 0) {
+  auto same = [tol](const at::Tensor& x, const at::Tensor& y) {
+    if (tol == 0) return at::equal(x, y);
+    const double scale = std::max(1.0, x.abs().max().item<double>());
+    return (x - y).abs().max().item<double>() <= tol * scale;
+  };
   REQUIRE(a.losses.size() == b.losses.size());
   for (std::size_t s = 0; s < a.losses.size(); ++s) {
     CAPTURE(s);
-    CHECK(at::equal(a.losses[s], b.losses[s]));
+    CHECK(same(a.losses[s], b.losses[s]));
     REQUIRE(a.grads[s].size() == b.grads[s].size());
-    for (std::size_t i = 0; i < a.grads[s].size(); ++i) CHECK(at::equal(a.grads[s][i], b.grads[s][i]));
+    for (std::size_t i = 0; i < a.grads[s].size(); ++i) CHECK(same(a.grads[s][i], b.grads[s][i]));
   }
   // The steps differ (the parameters moved): a run that ignored the update would compare equal too.
   CHECK(!at::equal(a.losses.front(), a.losses.back()));
@@ -106,9 +130,9 @@ TEST_CASE("activation offload: layer inputs in a host copy give bitwise the loss
   for (const char* name : {"qwen3", "mixtral"}) {
     CAPTURE(name);
     const int steps = 3;
-    const Trace plain = train_steps(name, "cpu", CheckpointStore::kDevice, steps);
+    const Trace plain = train_steps(name, "cpu", stored(CheckpointStore::kDevice), steps);
     const auto before = ax::autograd::offload_counts();
-    const Trace offloaded = train_steps(name, "cpu", CheckpointStore::kHostCopy, steps);
+    const Trace offloaded = train_steps(name, "cpu", stored(CheckpointStore::kHostCopy), steps);
     const auto after = ax::autograd::offload_counts();
     check_equal(plain, offloaded);
     // Every layer's input went out and came back each step, all but the top layer's ahead of its backward.
@@ -121,7 +145,7 @@ TEST_CASE("activation offload: layer inputs in a host copy give bitwise the loss
 
 TEST_CASE("activation offload: kHost leaves CPU tensors where they are") {
   const auto before = ax::autograd::offload_counts();
-  const Trace t = train_steps("qwen3", "cpu", CheckpointStore::kHost, 1);
+  const Trace t = train_steps("qwen3", "cpu", stored(CheckpointStore::kHost), 1);
   CHECK(ax::autograd::offload_counts().stashed == before.stashed);
   CHECK(!ax::autograd::offloads(CheckpointStore::kHost, at::zeros({1})));
   CHECK(ax::autograd::offloads(CheckpointStore::kHostCopy, at::zeros({1})));
@@ -135,9 +159,9 @@ TEST_CASE("activation offload: pinned host memory and a side stream give bitwise
   for (const char* name : {"qwen3", "mixtral"}) {
     CAPTURE(name);
     const int steps = 3;
-    const Trace plain = train_steps(name, "cuda:0", CheckpointStore::kDevice, steps);
+    const Trace plain = train_steps(name, "cuda:0", stored(CheckpointStore::kDevice), steps);
     const auto before = ax::autograd::offload_counts();
-    const Trace offloaded = train_steps(name, "cuda:0", CheckpointStore::kHost, steps);
+    const Trace offloaded = train_steps(name, "cuda:0", stored(CheckpointStore::kHost), steps);
     const auto after = ax::autograd::offload_counts();
     check_equal(plain, offloaded);
     const int64_t layers = layers_of(name);
@@ -176,4 +200,65 @@ TEST_CASE("activation offload: the key implies activation checkpointing, and is 
   CHECK(err.find("train.activation_offload") != std::string::npos);
   CHECK(err.find("train.activation_checkpointing = true") != std::string::npos);
   CHECK(err.find("run.toml") != std::string::npos);
+}
+
+TEST_CASE("tiled MLP: the block in token shards gives the untiled losses and LoRA grads to 1e-6 (CPU)") {
+  // qwen3: dense MLP; mixtral: MoE with the router aux loss (its logits concatenated over the shards). Dropout off:
+  // shards draw their masks in another order than the whole block.
+  for (const char* name : {"qwen3", "mixtral"}) {
+    for (bool ckpt : {false, true}) {
+      CAPTURE(name);
+      CAPTURE(ckpt);
+      Setup s;
+      s.checkpointing = ckpt;
+      s.dense_dropout = 0;
+      const Trace untiled = train_steps(name, "cpu", s, 3);
+      for (int64_t tiles : {2, 3, 1000}) {  // 1000: more shards than tokens, one token each
+        CAPTURE(tiles);
+        s.tiles = tiles;
+        const int64_t calls = ax::models::tiled_mlp_shard_calls();
+        check_equal(untiled, train_steps(name, "cpu", s, 3), 1e-6);
+        CHECK(ax::models::tiled_mlp_shard_calls() - calls >= 3 * layers_of(name) * 2);  // the hook ran, in shards
+      }
+      s.tiles = 1;
+    }
+  }
+  // Together with offload (the shards' inputs stay out of the offload chain: every layer input is still prefetched).
+  Setup s;
+  s.tiles = 2;
+  s.dense_dropout = 0;
+  const Trace tiled = train_steps("qwen3", "cpu", s, 2);
+  s.store = CheckpointStore::kHostCopy;
+  const auto before = ax::autograd::offload_counts();
+  check_equal(tiled, train_steps("qwen3", "cpu", s, 2));
+  const auto after = ax::autograd::offload_counts();
+  CHECK(after.stashed - before.stashed == 2 * layers_of("qwen3"));
+  CHECK(after.prefetched - before.prefetched == 2 * (layers_of("qwen3") - 1));
+}
+
+TEST_CASE("tiled MLP: shards in order, each recomputed in backward; router logits concatenated") {
+  const ax::models::MlpTilesScope tiles(3);
+  std::vector<int64_t> rows;  // the rows of each block call
+  const ax::models::MlpBlock block = [&rows](const at::Tensor& t, std::vector<at::Tensor>& rl) {
+    rows.push_back(t.size(0));
+    rl.push_back(t.sum(-1, true));  // per-token "router logits"
+    return t * t;
+  };
+  const at::Tensor x = at::arange(7 * 2, at::kDouble).reshape({7, 2}).requires_grad_(true);
+  std::vector<at::Tensor> logits;
+  const at::Tensor y = ax::models::tiled_mlp(block, x, logits);
+  CHECK(rows == std::vector<int64_t>{3, 3, 1});
+  CHECK(at::equal(y, x * x));
+  REQUIRE(logits.size() == 1);
+  CHECK(at::equal(logits[0], x.sum(-1, true)));
+  (y.sum() + logits[0].sum()).backward();
+  CHECK(rows == std::vector<int64_t>{3, 3, 1, 1, 3, 3});  // backward recomputes each shard, last first
+  CHECK(at::equal(x.grad(), 2 * x.detach() + 1));
+  rows.clear();
+  {
+    at::NoGradGuard ng;  // nothing to record: the shards just run
+    std::vector<at::Tensor> l2;
+    CHECK(at::equal(ax::models::tiled_mlp(block, x, l2), x * x));
+  }
+  CHECK(rows == std::vector<int64_t>{3, 3, 1});
 }
