@@ -24,6 +24,9 @@
 #include "models/offload.hpp"
 #include "models/tiled_mlp.hpp"
 #include "train/train_config.hpp"
+#include "unit/test_util.hpp"
+#include "unit/tiny_model.hpp"
+#include "unit/validate_run_dir.hpp"
 
 namespace fs = std::filesystem;
 using ax::autograd::CheckpointStore;
@@ -261,4 +264,53 @@ TEST_CASE("tiled MLP: shards in order, each recomputed in backward; router logit
     CHECK(at::equal(ax::models::tiled_mlp(block, x, l2), x * x));
   }
   CHECK(rows == std::vector<int64_t>{3, 3, 1});
+}
+
+TEST_CASE("long context cli: validate warns of activation_offload on the CPU and refuses what cannot apply") {
+  using namespace ax_test;
+  TempDir dir;
+  make_run_dir(dir);
+  auto validate = [&](const std::string& args) {
+    return ax_test::run(env(dir) + axengine() + " validate --config " + (dir / "run.toml") + " " + args);
+  };
+  const auto warned = validate("--set train.activation_offload=true");
+  INFO(warned.output);
+  CHECK(warned.exit_code == 0);
+  CHECK(warned.output.find("train.activation_offload = true on the CPU: the layer inputs already live in host memory") !=
+        std::string::npos);
+  const auto contradicted = validate("--set train.activation_offload=true --set train.activation_checkpointing=false");
+  INFO(contradicted.output);
+  CHECK(contradicted.exit_code == 2);
+  CHECK(contradicted.output.find("needs 'train.activation_checkpointing = true'") != std::string::npos);
+  CHECK(validate("--set train.tiled_mlp=4").exit_code == 0);
+  const auto zero = validate("--set train.tiled_mlp=0");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("tiled_mlp") != std::string::npos);
+  const auto sharded = validate("--set train.tiled_mlp=2 --set distributed.shard_base=true");
+  INFO(sharded.output);
+  CHECK(sharded.exit_code == 2);
+  CHECK(sharded.output.find("'train.tiled_mlp' = 2: not together with distributed.shard_base = true") != std::string::npos);
+}
+
+TEST_CASE("long context cli: a run with tiled_mlp and activation_offload trains the losses of a plain run") {
+  using namespace ax_test;
+  TempDir dir;
+  make_run_dir(dir);
+  auto losses = [&](const std::string& args, const std::string& out) {
+    const auto r = ax_test::run(env(dir) + axengine() + " run --config " + (dir / "run.toml") + " --set run.output_dir=" + out + " " + args);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> l;
+    std::ifstream f(dir.path / out / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss") && j.contains("step")) l.push_back(j["loss"].get<double>());
+    }
+    return l;
+  };
+  const auto plain = losses("", "plain");
+  const auto tiled = losses("--set train.tiled_mlp=3 --set train.activation_offload=true", "tiled");
+  REQUIRE(plain.size() == 2);
+  REQUIRE(tiled.size() == plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(std::abs(tiled[i] - plain[i]) <= 1e-5 * std::abs(plain[i]));
 }
