@@ -154,7 +154,7 @@ TEST_CASE("activation offload: kHost leaves CPU tensors where they are") {
   CHECK(ax::autograd::offloads(CheckpointStore::kHostCopy, at::zeros({1})));
 }
 
-TEST_CASE("activation offload: pinned host memory and a side stream give bitwise the losses and LoRA grads (CUDA)") {
+TEST_CASE("activation offload: pinned host memory and a side stream give bitwise the losses and LoRA grads; tiled MLP to 1e-6 (CUDA)") {
   if (!at::hasCUDA()) {
     MESSAGE("no CUDA device: nothing to compare on this machine");
     return;
@@ -170,6 +170,15 @@ TEST_CASE("activation offload: pinned host memory and a side stream give bitwise
     const int64_t layers = layers_of(name);
     CHECK(after.stashed - before.stashed == steps * layers);
     CHECK(after.prefetched - before.prefetched == steps * (layers - 1));
+    // Tiled on the GPU: the untiled losses and grads to 1e-6 (dropout off), and offload changes nothing there either.
+    Setup s;
+    s.dense_dropout = 0;
+    const Trace untiled = train_steps(name, "cuda:0", s, steps);
+    s.tiles = 3;
+    const Trace tiled = train_steps(name, "cuda:0", s, steps);
+    check_equal(untiled, tiled, 1e-6);
+    s.store = CheckpointStore::kHost;
+    check_equal(tiled, train_steps(name, "cuda:0", s, steps));
   }
 }
 

@@ -263,6 +263,7 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
   shape.dtype_bytes = engine.dtype == "fp32" ? 4 : 2;
   shape.activation_checkpointing = p.train.activation_checkpointing;
   shape.activation_offload = p.train.activation_offload && engine.device.is_cuda();
+  shape.mlp_tiles = p.train.tiled_mlp;
   // The backends selection picks for this device and dtype.
   for (const auto& r : engine.resolve_all()) {
     if (r.op == ops::LinearCe::kOp) shape.logits_whole = r.chosen == "reference";
