@@ -23,6 +23,7 @@
 #include "axengine/selection.hpp"
 #include "models/offload.hpp"
 #include "models/tiled_mlp.hpp"
+#include "train/memory_estimate.hpp"
 #include "train/train_config.hpp"
 #include "unit/test_util.hpp"
 #include "unit/tiny_model.hpp"
@@ -322,4 +323,20 @@ TEST_CASE("long context cli: a run with tiled_mlp and activation_offload trains 
   REQUIRE(plain.size() == 2);
   REQUIRE(tiled.size() == plain.size());
   for (std::size_t i = 0; i < plain.size(); ++i) CHECK(std::abs(tiled[i] - plain[i]) <= 1e-5 * std::abs(plain[i]));
+}
+
+TEST_CASE("long context: the activation estimate counts two layer inputs offloaded and the MLP over the tiles") {
+  // The 8B shape at 128k tokens, bf16: offload keeps 2 of 36 layer inputs on the device; 4 tiles keep a quarter of
+  // one layer's MLP intermediates.
+  const nlohmann::json c = {{"hidden_size", 4096}, {"num_hidden_layers", 36}, {"vocab_size", 151936}, {"intermediate_size", 12288}};
+  ax::train::ActivationShape s;
+  s.sequence_len = 131072;
+  s.dtype_bytes = 2;
+  s.activation_checkpointing = true;
+  const double ckpt = ax::train::estimate_activations(c, s)->bytes;
+  s.activation_offload = true;
+  const double offloaded = ax::train::estimate_activations(c, s)->bytes;
+  CHECK(ckpt - offloaded == doctest::Approx(34.0 * 131072 * 4096 * 2));
+  s.mlp_tiles = 4;
+  CHECK(offloaded - ax::train::estimate_activations(c, s)->bytes == doctest::Approx(0.75 * 131072 * 3 * 12288 * 2));
 }
