@@ -22,13 +22,14 @@ set(AX_LAYER_BUILTINS_FILES builtins.cpp engine.cpp)
 #   data/batch.cpp           — Batch::to (model.hpp), DatasetType::collate and collate_per_token_extras
 #                              (dataset.hpp): the default of a dataset type's virtual, in every plugin type's vtable;
 #   data/stream_rows.cpp     — the JSON Lines shard stream of stream.hpp, which plugin types (mm_cpt) stream through;
+#   data/chat_media.cpp      — the key functions of chat_media.hpp's interfaces, which plugin types (mm_cpt) implement;
 #   train/optimizer_step.cpp — Optimizer::step(lr, found_inf) (optimizer.hpp), the default of a virtual;
 #   ops/quant/quant.cpp      — the weight formats in code (ops/quant.hpp): nf4 / mxfp4 / nvfp4 packing and
 #                              decoding, used by plugins (their tests, packed-weight backends), conformance,
 #                              the reference backends and the model loaders alike; and the helpers of the
 #                              Quantizer interface (quantize_misfit, weight_bytes of ops/quantizer.hpp).
 #                              ops/quant/quantizer.cpp, the reference quantizer, stays a built-in.
-set(AX_LAYER_CORE_FILES data/batch.cpp data/stream_rows.cpp train/optimizer_step.cpp ops/quant/quant.cpp)
+set(AX_LAYER_CORE_FILES data/batch.cpp data/stream_rows.cpp data/chat_media.cpp train/optimizer_step.cpp ops/quant/quant.cpp)
 # Directories of core/src whose files are the conformance library.
 set(AX_LAYER_CONFORMANCE_DIRS conformance)
 

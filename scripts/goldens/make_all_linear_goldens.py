@@ -30,6 +30,8 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "test
 
 BASE = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=96, head_dim=16)
+HYBRID = dict(layer_types=["linear_attention", "full_attention"], linear_key_head_dim=16, linear_value_head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4)
 CONFIGS = {
     "llama": dict(model_type="llama", attention_bias=True, mlp_bias=True),
     "mistral": dict(model_type="mistral"),
@@ -43,6 +45,13 @@ CONFIGS = {
     "gemma3_text": dict(model_type="gemma3_text", layer_types=["sliding_attention", "full_attention"], sliding_window=8),
     "gpt_oss": dict(model_type="gpt_oss", num_local_experts=4, num_experts_per_tok=2,
                     layer_types=["sliding_attention", "full_attention"], sliding_window=8),
+    # the hybrids: a Gated DeltaNet layer and a full-attention one; qwen3_5_moe's targets are not converted (its
+    # routers and experts are not nn.Linear: the shared expert's modules only), qwen3_next's are (qwen2_moe's)
+    "qwen3_5": dict(model_type="qwen3_5_text", **HYBRID),
+    "qwen3_5_moe": dict(model_type="qwen3_5_moe_text", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                        shared_expert_intermediate_size=48, **HYBRID),
+    "qwen3_next": dict(model_type="qwen3_next", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                       shared_expert_intermediate_size=48, mlp_only_layers=[1], **HYBRID),
 }
 R, ALPHA = 4, 8
 

@@ -43,6 +43,9 @@ CLASSES = {
     "gpt_oss": transformers.GptOssConfig,
     "qwen3_5": transformers.Qwen3_5TextConfig,  # Qwen3_5ForCausalLM's; the multimodal config's text_config
     "qwen3_5_moe": transformers.Qwen3_5MoeTextConfig,
+    "qwen3_next": transformers.Qwen3NextConfig,
+    "glm4_moe": transformers.Glm4MoeConfig,
+    "deepseek_v3": transformers.DeepseekV3Config,
 }
 
 # The sizes axengine requires of each family's config.json (everything else has a default).
@@ -53,16 +56,21 @@ REQUIRED = {
     "olmoe": DENSE + ["num_experts", "num_experts_per_tok"],
     "gpt_oss": DENSE + ["num_local_experts", "num_experts_per_tok"],
     "qwen3_5_moe": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],  # the rest has defaults
+    "qwen3_next": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],
+    "glm4_moe": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"],
+    # num_key_value_heads: the class's 128 fits its own 128 heads only (MLA repeats no kv head): given with the sizes.
+    "deepseek_v3": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"],
 }
 # hidden / heads = 8: a derived head_dim shows as 8, not as a class constant (qwen3 128, gemma3 256, gpt_oss 64);
 # 32 heads are a multiple of every class's default num_key_value_heads; 7 layers show gemma3's pattern of 6.
-SMALL = dict(vocab_size=128, hidden_size=256, num_hidden_layers=7, num_attention_heads=32, intermediate_size=96,
+SMALL = dict(vocab_size=128, hidden_size=256, num_hidden_layers=7, num_attention_heads=32, num_key_value_heads=32,
+             intermediate_size=96,
              moe_intermediate_size=32, num_experts=4, num_local_experts=4, num_experts_per_tok=2)
 # Qwen2.5-VL: the default mrope_section [16, 24, 24] needs head_dim 128 and the default image token ids a
 # vocabulary above 151656; 16 heads take the default 8 kv heads.
 VL_SMALL = dict(vocab_size=152064, hidden_size=2048, num_hidden_layers=7, num_attention_heads=16, intermediate_size=96)
 
-MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe")
+MOE_FAMILIES = ("qwen3_moe", "mixtral", "olmoe", "gpt_oss", "qwen3_5_moe", "qwen3_next")
 
 
 def rope(cfg, params):
@@ -119,17 +127,19 @@ def expect(family, cfg, tie):
     # biases and none on o_proj whatever the config says.
     if family in ("qwen2", "qwen2_5_vl"):
         e["qkv_bias"], e["o_bias"] = True, False
+    elif family == "glm4_moe":  # Glm4MoeAttention: attention_bias on q/k/v, never on o_proj
+        e["qkv_bias"], e["o_bias"] = bool(cfg.attention_bias), False
     else:
         e["qkv_bias"] = e["o_bias"] = bool(getattr(cfg, "attention_bias", False))
     e["mlp_bias"] = bool(getattr(cfg, "mlp_bias", False))
     if family in MOE_FAMILIES:
         e["router_aux_loss_coef"] = cfg.router_aux_loss_coef
         e["output_router_logits"] = cfg.output_router_logits
-    if family in ("qwen3_moe", "olmoe"):
+    if family in ("qwen3_moe", "olmoe", "qwen3_next"):
         e["norm_topk_prob"] = cfg.norm_topk_prob
     if family == "mixtral":
         e["norm_topk_prob"] = True  # MixtralTopKRouter always renormalises the top-k weights
-    if family == "qwen3_moe":
+    if family in ("qwen3_moe", "qwen3_next"):
         e["decoder_sparse_step"] = cfg.decoder_sparse_step
         e["mlp_only_layers"] = list(cfg.mlp_only_layers)
     if family == "olmoe":
@@ -140,13 +150,33 @@ def expect(family, cfg, tie):
     if family == "qwen3_5_moe":
         e["norm_topk_prob"] = True  # Qwen3_5MoeTopKRouter always renormalises
         e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
-    if family in ("qwen3_5", "qwen3_5_moe"):
+    if family == "qwen3_next":
+        # The sparse layers' sizes, and the dense layers' MLP (mlp_only_layers) of intermediate_size.
+        e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.shared_expert_intermediate_size]
+        e["intermediate_size"] = cfg.intermediate_size
+    if family in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
         # The layer pattern (full_attention_interval 4), the Gated DeltaNet's sizes, the partial RoPE's rotary dim
         # (modeling: int(head_dim * partial_rotary_factor)).
         e["linear_layers"] = [t == "linear_attention" for t in cfg.layer_types]
         e["gdn"] = [cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
                     cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim]
         e["rotary_dim"] = int(e["head_dim"] * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
+    if family in ("glm4_moe", "deepseek_v3"):
+        # The routed experts (sizes, groups, scale), the shared experts' GLU (n_shared_experts · moe_intermediate_size),
+        # the dense first layers.
+        e["moe"] = [cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size,
+                    cfg.n_shared_experts * cfg.moe_intermediate_size]
+        e["group_moe"] = [cfg.n_group, cfg.topk_group]
+        e["routed_scaling_factor"] = cfg.routed_scaling_factor
+        e["norm_topk_prob"] = cfg.norm_topk_prob
+        e["mlp_only_layers"] = list(range(min(cfg.first_k_dense_replace, cfg.num_hidden_layers)))
+    if family == "glm4_moe":
+        e["rotary_dim"] = int(e["head_dim"] * cfg.rope_parameters.get("partial_rotary_factor", 1.0))
+    if family == "deepseek_v3":
+        e["mla"] = [cfg.q_lora_rank or 0, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+                    int(cfg.rope_interleave)]
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
+        e["mla_softmax_scale"] = yarn_apply_mscale(cfg.rope_parameters, cfg.qk_head_dim ** -0.5)
     if family == "qwen2_5_vl":
         # Qwen2_5_VLRotaryEmbedding: config.rope_parameters.get("mrope_section", [16, 24, 24]).
         e["mrope_section"] = list(cfg.rope_parameters.get("mrope_section", [16, 24, 24]))
@@ -191,12 +221,23 @@ def main():
     torch.set_grad_enabled(False)
     cases = []
     for family in CLASSES:
-        cases.append(family_case(family, "class", None))
+        # Glm4MoeConfig's 4096 / 96 heads floor to head_dim 42 (q_proj narrower than hidden): axengine refuses a
+        # hidden_size that is no multiple of the heads without head_dim, so the class case gives GLM-4.5's 128.
+        cases.append(family_case(family, "class", None, {"head_dim": 128} if family == "glm4_moe" else None))
         cases.append(family_case(family, "small", SMALL))
     # Qwen2: the sliding window (default 4096) from max_window_layers (default 28) on, when use_sliding_window.
     cases.append(family_case("qwen2", "sliding", dict(SMALL, num_hidden_layers=30), {"use_sliding_window": True}))
     # Qwen3.5: layer_types from full_attention_interval 3 (the class pops it when layer_types is not given).
     cases.append(family_case("qwen3_5", "interval", SMALL, {"full_attention_interval": 3}))
+    # Qwen3-Next: a dense layer among the sparse ones (mlp_only_layers), every other layer sparse, the interval.
+    cases.append(family_case("qwen3_next", "sparse", SMALL, {"mlp_only_layers": [1], "decoder_sparse_step": 2,
+                                                            "full_attention_interval": 2}))
+    # DeepSeek-V3 with q_lora_rank null and the YaRN of its hub config (mscale_all_dim: the softmax scale's factor).
+    cases.append(family_case("deepseek_v3", "yarn", SMALL, {
+        "q_lora_rank": None, "rope_interleave": False,
+        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0,
+                            "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                            "original_max_position_embeddings": 4096}}))
     cases.append(vl_case("class", None))
     cases.append(vl_case("small", VL_SMALL))
     cases.append(vl_case("flat", VL_SMALL, flat=True))

@@ -22,9 +22,9 @@ from peft import PeftModel
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models")
 # Sliding windows of 3 and 4 (qwen2, mistral, mixtral) and dynamic RoPE's max_position_embeddings 5 (llama_dynamic)
 # are all crossed by the longer prompts and answers. qwen3_5: the Gated DeltaNet layers decode from their cached
-# recurrent state and conv window.
+# recurrent state and conv window (qwen3_5_moe and qwen3_next too, the latter through its fused projections).
 CASES = ["llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "llama_dynamic", "qwen3_moe", "qwen3_moe_top1", "mixtral",
-         "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4", "qwen3_5"]
+         "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4", "qwen3_5", "qwen3_5_moe", "qwen3_next"]
 PROMPT_LENGTHS = [1, 4, 9]
 MAX_NEW = 10
 

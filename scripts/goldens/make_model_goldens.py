@@ -203,6 +203,26 @@ CASES = {
                  "shared_expert_gate"],
         target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
     ),
+    # qwen3_next (Qwen3NextForCausalLM, experts per expert): qwen3_5_moe's mixers with the fused projections
+    # in_proj_qkvz / in_proj_ba in their per-key-head grouped layout (2 key heads of 6, each serving 2 value heads of
+    # 5), layer 1 a dense MLP (mlp_only_layers) among sparse layers 0 and 2, 5 experts top-2 not renormalised
+    # (norm_topk_prob false), a sigmoid-gated shared expert of 10, aux loss in the loss. peft converts this family's
+    # targets (conversion pattern qwen2_moe): gate_proj / up_proj / down_proj become the routed experts' parameters
+    # (gate_up_proj at rank 2r), so neither the shared expert's nor the dense layer's MLP modules are LoRA'd.
+    "qwen3_next": dict(
+        cls="Qwen3NextForCausalLM",
+        cfg=dict(model_type="qwen3_next", vocab_size=61, hidden_size=24, intermediate_size=14, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-6,
+                 layer_types=["linear_attention", "full_attention", "linear_attention"], linear_conv_kernel_dim=3,
+                 linear_key_head_dim=6, linear_value_head_dim=5, linear_num_key_heads=2, linear_num_value_heads=4,
+                 num_experts=5, num_experts_per_tok=2, norm_topk_prob=False, moe_intermediate_size=6,
+                 shared_expert_intermediate_size=10, decoder_sparse_step=1, mlp_only_layers=[1],
+                 router_aux_loss_coef=0.05, output_router_logits=True,
+                 rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+                 tie_word_embeddings=False),
+        targets=["in_proj_qkvz", "in_proj_ba", "out_proj", "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                 "up_proj", "down_proj", "shared_expert_gate"],
+    ),
 }
 
 # A tied config over a checkpoint that stores its own, different lm_head.weight: transformers keeps the stored
@@ -302,6 +322,8 @@ def make_case(name, spec):
                 p.copy_(1.5 * torch.randn_like(p))
             if n.endswith("_bias") or n.endswith("router.bias"):
                 p.copy_(0.2 * torch.randn_like(p))
+    if spec.get("prepare"):  # a case's own setup of what the loop above leaves (buffers: scripts/goldens/make_deepseek_glm_goldens.py)
+        spec["prepare"](model)
     packed = set_mxfp4_experts(model) if spec.get("mxfp4") else None
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -331,7 +353,7 @@ def make_case(name, spec):
               "loss": out.loss.detach().reshape(1)}
     if getattr(out, "aux_loss", None) is not None:
         golden["aux_loss"] = out.aux_loss.detach().reshape(1)
-    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe_text"):
+    elif cfg.model_type in ("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe_text", "qwen3_next"):
         # output_router_logits off: the aux loss is not part of the loss; compute it for the test anyway.
         out2 = pm(input_ids=ids, output_router_logits=True)
         golden["aux_loss"] = out2.aux_loss.detach().reshape(1)
@@ -429,31 +451,41 @@ def make_rope_goldens():
     print(f"rope_goldens.json: {len(out)} cases")
 
 
-def make_qwen3_5_vl_case():
-    """qwen3_5_vl/: the multimodal checkpoint form (Qwen3_5ForConditionalGeneration, model_type qwen3_5: the text
-    config nested in text_config, the language model under model.language_model.*, a vision tower under
-    model.visual.* that axengine does not read) with the qwen3_5 case's text weights and a tiny tower; a peft
-    adapter made on the multimodal model (its module paths: model.language_model.layers...), and the golden of a
-    text-only batch. The same layout and files as make_case."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-    text = {k: v for k, v in CASES["qwen3_5"]["cfg"].items() if k != "model_type"}
+VL_FORMS = {  # the multimodal form of a text case: (its config and model classes, the text case)
+    "qwen3_5_vl": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", "qwen3_5"),
+    "qwen3_5_moe_vl": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"),
+}
+
+
+def make_vl_case(name):
+    """qwen3_5_vl/, qwen3_5_moe_vl/: the multimodal checkpoint form (Qwen3_5ForConditionalGeneration, model_type
+    qwen3_5; Qwen3_5MoeForConditionalGeneration, qwen3_5_moe: the text config nested in text_config, the language
+    model under model.language_model.*, a vision tower under model.visual.* that axengine does not read) with the
+    text case's weights and a tiny tower; a peft adapter made on the multimodal model (its module paths:
+    model.language_model.layers...), and the golden of a text-only batch. The same layout and files as make_case."""
+    cfg_cls, model_cls, text_case = VL_FORMS[name]
+    spec = CASES[text_case]
+    text = {k: v for k, v in spec["cfg"].items() if k != "model_type"}
     vision = dict(depth=1, hidden_size=8, intermediate_size=16, num_heads=2, patch_size=2, temporal_patch_size=2,
                   spatial_merge_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=16)
     # Token ids inside the tiny vocabulary (the defaults are Qwen3.5's 248k-vocabulary ones).
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=57, video_token_id=58,
-                        vision_start_token_id=59, vision_end_token_id=60, tie_word_embeddings=False)
+    cfg = getattr(transformers, cfg_cls)(text_config=text, vision_config=vision, image_token_id=57, video_token_id=58,
+                                         vision_start_token_id=59, vision_end_token_id=60, tie_word_embeddings=False)
     cfg._attn_implementation = "eager"
+    cfg._experts_implementation = "eager"
+    cfg.text_config._experts_implementation = "eager"
     torch.manual_seed(4321)
-    model = Qwen3_5ForConditionalGeneration(cfg).eval()
-    # The text weights of the qwen3_5 case (so both forms are the same language model).
+    model = getattr(transformers, model_cls)(cfg).eval()
+    # The text case's weights (so both forms are the same language model); experts as the model holds them.
     from safetensors.torch import load_file
-    dense = load_file(os.path.join(OUT, "qwen3_5", "model.safetensors"))
+    text_model = getattr(transformers, spec["cls"]).from_pretrained(os.path.join(OUT, text_case), dtype=torch.float32)
+    dense = text_model.state_dict()
     sd = model.state_dict()
     with torch.no_grad():
         for k, v in dense.items():
             key = "lm_head.weight" if k == "lm_head.weight" else "model.language_model." + k[len("model."):]
             sd[key].copy_(v)
-    d = os.path.join(OUT, "qwen3_5_vl")
+    d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     model.save_pretrained(d)
     from safetensors import safe_open
@@ -461,7 +493,8 @@ def make_qwen3_5_vl_case():
         keys = list(f.keys())
     assert any(k.startswith("model.visual.") for k in keys) and any(k.startswith("model.language_model.") for k in keys), keys[:5]
     torch.manual_seed(99)
-    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(CASES["qwen3_5"]["targets"]), lora_dropout=0.0)
+    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=list(spec["targets"]), lora_dropout=0.0,
+                      target_parameters=spec.get("target_parameters"))
     pm = get_peft_model(model, lcfg)
     with torch.no_grad():
         for n, p in pm.named_parameters():
@@ -477,13 +510,15 @@ def make_qwen3_5_vl_case():
     out.loss.backward()
     golden = {"input_ids": ids, "labels": labels, "logits": out.logits.detach().contiguous(),
               "loss": out.loss.detach().reshape(1)}
+    if getattr(out, "aux_loss", None) is not None:
+        golden["aux_loss"] = out.aux_loss.detach().reshape(1)
     for n, p in pm.named_parameters():
         if p.requires_grad:
             golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
     save_file(golden, os.path.join(d, "golden.safetensors"))
     total = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-    assert total < 300_000, f"qwen3_5_vl: {total} bytes"
-    print(f"qwen3_5_vl: loss {out.loss.item():.6f}, {total} bytes")
+    assert total < 300_000, f"{name}: {total} bytes"
+    print(f"{name}: loss {out.loss.item():.6f}, {total} bytes")
 
 
 def main():
@@ -493,8 +528,9 @@ def main():
     if names == ["rope"]:
         make_rope_goldens()
         return
-    if names == ["qwen3_5_vl"]:  # the multimodal form, from the committed qwen3_5 case
-        make_qwen3_5_vl_case()
+    if names and all(n in VL_FORMS for n in names):  # the multimodal forms, from the committed text cases
+        for n in names:
+            make_vl_case(n)
         return
     if names == ["aux_mask"]:  # only the aux-loss masks, from the committed model dirs
         for n in ("qwen3_moe", "qwen3_moe_top1"):
@@ -505,8 +541,9 @@ def main():
     for n in ("qwen3_moe", "qwen3_moe_top1"):
         if n in names:
             make_aux_mask_golden(n)
-    if "qwen3_5" in names:
-        make_qwen3_5_vl_case()
+    for vl, (_, _, text_case) in VL_FORMS.items():
+        if text_case in names:
+            make_vl_case(vl)
     if "gemma3" in names:  # the gemma3 case's own config (not gemma3_stored_head's)
         make_gemma3_v4_config()
     if not sys.argv[1:]:

@@ -10,6 +10,8 @@ set(AX_FUZZ_CORE_SOURCES
   data/alpaca.cpp
   data/arrow_rows.cpp
   data/batch.cpp
+  data/chat_images.cpp
+  data/chat_media.cpp
   data/chat_spans.cpp
   data/chat_template.cpp
   data/completion.cpp
@@ -32,7 +34,9 @@ set(AX_FUZZ_CORE_SOURCES
   kernel_op.cpp
   models/bnb_config.cpp
   models/config_reader.cpp
+  models/families/deepseek_v3.cpp
   models/families/gemma3_text.cpp
+  models/families/glm4_moe.cpp
   models/families/gpt_oss.cpp
   models/families/llama.cpp
   models/families/mistral.cpp
@@ -42,10 +46,12 @@ set(AX_FUZZ_CORE_SOURCES
   models/families/qwen3.cpp
   models/families/qwen3_5.cpp
   models/families/qwen3_5_moe.cpp
+  models/families/qwen3_next.cpp
   models/families/qwen3_moe.cpp
   models/family.cpp
   models/hf_config.cpp
   models/lora.cpp
+  models/parts/group_topk_router.cpp
   models/qwen2_5_vl_config.cpp
   op_spec.cpp
   ops/check.cpp

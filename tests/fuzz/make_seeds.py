@@ -157,6 +157,26 @@ tool_rows = [{"messages": [{"role": "user", "content": "weather?"},
              {"messages": [{"role": "robot", "content": "x"}]}, {"messages": []}, {"messages": [{"role": "user", "content": 5}]}]
 put("dataset_chat", "tools_skip_bad", b"\x21" + "".join(json.dumps(r) + "\n" for r in tool_rows).encode())
 
+# --- chat_template rows with images (dataset_chat_images.cpp: bit 0 skip, bit 1 ShareGPT, bits 2-3 train_on), then
+# JSONL; image paths resolve against plugins/mm_cpt/tests/data/images
+def chat_image_seed(name, rows=None):
+    path = os.path.join(ROOT, "plugins", "mm_cpt", "tests", "data", "chat", name)
+    lines = read(path).decode().splitlines(keepends=True)
+    return "".join(lines[:rows] if rows else lines).replace("../images/", "").encode()
+put("dataset_chat_images", "openai", b"\x00" + chat_image_seed("openai.jsonl", 12))
+put("dataset_chat_images", "sharegpt_all", b"\x06" + chat_image_seed("sharegpt.jsonl", 8))
+bad_image_rows = [
+    {"messages": [{"role": "user", "content": [{"type": "image", "image": "gone.png"}]}, {"role": "assistant", "content": "x"}]},
+    {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
+                  {"role": "assistant", "content": "x"}]},
+    {"messages": [{"role": "user", "content": [{"type": "image", "image": "a.jpg"}, {"type": "text", "text": "hi <image>"}]},
+                  {"role": "assistant", "content": [{"type": "image", "image": "b.png"}]}]},
+    {"messages": [{"role": "user", "content": "<image> twice <image>"}, {"role": "assistant", "content": "x"}], "images": ["a.jpg"]},
+    {"messages": [{"role": "user", "content": [{"type": "video", "video": "v.mp4"}, {"type": "image", "base64": "AA"}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "image", "image": "file://k_tiny.png"}, {"type": "text", "text": "ok"}]},
+                  {"role": "assistant", "content": "fine"}]}]
+put("dataset_chat_images", "bad_rows_skip", b"\x01" + "".join(json.dumps(r) + "\n" for r in bad_image_rows).encode())
+
 # --- data files: a flag byte (bit 0 Parquet, bit 1 pretokenized, bit 2 skip bad rows), then the file. The
 # Parquet seeds are the pyarrow-written fixtures (scripts/goldens/make_data_fixtures.py): valid footers and
 # schemas (dictionaries, nulls, list<int64>, list<struct>) for the mutations to start from.

@@ -51,10 +51,19 @@ NF4 = torch.tensor([-1.0, -0.6961928009986877, -0.5250730514526367, -0.394917488
                     -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
                     0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
                     0.7229568362236023, 1.0])
-# The QLoRA policy (docs/weights.md): attention, MLP and expert projections are packed; embeddings, lm_head,
-# routers (mlp.gate), norms and biases are not.
+# The QLoRA policy (docs/weights.md): attention, linear-attention, MLP, expert and shared-expert projections are
+# packed; embeddings, lm_head, routers (mlp.gate), norms, biases and the linear attention's conv1d, A_log and
+# dt_bias are not (models/weight_policy.cpp's is_projection).
 PACKED = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight", ".mlp.gate_proj.weight",
-          ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj")
+          ".mlp.up_proj.weight", ".mlp.down_proj.weight", ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj",
+          ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
+          ".linear_attn.in_proj_a.weight", ".linear_attn.in_proj_qkvz.weight", ".linear_attn.in_proj_ba.weight",
+          ".linear_attn.out_proj.weight", ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
+          ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight",
+          # DeepSeek-V3 / GLM-4.5's shared experts and multi-head latent attention
+          ".mlp.shared_experts.gate_proj.weight", ".mlp.shared_experts.up_proj.weight",
+          ".mlp.shared_experts.down_proj.weight", ".q_a_proj.weight", ".q_b_proj.weight", ".kv_a_proj_with_mqa.weight",
+          ".kv_b_proj.weight")
 
 
 def nf4_roundtrip(w, blocksize):
@@ -133,7 +142,8 @@ def main():
                 failures.append(f"{case}: merged logits differ by {err}")
         for preset in ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
                        "tiny-gemma3", "tiny-olmoe", "tiny-gpt-oss", "tiny-qwen3_5",
-                       "tiny-qwen3_5-moe"]:
+                       "tiny-qwen3_5-moe", "tiny-qwen3-next",
+                       "tiny-glm4-moe", "tiny-deepseek-v3"]:
             if peer_too_old(preset):
                 continue
             out = os.path.join(tmp, "init-" + preset)

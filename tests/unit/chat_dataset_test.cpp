@@ -108,7 +108,7 @@ TEST_CASE("chat_template: refusals name the key, the row and the template line")
   CHECK(f.error("{\"msgs\": []}\n").find("d.jsonl:1: field 'messages' is missing") != std::string::npos);
   CHECK(f.error(R"({"messages": [{"role": "robot", "content": "x"}]})" "\n").find("d.jsonl:1: message 0: role 'robot'") !=
         std::string::npos);
-  CHECK(f.error(R"({"messages": [{"role": "user", "content": 5}]})" "\n").find("must be a string (or null)") != std::string::npos);
+  CHECK(f.error(R"({"messages": [{"role": "user", "content": 5}]})" "\n").find("must be a string, a list of content parts (or null)") != std::string::npos);
   Fixture rewrites("{% for m in messages %}{{ m.content | upper }}{% endfor %}");
   const std::string row = R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "answer"}]})" "\n";
   CHECK(rewrites.error(row).find("d.jsonl:1: message 1 (assistant): its content is not in the rendered text") != std::string::npos);

@@ -49,6 +49,23 @@ int64_t resident_bytes(const std::string& log) {
   return std::stoll(log.substr(at + 11));
 }
 
+// The adapters two runs wrote at step 4 hold the same tensors (to fp32 rounding of the reductions); returns how
+// many of them are experts'.
+int same_adapters(const fs::path& a_run, const fs::path& b_run) {
+  auto a = ax::safetensors::File::open((a_run / "checkpoints/step-00000004/adapter_model.safetensors").string());
+  auto b = ax::safetensors::File::open((b_run / "checkpoints/step-00000004/adapter_model.safetensors").string());
+  REQUIRE(a->tensors().size() == b->tensors().size());
+  int experts = 0;
+  for (const auto& info : b->tensors()) {
+    CAPTURE(info.name);
+    experts += info.name.find(".mlp.experts.") != std::string::npos;
+    at::Tensor x = a->get(info.name).to(at::kFloat), y = b->get(info.name).to(at::kFloat);
+    REQUIRE(x.sizes() == y.sizes());
+    CHECK((x - y).abs().max().item<double>() / std::max(1e-6, y.abs().max().item<double>()) < 1e-4);
+  }
+  return experts;
+}
+
 }  // namespace
 
 TEST_CASE("expert parallel: 2 ranks holding half the experts each train what 1 process with grad_accum 2 trains") {
@@ -70,18 +87,25 @@ TEST_CASE("expert parallel: 2 ranks holding half the experts each train what 1 p
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
   // The adapter rank 0 wrote holds every expert (gathered), in the single-process (peft) layout.
-  auto a = ax::safetensors::File::open((dir / "two/checkpoints/step-00000004/adapter_model.safetensors").string());
-  auto b = ax::safetensors::File::open((dir / "one/checkpoints/step-00000004/adapter_model.safetensors").string());
-  REQUIRE(a->tensors().size() == b->tensors().size());
-  int experts = 0;
-  for (const auto& info : b->tensors()) {
-    CAPTURE(info.name);
-    experts += info.name.find(".mlp.experts.") != std::string::npos;
-    at::Tensor x = a->get(info.name).to(at::kFloat), y = b->get(info.name).to(at::kFloat);
-    REQUIRE(x.sizes() == y.sizes());
-    CHECK((x - y).abs().max().item<double>() / std::max(1e-6, y.abs().max().item<double>()) < 1e-4);
-  }
-  CHECK(experts == 2 * 4);  // 2 layers x (gate_up, down) x (A, B)
+  CHECK(same_adapters(dir / "two", dir / "one") == 2 * 4);  // 2 layers x (gate_up, down) x (A, B)
+  ax::test::remove_tree(dir);
+}
+
+// DeepSeek-V3's layout (MLA, the group-limited sigmoid router with its correction bias, shared experts, a dense
+// first layer): the router runs on every rank over all 8 experts, each rank computes its 4.
+TEST_CASE("expert parallel: deepseek_v3 on 2 ranks trains what 1 process with grad_accum 2 trains") {
+  auto dir = ax::test::setup_run("dist_ep2_deepseek", "");
+  REQUIRE(ax::test::run({"init-model", "--preset", "tiny-deepseek-v3", "--out", (dir / "moe").string()}, dir / "init.log") == 0);
+  const std::string cfg = (dir / "run.toml").string();
+  const std::string targets = "lora.targets=[\"q_a_proj\", \"kv_b_proj\", \"o_proj\", \"gate_proj\", \"up_proj\", \"down_proj\"]";
+  REQUIRE(run_cli(dir, {"run", "--config", cfg}, {"run.output_dir=one", "train.grad_accum=2", targets}, "one.log") == 0);
+  REQUIRE(run_cli(dir, {"launch", "--nproc", "2", "--", "run", "--config", cfg},
+                  {"run.output_dir=two", "distributed.expert_parallel=2", targets}, "two.log") == 0);
+  const auto got = losses_of(dir / "two"), want = losses_of(dir / "one");
+  REQUIRE(got.size() == 4);
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  CHECK(same_adapters(dir / "two", dir / "one") == 1 * 4);  // 1 sparse layer x (gate_up, down) x (A, B)
   ax::test::remove_tree(dir);
 }
 

@@ -73,15 +73,17 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<ax::train::Generat
 
 const char* kCases[] = {"llama",     "qwen2",          "mistral", "qwen3",  "qwen3_yarn", "llama_dynamic",
                         "qwen3_moe", "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4",
-                        "qwen3_5"};
+                        "qwen3_5", "qwen3_5_moe", "qwen3_next",
+                        "glm4_moe", "glm4_moe_qknorm", "deepseek_v3", "deepseek_v3_qproj"};
 
 }  // namespace
 
 TEST_CASE("decode: cached logits equal the full forward's at every step") {
   // Not llama_dynamic: its frequencies follow the forward's length, so cached keys (rotated when they were
   // new) differ from a full forward's by design, in transformers too; its tokens are checked against HF below.
-  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe",
-                                    "qwen3_moe_top1", "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4"}) {
+  for (const std::string name : {"llama", "qwen2", "mistral", "qwen3", "qwen3_yarn", "qwen3_moe", "qwen3_moe_top1",
+                                    "mixtral", "gemma3", "olmoe", "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "deepseek_v3",
+                                    "deepseek_v3_qproj"}) {
     CAPTURE(name);
     auto l = load_case(name);
     auto& dec = ax::train::decoder_of(*l.model);
@@ -119,8 +121,10 @@ TEST_CASE("decode: cached logits equal the full forward's at every step") {
   }
 }
 
-TEST_CASE("decode: linear-attention layers (qwen3_5) continue from their cached conv window and recurrent state") {
-  auto l = load_case("qwen3_5");
+namespace {
+void check_linear_decode(const std::string& name) {
+  CAPTURE(name);
+  auto l = load_case(name);
   auto& dec = ax::train::decoder_of(*l.model);
   // A prefill of 6, of 1, and of 3 then 4 more in one call, then one token per row per step: every step is the
   // full forward over the row's whole sequence (the state carries it; the conv window spans 2 earlier tokens).
@@ -151,6 +155,12 @@ TEST_CASE("decode: linear-attention layers (qwen3_5) continue from their cached 
   cache->truncate(1, 0);
   logits = dec.decode({{}, {11, 4}, {}}, *cache);
   CHECK(rel(logits[1], full_last(*l.model, {11, 4})) <= 1e-5);
+}
+}  // namespace
+
+TEST_CASE("decode: linear-attention layers (qwen3_5, qwen3_next's fused projections) continue from their cached conv window and recurrent state") {
+  check_linear_decode("qwen3_5");
+  check_linear_decode("qwen3_next");
 }
 
 TEST_CASE("decode: refuses what it cannot hold") {

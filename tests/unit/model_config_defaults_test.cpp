@@ -60,7 +60,15 @@ int check_config(const ax::models::HfConfig& c, const json& want) {
     else if (key == "moe")
       CHECK(std::vector<int64_t>{c.num_experts, c.top_k, c.moe_intermediate_size, c.shared_expert_intermediate_size} ==
             v.get<std::vector<int64_t>>());
+    else if (key == "intermediate_size") CHECK(c.intermediate_size == v.get<int64_t>());
     else if (key == "rotary_dim") CHECK(c.rope_dim() == v.get<int64_t>());
+    else if (key == "group_moe") CHECK(std::vector<int64_t>{c.n_group, c.topk_group} == v.get<std::vector<int64_t>>());
+    else if (key == "routed_scaling_factor") CHECK(c.routed_scaling_factor == v.get<double>());
+    else if (key == "mla") {
+      const auto& m = c.mla;
+      CHECK(std::vector<int64_t>{m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim,
+                                 m.rope_interleave} == v.get<std::vector<int64_t>>());
+    } else if (key == "mla_softmax_scale") CHECK(c.mla.softmax_scale == doctest::Approx(v.get<double>()).epsilon(1e-12));
     else if (key == "linear_layers") {
       const auto l = v.get<std::vector<bool>>();
       REQUIRE(static_cast<int64_t>(l.size()) == c.num_layers);
@@ -107,7 +115,8 @@ TEST_CASE("hf config: every key a config.json leaves out takes the transformers 
   }
   // Every family the parser knows, and the one read through it.
   CHECK(families == std::set<std::string>{"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3_text", "olmoe",
-                                          "gpt_oss", "qwen3_5", "qwen3_5_moe", "qwen2_5_vl"});
+                                          "gpt_oss", "qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen2_5_vl",
+                                          "glm4_moe", "deepseek_v3"});
 }
 
 TEST_CASE("hf config: a class default num_key_value_heads that does not divide the heads is named as the class's") {

@@ -313,6 +313,8 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
     if (preset == "tiny-qwen2_5-vl") CHECK(fs::exists(d / "preprocessor_config.json"));  // the mm_cpt processor's settings
     ax::LoraSpec spec;
     spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};  // down_proj: the experts' on MoE presets
+    const bool mla = preset == "tiny-deepseek-v3";  // multi-head latent attention: its own projections
+    if (mla) spec.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "down_proj"};
     auto m = env.load(d, "fp32", spec);
     ax::Batch b;
     b.input_ids = at::randint(0, 200, {2, 9}, at::kLong);
@@ -322,7 +324,7 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
     out.loss.backward();
     std::string report = ax::inspect_model_dir(d.string());
     CHECK(report.find("parameters") != std::string::npos);
-    CHECK(report.find("q_proj") != std::string::npos);
+    CHECK(report.find(mla ? "q_a_proj" : "q_proj") != std::string::npos);
     CHECK(report.find("model.embed_tokens.weight  F32") != std::string::npos);
     ax::test::remove_tree(d);
   }

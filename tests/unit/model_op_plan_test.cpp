@@ -243,13 +243,16 @@ void check_plan_is_what_runs(const PlanCase& c) {
   RecordingSetup setup;
   const auto cfg = ax::models::read_json_file((c.dir / "config.json").string());
   ax::LoraSpec lora;
-  lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
   const std::string type = cfg.value("model_type", "");
+  lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  if (type == "deepseek_v3") lora.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"};  // MLA
   if (type == "mixtral") lora.targets.insert(lora.targets.end(), {"w1", "w3", "w2"});  // the experts, Mixtral's names
   else if (type == "gpt_oss") lora.targets.insert(lora.targets.end(), {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"});
   else lora.targets.insert(lora.targets.end(), {"gate_proj", "up_proj", "down_proj"});
   if (type == "qwen3_5_text" || type == "qwen3_5_moe_text")  // the Gated DeltaNet layers' projections
     lora.targets.insert(lora.targets.end(), {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"});
+  if (type == "qwen3_next")  // its fused ones
+    lora.targets.insert(lora.targets.end(), {"in_proj_qkvz", "in_proj_ba", "out_proj", "shared_expert_gate"});
   lora.r = 4;
   lora.alpha = 8;
   ax::ModelLoadOptions o;
@@ -296,8 +299,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
 
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
-                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe",
-                                             "tiny-qwen2_5-vl"};
+                                             "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe", "tiny-qwen3-next",
+                                             "tiny-glm4-moe", "tiny-deepseek-v3", "tiny-qwen2_5-vl"};
   return p;
 }
 
@@ -368,7 +371,9 @@ TEST_CASE("op plan: under kernels.strict validate's check refuses every op of ev
       std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[device]\ntype = \"cpu\"\n[model]\npath = \"" << preset << "\"\n"
                                       << "[data]\nsequence_len = 32\ncache_dir = \"cache\"\n"
                                       << "[[datasets]]\ntype = \"completion\"\npath = \"train.jsonl\"\nprompt_field = \"prompt\"\n"
-                                      << "text_field = \"answer\"\n[lora]\ntargets = [\"q_proj\", \"v_proj\"]\n[kernels]\nstrict = true\n"
+                                      << "text_field = \"answer\"\n[lora]\ntargets = "
+                                      << (preset == "tiny-deepseek-v3" ? "[\"kv_b_proj\", \"o_proj\"]" : "[\"q_proj\", \"v_proj\"]")
+                                      << "\n[kernels]\nstrict = true\n"
                                       << (op.empty() ? "" : ax::str(ax::find_op(op)->config_key, " = [\"cuda_only\"]\n"));
       ax::StartOptions start;
       start.config_file = (dir / "run.toml").string();

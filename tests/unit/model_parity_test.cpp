@@ -170,8 +170,31 @@ TEST_CASE("model parity: qwen3_5_moe (routed experts + sigmoid-gated shared expe
   check_case("qwen3_5_moe", "reference");
   check_case("qwen3_5_moe", "naive");
 }
+TEST_CASE("model parity: qwen3_next (fused in_proj_qkvz / in_proj_ba per key head, dense layer among sparse ones, norm_topk_prob off, peft-converted expert targets) vs transformers+peft") {
+  check_case("qwen3_next", "reference");
+  check_case("qwen3_next", "naive");
+}
+
+// glm4_moe / deepseek_v3 (scripts/goldens/make_deepseek_glm_goldens.py): the group-limited sigmoid router with a
+// random e_score_correction_bias that changes the choice, shared experts, dense first layers; LoRA on the routed
+// experts through peft's MoE conversion of gate_proj / up_proj / down_proj.
+TEST_CASE("model parity: glm4_moe (partial RoPE, q/k/v bias, group router with correction bias, shared experts, dense layer 0) vs transformers+peft") {
+  for (const char* name : {"glm4_moe", "glm4_moe_qknorm"}) {
+    check_case(name, "reference");
+    check_case(name, "naive");
+  }
+}
+TEST_CASE("model parity: deepseek_v3 (MLA with q LoRA or q_proj, interleaved or rotate-half RoPE, YaRN mscale, group router, shared experts) vs transformers+peft") {
+  for (const char* name : {"deepseek_v3", "deepseek_v3_qproj"}) {
+    check_case(name, "reference");
+    check_case(name, "naive");
+  }
+}
 TEST_CASE("model parity: qwen3_5's multimodal checkpoint (text_config, model.language_model.*, the tower unread), peft's adapter on it") {
   check_case("qwen3_5_vl", "reference");
+}
+TEST_CASE("model parity: qwen3_5_moe's multimodal checkpoint (Qwen3_5MoeForConditionalGeneration: model.language_model.* with per-expert experts, the tower unread), peft's adapter on it") {
+  check_case("qwen3_5_moe_vl", "reference");
 }
 
 // A config that ties the head to the embeddings (tie_word_embeddings true; gemma3_stored_head leaves the key out,

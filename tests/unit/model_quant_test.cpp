@@ -191,6 +191,45 @@ TEST_CASE("qlora: MoE experts are packed too and train through moe.experts refer
   ax::test::remove_tree(dir);
 }
 
+TEST_CASE("qlora: the hybrid families pack every projection (linear attention, experts, shared expert), train, and equal the dequantised twin") {
+  Env env;
+  auto dir = ax::test::scratch_dir("qlora_hybrid");
+  const ax::Batch b = batch(64);
+  auto nf4 = [](const at::Tensor& w) { return ax::ops::dequantize(ax::ops::quantize_nf4(w, 64), at::kFloat); };
+  for (const char* preset : {"tiny-qwen3_5", "tiny-qwen3_5-moe", "tiny-qwen3-next"}) {
+    CAPTURE(preset);
+    const fs::path model = dir / preset, twin = dir / (std::string(preset) + "-twin");
+    ax::init_model_dir(preset, model.string(), 5);
+    write_roundtripped(model, twin, nf4);
+    // What the policy packs: every projection of the checkpoint but lm_head (write_roundtripped's choice).
+    int64_t projections = 0;
+    auto ckpt = ax::safetensors::Checkpoint::open_dir(model.string());
+    auto twin_ckpt = ax::safetensors::Checkpoint::open_dir(twin.string());
+    for (const auto& n : ckpt.names())
+      if (!at::equal(ckpt.get(n), twin_ckpt.get(n))) projections += ckpt.get(n).numel();
+    ax::LoraSpec lora = all_linear_lora();
+    lora.targets.push_back("out_proj");  // the linear-attention layers' output projection
+    auto m = env.load(model, policy("nf4"), lora);
+    const auto st = m->weight_stats();
+    CHECK(st.kept.empty());
+    CHECK(st.packed_params == projections);
+    auto out = m->forward(b, false);
+    out.loss.backward();
+    int with_grad = 0, factors = 0;
+    for (const auto& [n, t] : m->trainable_parameters())
+      if (n.find("lora_B") != std::string::npos) {
+        ++factors;
+        with_grad += t.grad().defined() && t.grad().abs().sum().item<double>() > 0;
+      }
+    CHECK(factors > 0);
+    CHECK(with_grad == factors);  // every adapter trains through its packed base, linear_attn.out_proj included
+    const double lq = loss_of(*env.load(model, policy("nf4")), b);
+    CHECK(lq != loss_of(*env.load(model, policy("dense")), b));
+    CHECK(lq == doctest::Approx(loss_of(*env.load(twin, policy("dense")), b)).epsilon(1e-6));
+  }
+  ax::test::remove_tree(dir);
+}
+
 TEST_CASE("qlora: skip_modules quant_blocksize and double_quant change what is packed and how") {
   Env env;
   auto dir = ax::test::scratch_dir("qlora_policy");

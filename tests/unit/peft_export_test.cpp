@@ -70,6 +70,16 @@ TEST_CASE("peft export: adapters and merged models written by axengine reload wi
       {"gemma3_stored_head", {"k_proj", "up_proj"}, true},
       // Gated DeltaNet projections (linear_attn.*) beside the attention and MLP ones.
       {"qwen3_5", {"in_proj_qkv", "in_proj_z", "in_proj_b", "out_proj", "q_proj", "down_proj"}, true},
+      // qwen3_5_moe: the shared expert's modules by peft's bare names, the routed experts by their parameters.
+      {"qwen3_5_moe", {"in_proj_qkv", "in_proj_a", "k_proj", "gate_proj", "down_proj", "mlp.experts.gate_up_proj",
+                       "mlp.experts.down_proj"}, false},
+      // qwen3_next: the fused projections; gate_proj / up_proj / down_proj converted to the experts (peft).
+      {"qwen3_next", {"in_proj_qkvz", "in_proj_ba", "out_proj", "v_proj", "gate_proj", "up_proj", "down_proj",
+                      "shared_expert_gate"}, true},
+      // The group-router families: attention (MLA's projections) and the routed experts by peft's converted names.
+      {"glm4_moe", {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}, false},
+      {"deepseek_v3", {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "down_proj"}, true},
+      {"deepseek_v3_qproj", {"q_proj", "kv_b_proj", "gate_proj", "up_proj"}, false},
   };
   for (const auto& c : cases) {
     CAPTURE(c.name);
@@ -123,11 +133,14 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
   ax::WeightPolicy nf4;
   nf4.format = "nf4";
   nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
-  for (const char* name : {"llama", "qwen3_moe"}) {
+  // qwen3_5: its linear-attention projections packed too (the MoE hybrids' [1, 24] shared_expert_gate is not a
+  // multiple of 16: model_quant_test.cpp covers their QLoRA); glm4_moe: shared experts and a dense layer too.
+  for (const char* name : {"llama", "qwen3_moe", "qwen3_5", "glm4_moe"}) {
     CAPTURE(name);
     const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
     ax::LoraSpec spec;
     spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    if (std::string(name) == "qwen3_5") spec.targets.insert(spec.targets.end(), {"in_proj_qkv", "in_proj_b", "out_proj"});
     spec.r = 3;
     spec.alpha = 7;
     spec.seed = 5;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "axengine/strings.hpp"
+#include "data/chat_images.hpp"
 #include "data/chat_template.hpp"
 
 namespace ax::data {
@@ -31,29 +32,32 @@ std::vector<ByteSpan> find_assistant_spans(const std::string& text, const jinja:
   std::size_t cursor = 0;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const jinja::Json& m = messages[i];
-    auto c = m.find("content");
-    if (c == m.end() || !c->is_string()) continue;
-    const std::string& content = c->get_ref<const std::string&>();
-    std::string_view needle = content;
-    std::size_t at = needle.empty() ? std::string::npos : text.find(needle, cursor);
-    if (at == std::string::npos) {
-      needle = trim_ascii(content);
-      at = needle.empty() ? std::string::npos : text.find(needle, cursor);
-    }
     const bool assistant = m.value("role", "") == "assistant";
-    if (at == std::string::npos) {
-      if (assistant && !needle.empty())
-        throw std::runtime_error(ax::str("message ", i, " (assistant): its content is not in the rendered text after message ",
-                                         i == 0 ? 0 : i - 1, "; the template rewrites it, so its span cannot be found"));
-      continue;
+    // A string content is one piece; a list of parts (images in conversations) its text parts, in order: an
+    // assistant's span runs from its first piece to its last.
+    std::size_t first = std::string::npos;
+    for (const std::string& content : content_pieces(m)) {
+      std::string_view needle = content;
+      std::size_t at = needle.empty() ? std::string::npos : text.find(needle, cursor);
+      if (at == std::string::npos) {
+        needle = trim_ascii(content);
+        at = needle.empty() ? std::string::npos : text.find(needle, cursor);
+      }
+      if (at == std::string::npos) {
+        if (assistant && !needle.empty())
+          throw std::runtime_error(ax::str("message ", i, " (assistant): its content is not in the rendered text after message ",
+                                           i == 0 ? 0 : i - 1, "; the template rewrites it, so its span cannot be found"));
+        continue;
+      }
+      if (first == std::string::npos) first = at;
+      cursor = at + needle.size();
     }
-    cursor = at + needle.size();
-    if (!assistant) continue;
+    if (!assistant || first == std::string::npos) continue;
     std::size_t end = cursor, best = 0;
     for (const auto& marker : end_markers)
       if (marker.size() > best && text.compare(end, marker.size(), marker) == 0) best = marker.size();
     end += best;
-    spans.emplace_back(at, end);
+    spans.emplace_back(first, end);
     cursor = end;
   }
   return spans;

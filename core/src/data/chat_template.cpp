@@ -5,10 +5,17 @@
 // The text is what transformers' apply_chat_template(messages, tokenize=False) renders (same Jinja semantics,
 // same variables: special tokens from tokenizer_config.json, tools, template kwargs); the labels keep the tokens
 // of assistant turns (docs/datasets.md, "chat_template": {% generation %} spans when the template has them,
-// else the content-location rule of data/chat_template.hpp).
+// else the content-location rule of data/chat_template.hpp). Rows may hold images (content parts or `<image>`
+// placeholders, data/chat_images.hpp) for a model family whose processor a plugin provides (axengine/chat_media.hpp):
+// the k-th image marker the template writes becomes the k-th image's tokens, and the sample carries its pixels.
 #include "data/chat_template.hpp"
 
 #include <sys/stat.h>
+
+#include <ATen/ATen.h>
+#include <tbb/parallel_for.h>
+
+#include <filesystem>
 
 #include <algorithm>
 #include <map>
@@ -16,11 +23,15 @@
 #include <optional>
 #include <sstream>
 
+#include "axengine/chat_media.hpp"
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
 #include "axengine/input_file.hpp"
+#include "axengine/log.hpp"
+#include "axengine/registry.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
+#include "data/chat_images.hpp"
 #include "data/data_config.hpp"
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
@@ -41,6 +52,11 @@ struct ChatOptions {
   std::vector<std::string> eot_tokens;  // empty = the defaults plus the tokenizer's EOS
   std::vector<std::pair<std::string, std::string>> roles;
   Json template_kwargs = Json::object();
+  // Images (docs/datasets.md, "Images in conversations").
+  std::string field_images = "images";
+  std::string image_placeholder = "<image>";
+  std::string image_base_dir;
+  int64_t min_pixels = 0, max_pixels = 0;
 };
 
 const std::vector<std::string>& template_roles() {
@@ -72,10 +88,15 @@ void bind_chat(TableBinder& t, ChatOptions& o) {
   t.field("field_messages", o.field_messages, "chat_template: field holding the list of messages");
   t.field("message_field_role", o.message_field_role, "chat_template: key of a message's role (ShareGPT: \"from\")");
   t.field("message_field_content", o.message_field_content, "chat_template: key of a message's content (ShareGPT: \"value\")");
-  t.field("chat_template", o.chat_template, "chat_template: a .jinja file (relative to the config), or \"tokenizer\" for tokenizer_config.json's template; default: the model dir's chat_template.jinja, else tokenizer_config.json's");
+  t.field("chat_template", o.chat_template, "chat_template: a .jinja file (relative to the config), or \"tokenizer\" for tokenizer_config.json's template; default: the model dir's chat_template.jinja, else its chat_template.json, else tokenizer_config.json's");
   t.choice("train_on", o.train_on, {"assistant", "all", "last"}, "chat_template: loss on every assistant turn, on every token, or on the last assistant turn only");
   t.field("field_tools", o.field_tools, "chat_template: field holding the tool definitions given to the template as `tools` (\"\" = none)");
   t.field("eot_tokens", o.eot_tokens, "chat_template: end-of-turn markers an assistant span extends over when one directly follows its content (default: <|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn>, </s>, <|end|>, <|return|>, <|endoftext|> and the EOS token)");
+  t.field("field_images", o.field_images, "chat_template: field holding a row's image paths (a path or a list) for the image_placeholder markers in its messages (ShareGPT style); images may instead be content parts of the messages");
+  t.field("image_placeholder", o.image_placeholder, "chat_template: the marker in a message's text that the next image of field_images replaces");
+  t.field("image_base_dir", o.image_base_dir, "chat_template: directory relative image paths resolve against, relative to the config (default: the data file's directory)");
+  t.field("min_pixels", o.min_pixels, "chat_template: the image processor's min_pixels (0: the model's preprocessor_config.json)");
+  t.field("max_pixels", o.max_pixels, "chat_template: the image processor's max_pixels (0: the model's preprocessor_config.json)");
   TableBinder r = t.sub("roles", "chat_template: role names of the data mapped to the template's, e.g. {human = \"user\", gpt = \"assistant\"} (unlisted roles pass as they are)");
   if (r.table())
     for (const auto& [k, v] : *r.table()) {
@@ -93,6 +114,8 @@ void bind_chat(TableBinder& t, ChatOptions& o) {
     }
   kw.finish();
 }
+
+constexpr const char* kImageEnd = "image_tokens_end";  // per sample: one past its last image token (prepare's fit check)
 
 }  // namespace
 
@@ -174,6 +197,16 @@ Loaded load_template(const ChatOptions& o, const DatasetContext& ctx, const Tabl
       out.source = read_regular_file(out.name);
       return out;
     }
+    // A processor's template as older transformers saved it (Qwen2-VL / Qwen2.5-VL repos): {"chat_template": "..."}.
+    out.name = join_path(ctx.model_dir, "chat_template.json");
+    looked.push_back(out.name);
+    if (is_file(out.name)) {
+      nlohmann::json j = nlohmann::json::parse(read_regular_file(out.name), nullptr, false);
+      if (!j.is_object() || !j.contains("chat_template") || !j["chat_template"].is_string())
+        throw UsageError(ax::str(out.name, ": expected a JSON object with a string 'chat_template'"));
+      out.source = j["chat_template"].get<std::string>();
+      return out;
+    }
   }
   if (!config_path.empty()) {
     looked.push_back(config_path + " (key chat_template)");
@@ -184,6 +217,44 @@ Loaded load_template(const ChatOptions& o, const DatasetContext& ctx, const Tabl
   t.fail(at ? at : nullptr, ax::str("no chat template for 'chat_template' ", o.chat_template.empty() ? "(default)" : "= \"tokenizer\"",
                                     ": looked at ", looked.empty() ? std::string("nothing (no model dir known)") : join(looked, ", "),
                                     "; set chat_template = \"path/to/template.jinja\""));
+}
+
+// The model's image processor, found among the registry's dataset types (a plugin's, axengine/chat_media.hpp)
+// for config.json's model_type. `why` says why there is none, for the rows that hold images.
+struct ImageSetup {
+  std::shared_ptr<const ChatImageProcessor> processor;
+  std::string why;
+};
+
+ImageSetup find_image_processor(const Registry* registry, const ChatOptions& o, const DatasetContext& ctx) {
+  ImageSetup out;
+  std::string model_type;
+  const std::string config = ctx.model_dir.empty() ? "" : join_path(ctx.model_dir, "config.json");
+  if (!config.empty() && is_file(config)) {
+    nlohmann::json j = nlohmann::json::parse(read_regular_file(config), nullptr, false);
+    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
+  }
+  if (model_type.empty()) {
+    out.why = "the row holds images but the model's config.json gives no model_type (no model dir known?)";
+    return out;
+  }
+  std::vector<std::string> families;
+  if (registry)
+    for (const Provider* p : registry->list(ProviderKind::dataset)) {
+      const auto* support = dynamic_cast<const ChatImageSupport*>(static_cast<const DatasetType*>(p->object.get()));
+      if (!support) continue;
+      for (auto& f : support->chat_image_families()) families.push_back(f);
+      try {
+        if ((out.processor = support->chat_image_processor(model_type, ChatImageOptions{o.min_pixels, o.max_pixels}, ctx))) return out;
+      } catch (const std::exception& e) {
+        out.why = ax::str("the row holds images but the image processor of model_type '", model_type, "' cannot start: ", e.what());
+        return out;
+      }
+    }
+  out.why = ax::str("the row holds images but the model (model_type '", model_type, "') takes no images: ",
+                    families.empty() ? std::string("no loaded plugin processes images (the mm_cpt plugin does, for Qwen2-VL / Qwen2.5-VL)")
+                                     : ax::str("images are processed for model_type ", join(families, ", ")));
+  return out;
 }
 
 class ChatDataset final : public Dataset, public RowLines {
@@ -197,6 +268,11 @@ class ChatDataset final : public Dataset, public RowLines {
   const RowSources& row_sources() const override { return sources_; }
 
   Sample get(std::size_t i) const override {
+    if (built_[i]) return *built_[i];  // a row with images, made (and its images checked) when opened
+    return make(i);
+  }
+
+  Sample make(std::size_t i) const {
     Json extra = special_;
     for (const auto& [k, v] : kwargs_.items()) extra[k] = v;
     jinja::RenderResult r;
@@ -215,18 +291,82 @@ class ChatDataset final : public Dataset, public RowLines {
         throw UsageError(ax::str(sources_.where(i), ": ", e.what(), " (", tmpl_.name(), ")"));
       }
     }
+    if (!images_[i].empty()) expand_images(i, r.text, spans);
     std::vector<ByteSpan> offsets;
     Sample s;
     s.input_ids = encode_with_offsets(tok_, r.text, offsets);
     s.labels = chat_labels(s.input_ids, offsets, spans, train_on_);
+    if (images_[i].empty()) return s;
+    const std::vector<int32_t> image_ids = processor_->image_token_ids();
+    int64_t end = 0;
+    for (std::size_t k = 0; k < s.input_ids.size(); ++k)
+      if (std::find(image_ids.begin(), image_ids.end(), s.input_ids[k]) != image_ids.end()) {
+        s.labels[k] = -100;  // images are inputs, never targets (train_on = "all" too)
+        end = static_cast<int64_t>(k) + 1;
+      }
+    try {
+      processor_->add_extras(images_[i], s);
+    } catch (const UsageError& e) {
+      throw UsageError(ax::str(image_where(i, e.what()), e.what()));
+    }
+    s.extras[kImageEnd] = at::full({1}, end, at::kLong);
     return s;
   }
 
   std::vector<Json> messages_, tools_;
+  std::vector<std::vector<std::string>> images_;  // per row: its image files (resolved), in template order
+  std::vector<std::vector<std::size_t>> image_message_;
+  std::vector<std::optional<Sample>> built_;
+  std::shared_ptr<const ChatImageProcessor> processor_;
   RowSources sources_;
   std::size_t skipped_ = 0;
 
  private:
+  // "message 2, image 0 (a.png): " for an error naming one of the row's image files, else "".
+  std::string image_where(std::size_t i, const std::string& error) const {
+    for (std::size_t j = 0; j < images_[i].size(); ++j)
+      if (error.find(images_[i][j]) != std::string::npos) return ax::str("message ", image_message_[i][j], ", image ", j, ": ");
+    return "";
+  }
+
+  // Replaces the k-th image marker of `text` with the k-th image's tokens (as transformers' processor expands
+  // the template's image tokens), shifting `spans` past the growth before them.
+  void expand_images(std::size_t i, std::string& text, std::vector<ByteSpan>& spans) const {
+    const std::string marker = processor_->image_marker();
+    std::vector<std::size_t> at;
+    for (std::size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) at.push_back(p);
+    const auto& files = images_[i];
+    if (at.size() != files.size())
+      throw UsageError(ax::str("the chat template wrote ", at.size(), " image marker(s) '", marker, "' for the row's ", files.size(),
+                               " image(s) (a template without images, or a message holding the marker itself?)"));
+    std::string out;
+    std::vector<std::pair<std::size_t, std::ptrdiff_t>> growth;  // (marker position, growth up to and including it)
+    std::size_t from = 0;
+    std::ptrdiff_t grown = 0;
+    for (std::size_t j = 0; j < at.size(); ++j) {
+      std::string replacement;
+      try {
+        replacement = processor_->expand(files[j]);
+      } catch (const UsageError& e) {
+        throw UsageError(ax::str("message ", image_message_[i][j], ", image ", j, ": ", e.what()));
+      }
+      out.append(text, from, at[j] - from);
+      out += replacement;
+      from = at[j] + marker.size();
+      grown += static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(marker.size());
+      growth.emplace_back(at[j], grown);
+    }
+    out.append(text, from, std::string::npos);
+    auto shift = [&](std::size_t x) {  // markers before x (starting before it) moved it
+      std::ptrdiff_t g = 0;
+      for (const auto& [p, total] : growth)
+        if (p < x) g = total;
+      return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(x) + g);
+    };
+    for (auto& sp : spans) sp = {shift(sp.first), shift(sp.second)};
+    text = std::move(out);
+  }
+
   const Tokenizer& tok_;
   jinja::Template tmpl_;
   Json special_, kwargs_;
@@ -234,12 +374,15 @@ class ChatDataset final : public Dataset, public RowLines {
   TrainOn train_on_;
 };
 
-class ChatTemplateType final : public DatasetType {
+class ChatTemplateType final : public DatasetType, public SampleFit {
  public:
+  explicit ChatTemplateType(const Registry* registry) : registry_(registry) {}
+
   std::vector<std::string> known_keys() const override {
     auto keys = common_dataset_keys();
     for (const char* k : {"field_messages", "message_field_role", "message_field_content", "chat_template", "train_on",
-                          "field_tools", "eot_tokens", "roles", "template_kwargs"})
+                          "field_tools", "eot_tokens", "roles", "template_kwargs", "field_images", "image_placeholder",
+                          "image_base_dir", "min_pixels", "max_pixels"})
       keys.push_back(k);
     return keys;
   }
@@ -251,8 +394,10 @@ class ChatTemplateType final : public DatasetType {
     ChatOptions o;
     bind_chat(t, o);
     t.finish();
-    for (const char* k : {"field_messages", "message_field_role", "message_field_content"})
+    for (const char* k : {"field_messages", "message_field_role", "message_field_content", "image_placeholder"})
       if (const auto* v = entry.get(k); v && v->value_or(std::string()).empty()) t.fail(v, ax::str("'", k, "' is empty"));
+    for (const char* k : {"min_pixels", "max_pixels"})
+      if (const auto* v = entry.get(k); v && v->value_or(int64_t(0)) < 0) t.fail(v, ax::str("'", k, "' must be >= 0"));
     Loaded loaded = load_template(o, ctx, t);
     std::optional<jinja::Template> tmpl;
     try {
@@ -271,6 +416,26 @@ class ChatTemplateType final : public DatasetType {
       auto it = roles.find(r);
       return it == roles.end() ? r : it->second;
     };
+    // The row's messages as the template reads them: role and content renamed, every other key passed through
+    // (tool_calls, reasoning_content, name, tool_call_id...). An absent content stays absent (a template's
+    // `message.content is defined` tells the two apart).
+    auto to_messages = [&](const nlohmann::json& row) {
+      Json messages = Json::array();
+      for (const auto& m : row[o.field_messages]) {
+        Json out = Json::object();
+        out["role"] = map_role(m[o.message_field_role].get<std::string>());
+        if (auto c = m.find(o.message_field_content); c != m.end()) out["content"] = Json::parse(c->dump());
+        for (const auto& [k, v] : m.items())
+          if (k != o.message_field_role && k != o.message_field_content) out[k] = Json::parse(v.dump());
+        messages.push_back(std::move(out));
+      }
+      return messages;
+    };
+    auto images_column = [&](const nlohmann::json& row) {
+      auto it = o.field_images.empty() ? row.end() : row.find(o.field_images);
+      return it == row.end() ? Json() : Json::parse(it->dump());
+    };
+    const ImageSetup images = find_image_processor(registry_, o, ctx);
     auto check = [&](const nlohmann::json& v) -> std::string {
       auto it = v.find(o.field_messages);
       if (it == v.end()) return ax::str("field '", o.field_messages, "' is missing");
@@ -285,46 +450,122 @@ class ChatTemplateType final : public DatasetType {
           return ax::str("message ", k, ": role '", r->get<std::string>(), "' is none of ", join(template_roles(), ", "),
                          " (map it with roles = {", r->get<std::string>(), " = \"...\"})");
         auto c = m.find(o.message_field_content);
-        if (c != m.end() && !c->is_string() && !c->is_null())
-          return ax::str("message ", k, ": '", o.message_field_content, "' must be a string (or null)");
+        if (c != m.end() && !c->is_string() && !c->is_null() && !c->is_array())
+          return ax::str("message ", k, ": '", o.message_field_content, "' must be a string, a list of content parts (or null)");
       }
       if (!o.field_tools.empty())
         if (auto tl = v.find(o.field_tools); tl != v.end() && !tl->is_array() && !tl->is_null())
           return ax::str("field '", o.field_tools, "' must be a list of tool definitions (or null)");
+      Json messages = to_messages(v);
+      ChatImages found;
+      if (std::string why = read_chat_images(messages, images_column(v), o.image_placeholder, found); !why.empty()) return why;
+      if (!found.paths.empty() && !images.processor) return ax::str("message ", found.message[0], ": ", images.why);
       return "";
     };
     auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), check);
     auto ds = std::make_shared<ChatDataset>(*ctx.tokenizer, std::move(*tmpl), loaded.special, o.template_kwargs, markers,
                                             parse_train_on(o.train_on));
+    ds->processor_ = images.processor;
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;
+    const std::string base_override = o.image_base_dir.empty() ? "" : resolve_against(ctx.base_dir, o.image_base_dir);
+    bool any_image = false;
     for (auto& row : contents.rows) {
-      Json messages = Json::array();
-      for (const auto& m : row.value[o.field_messages]) {
-        // Every key passes through (tool_calls, reasoning_content, name, tool_call_id...); role and content are
-        // renamed to what templates read.
-        Json out = Json::object();
-        out["role"] = map_role(m[o.message_field_role].get<std::string>());
-        // An absent content stays absent (a template's `message.content is defined` tells the two apart).
-        if (auto c = m.find(o.message_field_content); c != m.end()) out["content"] = Json::parse(c->dump());
-        for (const auto& [k, v] : m.items())
-          if (k != o.message_field_role && k != o.message_field_content) out[k] = Json::parse(v.dump());
-        messages.push_back(std::move(out));
-      }
+      Json messages = to_messages(row.value);
+      ChatImages found;
+      read_chat_images(messages, images_column(row.value), o.image_placeholder, found);  // checked above
+      // Relative paths resolve against image_base_dir, else the data file's directory (as mm_cpt's rows).
+      const std::string base = !base_override.empty() ? base_override
+                                                      : std::filesystem::path(contents.files[row.origin.file].path).parent_path().string();
+      for (auto& p : found.paths)
+        if (!std::filesystem::path(p).is_absolute()) p = (std::filesystem::path(base) / p).lexically_normal().string();
+      any_image |= !found.paths.empty();
       Json tools;
       if (!o.field_tools.empty())
         if (auto tl = row.value.find(o.field_tools); tl != row.value.end()) tools = Json::parse(tl->dump());
       ds->messages_.push_back(std::move(messages));
       ds->tools_.push_back(std::move(tools));
+      ds->images_.push_back(std::move(found.paths));
+      ds->image_message_.push_back(std::move(found.message));
       ds->sources_.origins.push_back(row.origin);
     }
+    ds->built_.resize(ds->messages_.size());
+    if (any_image) build_image_rows(*ds, parse_bad_row_policy(common.on_bad_row));
     return ds;
   }
+
+  // Per-sample media (pixel values, image grids: dim 0 counts patches or images) concatenated over the batch's
+  // samples in layout order (rows, then offsets: the order of the image tokens in the packed batch), the order
+  // the model splices them back in. A sample cut inside its image tokens is refused (prepare dropped those that
+  // data.sequence_len cuts; this guards any other cut).
+  std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const override {
+    std::map<std::string, std::vector<at::Tensor>> parts;
+    for (const auto& p : layout.samples) {
+      const Sample& s = *p.sample;
+      if (auto e = s.extras.find(kImageEnd); e != s.extras.end() && p.length < e->second.item<int64_t>())
+        throw UsageError(ax::str("chat_template: a sample of ", s.input_ids.size(), " tokens is cut to ", p.length,
+                                 " inside its image tokens; raise data.sequence_len or lower max_pixels"));
+      for (const auto& [name, t] : s.extras)
+        if (name != kImageEnd) parts[name].push_back(t);
+    }
+    std::map<std::string, at::Tensor> out;
+    for (auto& [name, list] : parts) out[name] = at::cat(list, 0);
+    return out;
+  }
+
+  std::string unfit(const Sample& s, int64_t sequence_len) const override {
+    auto e = s.extras.find(kImageEnd);
+    if (e == s.extras.end() || e->second.item<int64_t>() <= sequence_len) return "";
+    return ax::str("its image tokens run to token ", e->second.item<int64_t>(), ", past data.sequence_len = ", sequence_len,
+                   " (a sample is never cut inside an image): raise sequence_len or lower max_pixels");
+  }
+
+ private:
+  // Makes the rows with images now, in parallel: a missing or corrupt image is a bad row that on_bad_row
+  // decides (skip: dropped and counted) before anything is cached.
+  static void build_image_rows(ChatDataset& ds, BadRowPolicy policy) {
+    const std::size_t n = ds.messages_.size();
+    std::vector<std::string> errors(n);
+    tbb::parallel_for(std::size_t(0), n, [&](std::size_t i) {
+      if (ds.images_[i].empty()) return;
+      try {
+        ds.built_[i] = ds.make(i);
+      } catch (const std::exception& e) {
+        const std::string where = ds.sources_.where(i);
+        errors[i] = std::string(e.what()).rfind(where, 0) == 0 ? e.what() : ax::str(where, ": ", e.what());
+      }
+    });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!errors[i].empty()) {
+        if (policy == BadRowPolicy::error) throw UsageError(errors[i]);
+        log::warn(ax::str(errors[i], " (on_bad_row = \"skip\": the row is dropped)"));
+        ++ds.skipped_;
+        continue;
+      }
+      if (kept != i) {
+        ds.messages_[kept] = std::move(ds.messages_[i]);
+        ds.tools_[kept] = std::move(ds.tools_[i]);
+        ds.images_[kept] = std::move(ds.images_[i]);
+        ds.image_message_[kept] = std::move(ds.image_message_[i]);
+        ds.built_[kept] = std::move(ds.built_[i]);
+        ds.sources_.origins[kept] = ds.sources_.origins[i];
+      }
+      ++kept;
+    }
+    for (auto* v : {&ds.messages_, &ds.tools_}) v->resize(kept);
+    ds.images_.resize(kept);
+    ds.image_message_.resize(kept);
+    ds.built_.resize(kept);
+    ds.sources_.origins.resize(kept);
+  }
+
+  const Registry* registry_;
 };
 
 }  // namespace
 
-std::shared_ptr<DatasetType> make_chat_template_type() { return std::make_shared<ChatTemplateType>(); }
+std::shared_ptr<DatasetType> make_chat_template_type(const Registry* registry) { return std::make_shared<ChatTemplateType>(registry); }
 
 void document_chat_template_keys(TableBinder& t) {
   ChatOptions o;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <functional>
 #include <memory>
 #include <filesystem>
 #include <limits>
@@ -26,6 +27,7 @@
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "data/packing.hpp"
+#include "data/types.hpp"
 
 namespace fs = std::filesystem;
 
@@ -331,27 +333,36 @@ bool has_loss_token(const Sample& s, int64_t sequence_len) {
   return false;
 }
 
-// Samples with nothing to learn would make a micro-batch of them a mean over no tokens. on_bad_row decides:
-// "error" names the first such row, "skip" drops them all; returns how many were dropped.
-std::size_t drop_samples_without_loss(FileSamples& data, int64_t sequence_len, BadRowPolicy policy) {
+// Drops the samples `why` finds a reason against (on_bad_row: "error" names the first such row, "skip" drops
+// them all); returns how many were dropped.
+std::size_t drop_samples(FileSamples& data, BadRowPolicy policy, bool warn, const std::function<std::string(const Sample&)>& why) {
   std::vector<Sample> kept;
   std::vector<RowOrigin> kept_origins;
   const bool known = data.sources.origins.size() == data.samples.size();
   for (std::size_t i = 0; i < data.samples.size(); ++i) {
-    if (has_loss_token(data.samples[i], sequence_len)) {
+    std::string reason = why(data.samples[i]);
+    if (reason.empty()) {
       kept.push_back(std::move(data.samples[i]));
       if (known) kept_origins.push_back(data.sources.origins[i]);
       continue;
     }
-    if (policy == BadRowPolicy::error)
-      throw UsageError(ax::str(data.where(i), ": no token to train on within data.sequence_len = ", sequence_len,
-                               " (every label is -100, or the prompt fills the first ", sequence_len,
-                               " tokens); raise sequence_len, fix the row, or set on_bad_row = \"skip\" to drop such rows"));
+    if (policy == BadRowPolicy::error) throw UsageError(ax::str(data.where(i), ": ", reason));
+    if (warn) log::warn(ax::str(data.where(i), ": ", reason, " (on_bad_row = \"skip\": dropped)"));
   }
   const std::size_t dropped = data.samples.size() - kept.size();
   data.samples = std::move(kept);
   data.sources.origins = std::move(kept_origins);
   return dropped;
+}
+
+// Samples with nothing to learn would make a micro-batch of them a mean over no tokens.
+std::size_t drop_samples_without_loss(FileSamples& data, int64_t sequence_len, BadRowPolicy policy) {
+  return drop_samples(data, policy, /*warn=*/false, [&](const Sample& s) -> std::string {
+    if (has_loss_token(s, sequence_len)) return "";
+    return ax::str("no token to train on within data.sequence_len = ", sequence_len,
+                   " (every label is -100, or the prompt fills the first ", sequence_len,
+                   " tokens); raise sequence_len, fix the row, or set on_bad_row = \"skip\" to drop such rows");
+  });
 }
 
 FileSamples load_file(const DatasetType& type, const std::string& type_name, const toml::table& entry,
@@ -361,8 +372,8 @@ FileSamples load_file(const DatasetType& type, const std::string& type_name, con
   // Files of the model dir a type may read (the chat_template type renders with the model's template; the
   // mm_cpt plugin's image processor takes its settings from preprocessor_config.json).
   if (!ctx.model_dir.empty()) {
-    toml::table model_files{{"chat_template.jinja", "chat_template.jinja"}, {"tokenizer_config.json", "tokenizer_config.json"},
-                            {"preprocessor_config.json", "preprocessor_config.json"}};
+    toml::table model_files{{"chat_template.jinja", "chat_template.jinja"}, {"chat_template.json", "chat_template.json"},
+                            {"tokenizer_config.json", "tokenizer_config.json"}, {"preprocessor_config.json", "preprocessor_config.json"}};
     std::ostringstream os;
     describe_files(model_files, ctx.model_dir, os);
     key += os.str();
@@ -429,6 +440,9 @@ PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, c
     // After the cache: the model and sequence_len are not part of its key.
     auto usable = [&](FileSamples f) {
       check_ids(f, tokenizer, model_vocab);
+      // A type whose samples must not be cut (chat_template's images) says which do not fit sequence_len.
+      if (const auto* fit = dynamic_cast<const SampleFit*>(type.get()))
+        report.unfit += drop_samples(f, policy, /*warn=*/true, [&](const Sample& s) { return fit->unfit(s, data.sequence_len); });
       report.no_loss += drop_samples_without_loss(f, data.sequence_len, policy);
       if (f.samples.empty())
         throw UsageError(ax::str(f.file, ": no row has a token to train on within data.sequence_len = ", data.sequence_len));
@@ -497,6 +511,7 @@ std::string describe(const PreparedData& data) {
                                  : ax::str(s.train, " train / ", s.eval, " eval samples"),
                         s.skipped ? ax::str(", ", s.skipped, " bad rows skipped") : std::string(),
                         s.no_loss ? ax::str(", ", s.no_loss, " rows without a token to train on within sequence_len dropped") : std::string(),
+                        s.unfit ? ax::str(", ", s.unfit, " rows whose images do not fit sequence_len dropped") : std::string(),
                         s.shards && !s.eval ? "" : s.from_cache ? " (prepared cache)" : " (tokenised)"));
   return join(lines, "\n");
 }

@@ -20,6 +20,7 @@ struct SourceReport {
   std::string name;
   std::size_t train = 0, eval = 0, skipped = 0;
   std::size_t no_loss = 0;  // samples dropped (on_bad_row = "skip") for having no token to train on
+  std::size_t unfit = 0;    // samples dropped (on_bad_row = "skip") that data.sequence_len would cut where they cannot be cut
   bool from_cache = false;
   std::string cache_file;
   std::size_t shards = 0;  // > 0: streamed from that many shards (train stays empty; PreparedData::stream)

@@ -27,7 +27,7 @@ void register_builtin_datasets(Registry& registry) {
   ct.info.kind = ProviderKind::dataset;
   ct.info.name = "chat_template";
   ct.info.summary = "conversations (messages lists) rendered with the model's chat template; loss on assistant turns";
-  ct.object = make_chat_template_type();
+  ct.object = make_chat_template_type(&registry);
   registry.add(std::move(ct));
 }
 

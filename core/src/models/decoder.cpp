@@ -20,6 +20,7 @@
 #include "models/decoder_plan.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/mla_layer.hpp"
 #include "models/parts/shared_expert.hpp"
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
@@ -32,6 +33,13 @@ namespace ax::models {
 namespace {
 
 std::string layer_prefix(int64_t i) { return str("model.layers.", i, "."); }
+
+// The group router's correction bias stays fp32 in any compute dtype, as transformers keeps it
+// (_keep_in_fp32_modules_strict): in bf16 its small differences between experts would round away.
+bool keeps_fp32(const std::string& name) {
+  static const std::string tail = ".e_score_correction_bias";
+  return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 // i of a name under "model.layers.i.", else -1.
 int64_t layer_of(const std::string& name) {
@@ -138,7 +146,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       frozen_[name] = std::move(q);
       return;
     }
-    at::Tensor v = raw.to(dtype_);
+    at::Tensor v = raw.to(keeps_fp32(name) ? at::kFloat : dtype_);
     stats_.peak_bytes = std::max(stats_.peak_bytes, resident + transient + tensor_bytes({raw, v}));
     resident += tensor_bytes({v});
     if (!is_projection(name)) {
@@ -264,9 +272,17 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   }
   layer_done_unless(-1);
   if (cfg_.tie_word_embeddings) frozen_["lm_head.weight"] = ops::WeightTensor::dense(weights_.at("model.embed_tokens.weight"));
-  for (const auto& n : ckpt.names())
-    if (!used.count(n) && !(cfg_.tie_word_embeddings && n == "lm_head.weight"))
-      log::warn(str(ckpt.file_of(n), ": tensor '", n, "' is not used by the ", cfg_.model_type, " model"));
+  // Layers past num_hidden_layers are the MTP (multi-token prediction) head GLM-4.5 and DeepSeek-V3 checkpoints
+  // append, which transformers ignores too: one line for all of them, not one per tensor.
+  int64_t beyond = 0;
+  for (const auto& n : ckpt.names()) {
+    if (used.count(n) || (cfg_.tie_word_embeddings && n == "lm_head.weight")) continue;
+    if (layer_of(n) >= cfg_.num_layers) ++beyond;
+    else log::warn(str(ckpt.file_of(n), ": tensor '", n, "' is not used by the ", cfg_.model_type, " model"));
+  }
+  if (beyond > 0)
+    log::info(str(ckpt.source(), ": ", beyond, " tensors of layers past num_hidden_layers = ", cfg_.num_layers,
+                  " (an MTP head) are not used, as transformers leaves them"));
   inv_freq_ = rope_inv_freq(cfg_).to(device_);
   if (cfg_.has_local_rope) inv_freq_local_ = rope_inv_freq(cfg_, cfg_.rope_local).to(device_);
 
@@ -322,14 +338,14 @@ const ops::WeightTensor& DecoderModel::projection(const std::string& name) const
 }
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, const std::string& weight,
-                                                         const at::Tensor& residual) const {
+                                                         const at::Tensor& residual, double eps) const {
   // transformers' RMSNorm (statistics in fp32, scale applied after casting back), with the residual add
   // before it fused in: the op's contract (docs/ops/rms_norm.md) has exactly these rounding points.
   ops::RmsNormArgs a;
   a.x = x;
   a.residual = residual;
   a.weight = w(weight);
-  a.eps = cfg_.rms_norm_eps;
+  a.eps = eps > 0 ? eps : cfg_.rms_norm_eps;
   a.weight_offset = cfg_.norm_offset;
   auto r = autograd::rms_norm(kernels_->get<ops::RmsNorm>(ops::dtype_name(dtype_)), std::move(a));
   return {r.y, r.sum};
@@ -432,6 +448,12 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   q = q.view({T, Hq, D});
   k = k.view({T, Hkv, D});
   v = v.view({T, Hkv, D});
+  // transformers multiplies cos and sin by the rope's attention factor (yarn). With RoPE on all of head_dim q·k
+  // gains its square, folded into the softmax scale below; with partial RoPE only the rotated dims carry it, so
+  // it scales cos and sin here.
+  const double af = cfg_.rope_of(i).attention_factor;
+  const bool partial = cfg_.rope_dim() < D;
+  const double rope_factor = partial ? af : 1.0;
   if (cfg_.qk_norm) {
     auto op = kernels_->get<ops::NormRope>(ops::dtype_name(dtype_));
     auto nr = [&](const at::Tensor& t, const std::string& wname) {
@@ -442,6 +464,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
       a.weight_offset = cfg_.norm_offset;
       a.position_ids = pos;
       a.inv_freq = inv_freq;
+      a.attention_scaling = rope_factor;
       return autograd::norm_rope(op, std::move(a));
     };
     q = nr(q, p + "q_norm.weight");
@@ -451,10 +474,14 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
     at::Tensor freqs = pos.dim() == 2 ? mrope_freqs(pos, inv_freq, cfg_.mrope_section)
                                       : pos.to(at::kFloat).unsqueeze(-1) * inv_freq.unsqueeze(0);
     at::Tensor emb = at::cat({freqs, freqs}, -1);
-    at::Tensor cos = emb.cos().to(x.scalar_type()).unsqueeze(1), sin = emb.sin().to(x.scalar_type()).unsqueeze(1);
+    at::Tensor cos = (emb.cos() * rope_factor).to(x.scalar_type()).unsqueeze(1);
+    at::Tensor sin = (emb.sin() * rope_factor).to(x.scalar_type()).unsqueeze(1);
+    // Partial RoPE (glm4_moe): the first R = rope_dim() dims rotate, the rest pass.
+    const int64_t R = emb.size(-1);
     auto rot = [&](const at::Tensor& t) {
-      at::Tensor t1 = t.narrow(-1, 0, D / 2), t2 = t.narrow(-1, D / 2, D / 2);
-      return t * cos + at::cat({-t2, t1}, -1) * sin;
+      at::Tensor r = t.narrow(-1, 0, R), t1 = r.narrow(-1, 0, R / 2), t2 = r.narrow(-1, R / 2, R / 2);
+      r = r * cos + at::cat({-t2, t1}, -1) * sin;
+      return R == D ? r : at::cat({r, t.narrow(-1, R, D - R)}, -1);
     };
     q = rot(q);
     k = rot(k);
@@ -465,11 +492,9 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.v = v.contiguous();
   a.cu_seqlens = cu;
   a.max_seqlen = max_len;
-  // transformers scales cos and sin by the rope's attention factor (yarn); q and k both carry it, so the
-  // scores carry its square.
-  // gemma3_text scales by query_pre_attn_scalar^-0.5 instead of head_dim^-0.5.
-  const double af = cfg_.rope_of(i).attention_factor;
-  a.softmax_scale = af * af * (cfg_.attn_scale > 0 ? cfg_.attn_scale : 1.0 / std::sqrt(double(D)));
+  // The rope's attention factor squared (full RoPE: see above); gemma3_text scales by query_pre_attn_scalar^-0.5
+  // instead of head_dim^-0.5.
+  a.softmax_scale = (partial ? 1.0 : af * af) * (cfg_.attn_scale > 0 ? cfg_.attn_scale : 1.0 / std::sqrt(double(D)));
   a.causal = true;
   // transformers' sliding window W admits keys with q - W < k <= q: W - 1 to the left of the query.
   a.window_left = cfg_.window(i) > 0 ? cfg_.window(i) - 1 : -1;
@@ -582,7 +607,9 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   const std::string p = layer_prefix(i);
   const at::Tensor& freq = cfg_.has_local_rope && cfg_.window(i) > 0 ? inv_freq_local_ : inv_freq;  // gemma3_text
   const at::Tensor in = rms_norm(h, p + "input_layernorm.weight").first;
-  at::Tensor a = cfg_.is_linear_layer(i) ? gated_deltanet_block(i, in, cu) : attention_block(i, in, pos, cu, max_len, freq);
+  at::Tensor a = cfg_.is_linear_layer(i) ? gated_deltanet_block(i, in, cu)
+                 : cfg_.is_mla()          ? mla_block(i, in, pos, cu, max_len, freq)
+                                          : attention_block(i, in, pos, cu, max_len, freq);
   if (cfg_.sandwich_norms) {
     // gemma3_text: x = h + norm(attention); the MLP reads pre_feedforward_layernorm(x) and its output is
     // normed again before the residual add.
@@ -596,7 +623,9 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
   // The MLP / MoE block, in token shards with [train] tiled_mlp (models/tiled_mlp.hpp).
   auto block = [this, i](const at::Tensor& t, std::vector<at::Tensor>& rl) {
     if (!cfg_.is_moe_layer(i)) return dense_mlp(i, t);
-    at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, t, rl) : moe_block(i, t, rl);
+    at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, t, rl)
+                   : cfg_.moe_kind == MoeKind::group_topk_sigmoid ? group_moe_block(i, t)
+                                                                   : moe_block(i, t, rl);
     if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, t);
     return m;
   };
@@ -768,6 +797,8 @@ std::vector<LoraSite> lora_sites(const HfConfig& cfg_) {
     std::string p = layer_prefix(i);
     if (cfg_.is_linear_layer(i)) {
       gated_deltanet_lora_sites(cfg_, p, out);
+    } else if (cfg_.is_mla()) {
+      mla_lora_sites(cfg_, p, out);
     } else {
       lin(p + "self_attn.q_proj", "q_proj", H, Hq * D * (cfg_.attn_output_gate ? 2 : 1));
       lin(p + "self_attn.k_proj", "k_proj", H, Hkv * D);
@@ -808,6 +839,10 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(
     bool router = name.size() > 15 && name.compare(name.size() - 15, 15, "mlp.gate.weight") == 0;
     bool experts = name.find("mlp.experts.") != std::string::npos;
     const at::Tensor& t = merged.at(name);
+    if (keeps_fp32(name)) {  // saved in fp32 whatever the dtype, as transformers saves it
+      out.emplace_back(name, t.to(at::kFloat).contiguous());
+      continue;
+    }
     if (cfg_.moe_kind == MoeKind::topk_softmax_clamped) {
       out.emplace_back(name, gpt_oss_to_checkpoint(name, t.to(dtype)).contiguous());
       continue;

@@ -1,5 +1,5 @@
-// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe and
-// gpt_oss: one implementation driven by
+// The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe,
+// gpt_oss, qwen3_5(_moe), glm4_moe and deepseek_v3: one implementation driven by
 // HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
@@ -122,6 +122,14 @@ class DecoderModel : public Model, public CausalLmDecode {
   // While decode runs (decode_step_ set): appends a's k/v (after RoPE) to the cache and attends a's queries
   // over it, with a's scale, window and causality. A family's own attention calls it at the same point.
   at::Tensor cached_attention(int64_t layer, const ops::AttentionArgs& a);
+  // Its pieces, for a mixer that caches something else than k and v (MLA's latent): the step's new tokens'
+  // entries into layer `layer`'s cache (k: [T, ...], v: [T, ...] as the cache holds them), whether every row
+  // started empty (a prefill: the attention op runs as in training), the step's rows' cached entries over the
+  // key span [segments, L, ...], and a's queries attended over keys / values [segments, L, Hkv, D].
+  void cache_store(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  bool decode_fresh() const;
+  std::pair<at::Tensor, at::Tensor> cached_rows(int64_t layer) const;
+  at::Tensor attend_cached(const ops::AttentionArgs& a, const at::Tensor& keys, const at::Tensor& values);
   // While decode runs: linear-attention layer `layer`'s conv windows and recurrent states of the step's rows,
   // in segment order, and their update from the ops' final states (decoder_decode.cpp).
   std::pair<at::Tensor, at::Tensor> cached_linear_state(int64_t layer) const;
@@ -131,6 +139,12 @@ class DecoderModel : public Model, public CausalLmDecode {
   at::Tensor shared_expert(int64_t layer, const at::Tensor& h);  // models/parts/shared_expert.cpp
   at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
   at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
+  // deepseek_v3 / glm4_moe (MoeKind::group_topk_sigmoid): the group-limited sigmoid router and the experts
+  // (models/parts/group_moe_block.cpp). No aux loss: these models' loss has none.
+  at::Tensor group_moe_block(int64_t layer, const at::Tensor& h);
+  // deepseek_v3's multi-head latent attention (HfConfig::is_mla; models/parts/mla_layer.cpp).
+  at::Tensor mla_block(int64_t layer, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
+                       const at::Tensor& inv_freq);
   // The moe.experts routing of each token's top-k expert ids [T, k].
   ops::MoeRouting moe_routing(const at::Tensor& top_i) const;
   // The moe.mlp call of one layer's experts (`prefix`: "...mlp.experts."): its two weights and their LoRA are
@@ -148,9 +162,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   at::Tensor gated_deltanet_block(int64_t layer, const at::Tensor& x, const at::Tensor& cu);
   std::shared_ptr<ops::LinearAttention> linear_attention_backend();
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
-  // a residual.
+  // a residual. eps 0: the config's rms_norm_eps.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
-                                             const at::Tensor& residual = {}) const;
+                                             const at::Tensor& residual = {}, double eps = 0) const;
   // Mean token cross-entropy of lm_head(h) through the linear_ce op, when lm_head is a dense frozen weight
   // without LoRA and nobody wants the logits; undefined when the op does not apply.
   at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);

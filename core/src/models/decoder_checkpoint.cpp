@@ -12,6 +12,7 @@
 #include "models/family.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/mla_layer.hpp"
 #include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
@@ -78,6 +79,8 @@ TensorShapes internal_tensors(const HfConfig& c) {
     out.push_back({p + "post_attention_layernorm.weight", {H}});
     if (c.is_linear_layer(i)) {
       gated_deltanet_tensors(c, p, out);
+    } else if (c.is_mla()) {
+      mla_tensors(c, p, out);
     } else {
       out.push_back({p + "self_attn.q_proj.weight", {Hq * D * (c.attn_output_gate ? 2 : 1), H}});
       out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
@@ -108,6 +111,7 @@ TensorShapes internal_tensors(const HfConfig& c) {
     } else if (c.is_moe_layer(i)) {
       const int64_t E = c.num_experts, I = c.moe_intermediate_size;
       out.push_back({p + "mlp.gate.weight", {E, H}});
+      if (c.moe_kind == MoeKind::group_topk_sigmoid) out.push_back({p + "mlp.gate.e_score_correction_bias", {E}});
       out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
       out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
       if (c.shared_expert_intermediate_size > 0) shared_expert_tensors(c, p, out);
@@ -255,7 +259,7 @@ void check_checkpoint_sizes(const HfConfig& c, const safetensors::Checkpoint& ck
   while (first_attn < c.num_layers && c.is_linear_layer(first_attn)) ++first_attn;
   for (const auto& [proj, heads, key, mult] : {std::tuple{"q_proj", c.num_heads, "num_attention_heads", c.attn_output_gate ? 2 : 1},
                                                std::tuple{"k_proj", c.num_kv_heads, "num_key_value_heads", 1}}) {
-    if (first_attn == c.num_layers) break;
+    if (first_attn == c.num_layers || c.is_mla()) break;  // MLA's projections: the tensor walk checks them
     const std::string name = layer_prefix(first_attn) + "self_attn." + proj + ".weight";
     const auto* s = matrix(c, ckpt, name);
     // [rows, hidden] with other rows: the heads or head_dim; another shape is the tensor's fault (the walk says).
@@ -265,6 +269,7 @@ void check_checkpoint_sizes(const HfConfig& c, const safetensors::Checkpoint& ck
                          "' has ", (*s)[0], " rows",
                          (*s)[0] % (mult * heads) == 0 ? str(" (head_dim ", (*s)[0] / (mult * heads), "?)") : std::string()));
   }
+  if (c.is_mla()) check_mla_sizes(c, ckpt);
   // Experts: the router rows of the first MoE layer.
   for (int64_t i = 0; i < c.num_layers && c.num_experts > 0; ++i) {
     if (!c.is_moe_layer(i)) continue;

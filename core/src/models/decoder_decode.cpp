@@ -28,7 +28,8 @@ namespace ax::models {
 
 namespace {
 
-// Per layer k and v, [batch, capacity, Hkv, D] (token-major, the varlen layout), and each row's length.
+// Per layer k and v, [batch, capacity, Hkv, D] (token-major, the varlen layout; MLA layers: the latent
+// [.., 1, kv_lora_rank] and the rope key [.., 1, rope]), and each row's length.
 class DecoderKvCache final : public KvCache {
  public:
   DecoderKvCache(const DecoderModel* owner, int64_t batch, int64_t capacity) : owner(owner), cap(capacity), len(batch, 0) {}
@@ -90,8 +91,15 @@ std::unique_ptr<KvCache> DecoderModel::new_cache(int64_t batch, int64_t capacity
       c->state.push_back(at::zeros({batch, g.value_heads, g.key_dim, g.value_dim}, opts.dtype(at::kFloat)));
       continue;
     }
-    c->k.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
-    c->v.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+    if (cfg_.is_mla()) {
+      // MLA (deepseek_v3): the compressed latent (kv_lora_rank, after its norm) and the shared rope key (after
+      // RoPE), as the model is served: kv_lora_rank + rope numbers a token instead of heads x (qk + v).
+      c->k.push_back(at::zeros({batch, capacity, 1, cfg_.mla.kv_lora_rank}, opts));
+      c->v.push_back(at::zeros({batch, capacity, 1, cfg_.mla.qk_rope_head_dim}, opts));
+    } else {
+      c->k.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+      c->v.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
+    }
     if (linear) {
       c->conv.emplace_back();
       c->state.emplace_back();
@@ -111,28 +119,44 @@ void DecoderModel::store_linear_state(int64_t layer, const at::Tensor& conv, con
   s.cache->state[layer].index_copy_(0, s.rows_dev, state);
 }
 
-at::Tensor DecoderModel::cached_attention(int64_t layer, const ops::AttentionArgs& a) {
+void DecoderModel::cache_store(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   DecodeStep& s = *decode_step_;
   DecoderKvCache& c = *s.cache;
-  const int64_t n_seg = static_cast<int64_t>(s.rows.size());
   int64_t off = 0;
-  for (int64_t g = 0; g < n_seg; ++g) {
-    c.k[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(a.k.narrow(0, off, s.count[g]));
-    c.v[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(a.v.narrow(0, off, s.count[g]));
+  for (std::size_t g = 0; g < s.rows.size(); ++g) {
+    c.k[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(k.narrow(0, off, s.count[g]));
+    c.v[layer][s.rows[g]].narrow(0, s.start[g], s.count[g]).copy_(v.narrow(0, off, s.count[g]));
     off += s.count[g];
   }
-  if (s.fresh)
-    return autograd::attention(attention_backend(), a);
+}
 
-  const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2), Hkv = a.k.size(1), G = Hq / Hkv;
+bool DecoderModel::decode_fresh() const { return decode_step_->fresh; }
+
+std::pair<at::Tensor, at::Tensor> DecoderModel::cached_rows(int64_t layer) const {
+  const DecodeStep& s = *decode_step_;
+  return {s.cache->k[layer].index_select(0, s.rows_dev).narrow(1, 0, s.keys),
+          s.cache->v[layer].index_select(0, s.rows_dev).narrow(1, 0, s.keys)};
+}
+
+at::Tensor DecoderModel::cached_attention(int64_t layer, const ops::AttentionArgs& a) {
+  cache_store(layer, a.k, a.v);
+  if (decode_step_->fresh) return autograd::attention(attention_backend(), a);
+  auto [k, v] = cached_rows(layer);
+  return attend_cached(a, k, v);
+}
+
+at::Tensor DecoderModel::attend_cached(const ops::AttentionArgs& a, const at::Tensor& keys, const at::Tensor& values) {
+  const DecodeStep& s = *decode_step_;
+  const int64_t n_seg = static_cast<int64_t>(s.rows.size());
+  const int64_t T = a.q.size(0), Hq = a.q.size(1), D = a.q.size(2), Hkv = keys.size(2), G = Hq / Hkv;
   const int64_t C = s.qpos.size(1), L = s.keys;
   const auto ct = a.q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // Queries padded to [segments, C, Hq, D], then grouped [segments, Hkv, G·C, D] (query heads of a KV head
   // side by side, as transformers' repeat_kv pairs them).
   at::Tensor q = at::zeros({n_seg * C, Hq, D}, a.q.options().dtype(ct)).index_copy_(0, s.dest, a.q.to(ct));
   q = q.view({n_seg, C, Hq, D}).permute({0, 2, 1, 3}).reshape({n_seg, Hkv, G * C, D});
-  at::Tensor k = c.k[layer].index_select(0, s.rows_dev).narrow(1, 0, L).to(ct).permute({0, 2, 1, 3});  // [S, Hkv, L, D]
-  at::Tensor v = c.v[layer].index_select(0, s.rows_dev).narrow(1, 0, L).to(ct).permute({0, 2, 1, 3});
+  at::Tensor k = keys.to(ct).permute({0, 2, 1, 3});  // [S, Hkv, L, D]
+  at::Tensor v = values.to(ct).permute({0, 2, 1, 3});
   const double scale = a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
   at::Tensor scores = (at::matmul(q, k.transpose(2, 3)) * scale).view({n_seg, Hkv, G, C, L});
   // Key j is hidden from the query at absolute position p when j > p (causal) or j < p - window_left (the

@@ -6,6 +6,7 @@
 #include "axengine/strings.hpp"
 #include "models/decoder_checkpoint.hpp"
 #include "models/parts/gated_deltanet.hpp"
+#include "models/parts/mla_layer.hpp"
 #include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
@@ -43,16 +44,18 @@ std::vector<OpCall> decoder_calls(const HfConfig& c, const std::map<std::string,
     const std::string p = str("model.layers.", i, ".");
     if (c.is_linear_layer(i)) {
       gated_deltanet_calls(c, p, formats, out);
+    } else if (c.is_mla()) {
+      mla_calls(c, p, formats, out);
     } else {
       for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) linear(p + "self_attn." + proj + ".weight");
       if (c.qk_norm) out.push_back({"norm_rope", "", ""});  // else plain RoPE in ATen
       out.push_back({"attention", "", attention_layout(c)});
     }
-    if (c.is_moe_layer(i)) {  // the experts as one moe.mlp call; the router is plain ATen
+    if (c.is_moe_layer(i)) {  // the experts as one moe.mlp call; the router (either kind) is plain ATen
       // A backend must serve both projections' formats (skip_modules may keep one dense): both are asked for.
       for (const char* proj : {"gate_up_proj", "down_proj"})
         out.push_back({"moe.mlp", ops::to_string(formats.at(p + "mlp.experts." + proj)), "ENK"});
-      if (c.shared_expert_intermediate_size > 0) shared_expert_calls(p, formats, out);
+      if (c.shared_expert_intermediate_size > 0) shared_expert_calls(c, p, formats, out);
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) linear(p + "mlp." + proj + ".weight");

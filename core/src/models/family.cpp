@@ -16,13 +16,17 @@ const Family& gemma3_text_family();
 const Family& gpt_oss_family();
 const Family& qwen3_5_family();
 const Family& qwen3_5_moe_family();
+const Family& qwen3_next_family();
+const Family& glm4_moe_family();
+const Family& deepseek_v3_family();
 
 const std::vector<const Family*>& families() {
   // In init-model's order of presets (and docs/models.md's table).
   static const std::vector<const Family*> all = {&llama_family(),       &qwen2_family(), &mistral_family(),
                                                  &qwen3_family(),       &qwen3_moe_family(), &mixtral_family(),
                                                  &gemma3_text_family(), &olmoe_family(), &gpt_oss_family(),
-                                                 &qwen3_5_family(),     &qwen3_5_moe_family()};
+                                                 &qwen3_5_family(),     &qwen3_5_moe_family(),
+                                                 &qwen3_next_family(),  &glm4_moe_family(), &deepseek_v3_family()};
   return all;
 }
 

@@ -39,6 +39,10 @@ enum class MoeKind {
   // router `mlp.router` with bias → top-k → softmax over the k logits; experts with biases and the clamped
   // sigmoid GLU on interleaved gate/up columns, stored transposed (gpt_oss: models/gpt_oss_moe.cpp)
   topk_softmax_clamped,
+  // router `mlp.gate` (fp32, no bias) → sigmoid; the fp32 buffer mlp.gate.e_score_correction_bias steers the
+  // group-limited top-k choice only; weights: the chosen sigmoids, renormalised when norm_topk_prob, times
+  // routed_scaling_factor (models/parts/group_topk_router.hpp); experts as softmax_topk's (deepseek_v3, glm4_moe)
+  group_topk_sigmoid,
 };
 
 struct HfConfig {
@@ -82,6 +86,12 @@ struct HfConfig {
   int64_t decoder_sparse_step = 1;
   // qwen3_5_moe / qwen3_next: a shared expert beside the routed ones (models/parts/shared_expert.hpp); 0: none.
   int64_t shared_expert_intermediate_size = 0;
+  // deepseek_v3 / glm4_moe: the shared experts are mlp.shared_experts.* (n_shared_experts · moe_intermediate_size)
+  // without a gate, instead of Qwen's mlp.shared_expert.* times sigmoid(mlp.shared_expert_gate(x)).
+  bool shared_experts_ungated = false;
+  // MoeKind::group_topk_sigmoid's groups (n_group, topk_group) and scale.
+  int64_t n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
   std::vector<int64_t> mlp_only_layers;
   double router_aux_loss_coef = 0.0;
   bool output_router_logits = false;  // HF adds coef * aux to the loss only when this is set
@@ -103,10 +113,22 @@ struct HfConfig {
   std::vector<bool> linear_layers;  // empty: none
   struct GatedDeltaNet {
     int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
+    // Qwen3-Next: the projections fused into in_proj_qkvz and in_proj_ba, their rows grouped per key head
+    // (transformers' fix_query_key_value_ordering; parts/gated_deltanet.cpp); Qwen3.5: four separate ones.
+    bool fused = false;
   } gdn;
   // config.json is a multimodal checkpoint's (Qwen3_5ForConditionalGeneration): the decoder is its text_config,
   // its weights are under model.language_model. (checkpoint_text_view), the vision tower's are not read.
   bool text_part = false;
+  // deepseek_v3: multi-head latent attention (models/parts/mla.hpp) on every layer instead of q/k/v_proj;
+  // kv_lora_rank == 0: none. head_dim is qk_rope_head_dim there (what the RoPE rotates), as transformers sets it.
+  struct Mla {
+    int64_t q_lora_rank = 0;  // 0: q_proj (the config's null)
+    int64_t kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    bool rope_interleave = true;
+    double softmax_scale = 0.0;  // with YaRN's mscale_all_dim correction (mla_softmax_scale)
+  } mla;
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
   bool is_linear_layer(int64_t layer) const { return !linear_layers.empty() && linear_layers[layer]; }
   int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 

@@ -134,6 +134,16 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
     if (((names || !dense_down) && linear_targets.erase("down_proj")) || linear_targets.erase("experts.down_proj") ||
         linear_targets.erase("mlp.experts.down_proj"))
       down = true;
+    // peft converts every target that ends in ".<per-expert name>" to the experts too, whatever precedes it: a
+    // dotted one (shared_expert.gate_proj, or mlp.gate_proj for mlp_only_layers) would put an adapter on a module
+    // that peft, loading it, takes for the experts'.
+    if (names)
+      for (const auto& t : linear_targets)
+        for (const std::string& n : {names->gate_up[0], names->gate_up[1], names->down})
+          if (t.size() > n.size() + 1 && t.compare(t.size() - n.size() - 1, n.size() + 1, "." + n) == 0)
+            throw UsageError(str("lora: target '", t, "' on this ", model_type, " model: peft converts every target ending in '",
+                                 n, "' to the routed experts (transformers' MoE conversion), so no other module of that name "
+                                 "can carry an adapter peft loads; target '", n, "' for the experts"));
   }
   std::vector<LoraPlan> out;
   std::set<std::string> used;
@@ -171,8 +181,10 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
 static std::string peft_key_for(const LoraSite& s, bool both_expert_params_targeted) {
   // peft nests one ParamWrapper per targeted parameter of the experts module, in parameter order
   // (gate_up_proj inner, down_proj outer): the inner one's keys gain ".base_layer".
-  if (!s.experts) return "base_model.model." + (s.peft_path.empty() ? s.path : s.peft_path);
-  std::string module = s.path.substr(0, s.path.rfind('.'));  // ...mlp.experts
+  // A multimodal checkpoint's sites sit under peft's model.language_model. (peft_path), experts included.
+  const std::string& path = s.peft_path.empty() ? s.path : s.peft_path;
+  if (!s.experts) return "base_model.model." + path;
+  std::string module = path.substr(0, path.rfind('.'));  // ...mlp.experts
   if (s.leaf == "gate_up_proj" && both_expert_params_targeted) return "base_model.model." + module + ".base_layer";
   return "base_model.model." + module;
 }

@@ -117,7 +117,9 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
     // (std 1/sqrt(hidden)) keep the initial logits O(1) and let training show (the quickstart trains these).
     else if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
       t.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(hc.hidden_size)), gen);
-    else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) t.zero_();
+    else if ((name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) ||
+             name.find(".e_score_correction_bias") != std::string::npos)  // the group router's buffer: zeros
+      t.zero_();
     else t.normal_(0.0, 0.02, gen);
     tensors.emplace_back(name, t);
   }
@@ -158,6 +160,7 @@ std::string inspect_model_dir(const std::string& dir) {
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
+  if (c.rope_dim() < c.head_dim) os << " on " << c.rope_dim() << " of head_dim " << c.head_dim;  // partial RoPE
   if (c.has_local_rope) {  // gemma3_text: the sliding layers' own RoPE
     os << " (sliding layers: " << c.rope_local.type << " theta " << c.rope_local.theta;
     if (c.rope_local.type != "default") os << " factor " << c.rope_local.factor;
@@ -187,9 +190,18 @@ std::string inspect_model_dir(const std::string& dir) {
        << c.moe_intermediate_size << ", " << moe_layers << "/" << c.num_layers << " layers sparse, "
        << (c.moe_kind == models::MoeKind::topk_softmax_clamped ? std::string("softmax over the top-k logits, attention sinks")
                           : std::string("norm_topk_prob ") + (c.norm_topk_prob ? "on" : "off"))
-       << ", aux loss coef " << c.router_aux_loss_coef << "\n";
+       << (c.moe_kind == models::MoeKind::group_topk_sigmoid
+               ? str(", sigmoid router with correction bias, ", c.n_group, " groups keep ", c.topk_group, ", routed scaling ",
+                     c.routed_scaling_factor, ", no aux loss")
+               : str(", aux loss coef ", c.router_aux_loss_coef))
+       << (c.shared_expert_intermediate_size > 0 ? str(", shared experts ", c.shared_expert_intermediate_size) : std::string())
+       << "\n";
   else
     os << "               dense MLP, intermediate " << c.intermediate_size << "\n";
+  if (c.is_mla())  // deepseek_v3: head_dim above is the rope dims
+    os << "               multi-head latent attention: q " << (c.mla.q_lora_rank > 0 ? str("LoRA rank ", c.mla.q_lora_rank) : "q_proj")
+       << ", kv_lora_rank " << c.mla.kv_lora_rank << ", qk " << c.mla.qk_nope_head_dim << " + rope " << c.mla.qk_rope_head_dim
+       << ", v " << c.mla.v_head_dim << ", softmax scale " << c.mla.softmax_scale << "\n";
 
   if (vl)
     os << "               vision tower: " << vl->vision.depth << " blocks, hidden " << vl->vision.hidden_size << ", heads "

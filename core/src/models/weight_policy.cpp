@@ -19,9 +19,14 @@ bool is_projection(const std::string& n) {
                            // Gated DeltaNet (models/parts/gated_deltanet.hpp)
                            ".linear_attn.in_proj_qkv.weight", ".linear_attn.in_proj_z.weight", ".linear_attn.in_proj_b.weight",
                            ".linear_attn.in_proj_a.weight", ".linear_attn.out_proj.weight",
+                           ".linear_attn.in_proj_qkvz.weight", ".linear_attn.in_proj_ba.weight",  // Qwen3-Next's fused ones
                            // the shared expert (models/parts/shared_expert.hpp)
                            ".mlp.shared_expert.gate_proj.weight", ".mlp.shared_expert.up_proj.weight",
-                           ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight"})
+                           ".mlp.shared_expert.down_proj.weight", ".mlp.shared_expert_gate.weight",
+                           // DeepSeek-V3 / GLM-4.5's shared experts, and multi-head latent attention (models/parts/mla_layer.hpp)
+                           ".mlp.shared_experts.gate_proj.weight", ".mlp.shared_experts.up_proj.weight",
+                           ".mlp.shared_experts.down_proj.weight", ".self_attn.q_a_proj.weight", ".self_attn.q_b_proj.weight",
+                           ".self_attn.kv_a_proj_with_mqa.weight", ".self_attn.kv_b_proj.weight"})
     if (ends_with(n, leaf)) return true;
   return false;
 }

@@ -59,7 +59,8 @@ void bind(TableBinder& t, Options& o) {
   t.field("max_decode_pixels", o.max_decode_pixels, "mm_cpt: images whose header declares more pixels are refused before decoding (0: 64 x max_pixels, at least 16777216)");
 }
 
-// The processor settings of the model dir's preprocessor_config.json, when there is one.
+}  // namespace
+
 ProcessorConfig model_processor(const std::string& model_dir) {
   ProcessorConfig p;
   if (model_dir.empty()) return p;
@@ -101,6 +102,37 @@ int32_t single_token(const Tokenizer& tok, const std::string& text, const char* 
                              "); a Qwen2-VL / Qwen2.5-VL tokenizer has it"));
   return ids[0];
 }
+
+at::Tensor grid_tensor(const std::vector<ProcessedImage>& images) {
+  at::Tensor grid = at::empty({static_cast<int64_t>(images.size()), 3}, at::kLong);  // as concat() makes it
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    grid[static_cast<int64_t>(i)][0] = images[i].grid_t;
+    grid[static_cast<int64_t>(i)][1] = images[i].grid_h;
+    grid[static_cast<int64_t>(i)][2] = images[i].grid_w;
+  }
+  return grid;
+}
+
+at::Tensor decode_and_process(const std::vector<std::string>& files, const std::vector<ProcessedImage>& grids,
+                              const ProcessorConfig& pc, const DecodeLimits& limits) {
+  std::vector<ProcessedImage> done;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    g_decodes.fetch_add(1, std::memory_order_relaxed);
+    Image img = decode_image_file(files[i], limits);
+    try {
+      done.push_back(process_image(img, pc));
+    } catch (const UsageError& e) {
+      throw UsageError(ax::str(files[i], ": ", e.what()));
+    }
+    // The header promised this grid, and the ids were made for it.
+    if (done.back().grid_h != grids[i].grid_h || done.back().grid_w != grids[i].grid_w)
+      throw UsageError(ax::str(files[i], ": decoded to ", img.width, "x", img.height, " pixels, unlike its header (grid ",
+                               grids[i].grid_h, "x", grids[i].grid_w, ")"));
+  }
+  return concat(done, 3 * pc.temporal_patch_size * pc.patch_size * pc.patch_size).pixel_values;
+}
+
+namespace {
 
 std::vector<std::string> image_paths(const nlohmann::json& row, const std::string& column) {
   auto it = row.find(column);
@@ -225,33 +257,13 @@ Sample make_sample(const nlohmann::json& row, const Options& o, const std::strin
                              " image(s) need ", expected_image_tokens,
                              o.rows == "raw" ? " (does the text contain the image token itself?)" : ""));
   const int64_t patch_dim = 3 * pc.temporal_patch_size * pc.patch_size * pc.patch_size;
-  at::Tensor grid = at::empty({static_cast<int64_t>(images.size()), 3}, at::kLong);  // as concat() makes it
-  for (std::size_t i = 0; i < images.size(); ++i) {
-    grid[static_cast<int64_t>(i)][0] = images[i].grid_t;
-    grid[static_cast<int64_t>(i)][1] = images[i].grid_h;
-    grid[static_cast<int64_t>(i)][2] = images[i].grid_w;
-  }
-  s.extras["image_grid_thw"] = grid;
+  s.extras["image_grid_thw"] = grid_tensor(images);
   if (files.empty()) {
     s.extras["pixel_values"] = at::empty({0, patch_dim}, at::kFloat);
     return s;
   }
-  s.materialise = [files = std::move(files), grids = std::move(images), pc, limits, patch_dim](Sample& out) {
-    std::vector<ProcessedImage> done;
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      g_decodes.fetch_add(1, std::memory_order_relaxed);
-      Image img = decode_image_file(files[i], limits);
-      try {
-        done.push_back(process_image(img, pc));
-      } catch (const UsageError& e) {
-        throw UsageError(ax::str(files[i], ": ", e.what()));
-      }
-      // The header promised this grid, and the ids were made for it.
-      if (done.back().grid_h != grids[i].grid_h || done.back().grid_w != grids[i].grid_w)
-        throw UsageError(ax::str(files[i], ": decoded to ", img.width, "x", img.height, " pixels, unlike its header (grid ",
-                                 grids[i].grid_h, "x", grids[i].grid_w, ")"));
-    }
-    out.extras["pixel_values"] = concat(done, patch_dim).pixel_values;
+  s.materialise = [files = std::move(files), grids = std::move(images), pc, limits](Sample& out) {
+    out.extras["pixel_values"] = decode_and_process(files, grids, pc, limits);
   };
   return s;
 }
@@ -271,6 +283,15 @@ Sample complete_sample(const nlohmann::json& row, const Options& o, const std::s
 }  // namespace
 
 std::uint64_t image_decodes() { return g_decodes.load(); }
+
+void add_mm_cpt_type(Registry& registry) {
+  Provider p;
+  p.info.kind = ProviderKind::dataset;
+  p.info.name = "mm_cpt";
+  p.info.summary = "image + text rows (registered in-process)";
+  p.object = std::make_shared<MmCptType>();
+  registry.add(std::move(p));
+}
 
 std::vector<std::string> MmCptType::known_keys() const {
   return {"type", "name", "path", "eval_path", "eval_fraction", "on_bad_row", "rows", "text_column", "image_column",

@@ -13,8 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "axengine/chat_media.hpp"
 #include "axengine/dataset.hpp"
+#include "axengine/registry.hpp"
 #include "axengine/stream.hpp"
+#include "image.hpp"
+#include "processor.hpp"
 
 namespace ax::mm {
 
@@ -22,14 +26,33 @@ namespace ax::mm {
 // prepare decodes nothing.
 std::uint64_t image_decodes();
 
+// Adds the `mm_cpt` dataset type to `registry` by hand, as the plugin's registration does: for the tests and fuzz
+// harnesses that build a registry (or an engine without plugin discovery) in-process.
+void add_mm_cpt_type(Registry& registry);
+
+// The processor settings of the model dir's preprocessor_config.json (transformers' defaults without one).
+ProcessorConfig model_processor(const std::string& model_dir);
+// The id of `text`, which must be one token of `tok` (`key` names the setting in the error).
+int32_t single_token(const ax::Tokenizer& tok, const std::string& text, const char* key);
+// image_grid_thw [n, 3] of the grids.
+at::Tensor grid_tensor(const std::vector<ProcessedImage>& images);
+// Decodes and processes `files` in order into pixel_values [patches, C·T·P·P], each image checked against the
+// grid its header gave (`grids`); counted by image_decodes().
+at::Tensor decode_and_process(const std::vector<std::string>& files, const std::vector<ProcessedImage>& grids,
+                              const ProcessorConfig& pc, const DecodeLimits& limits);
+
 // Streams too (streaming = true): rows read from JSON Lines shards as training goes, each row's images decoded
-// only when the row is read.
-class MmCptType final : public DatasetType, public StreamingDatasetType {
+// only when the row is read. Also processes the images of core's chat_template rows for Qwen2-VL / Qwen2.5-VL
+// models (ChatImageSupport, chat_images.cpp).
+class MmCptType final : public DatasetType, public StreamingDatasetType, public ChatImageSupport {
  public:
   std::vector<std::string> known_keys() const override;
   std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override;
   std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override;
   std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const override;
+  std::shared_ptr<const ChatImageProcessor> chat_image_processor(const std::string& model_type, const ChatImageOptions& options,
+                                                                const DatasetContext& ctx) const override;
+  std::vector<std::string> chat_image_families() const override;
 
  private:
   // The image token of the last opened entry, to refuse a batch that cuts a sample inside its image tokens.

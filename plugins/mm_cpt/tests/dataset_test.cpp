@@ -14,6 +14,7 @@
 #include "axengine/registry.hpp"
 #include "data/data_config.hpp"
 #include "data/prepare.hpp"
+#include "e2e_util.hpp"
 #include "image.hpp"
 #include "mm_dataset.hpp"
 #include "processor.hpp"
@@ -33,14 +34,7 @@ const ax::Tokenizer& tokenizer() {
 int32_t id_of(const std::string& t) { return tokenizer().encode(t, false).at(0); }
 
 // A fresh directory with the committed images under img/ and `jsonl` as data.jsonl.
-fs::path corpus(const std::string& name, const std::string& jsonl) {
-  static std::mt19937_64 rng{std::random_device{}()};
-  fs::path d = fs::temp_directory_path() / ("mm_cpt_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(rng()));
-  fs::create_directories(d / "img");
-  for (const auto& e : fs::directory_iterator(kData + "/images")) fs::copy_file(e.path(), d / "img" / e.path().filename());
-  std::ofstream(d / "data.jsonl") << jsonl;
-  return d;
-}
+fs::path corpus(const std::string& name, const std::string& jsonl) { return mm_e2e::corpus("mm_cpt", name, jsonl); }
 
 toml::table entry(const std::string& extra) {
   return toml::parse("type = \"mm_cpt\"\npath = \"data.jsonl\"\nmin_pixels = 3136\nmax_pixels = 12544\n" + extra);
@@ -51,14 +45,7 @@ std::shared_ptr<ax::Dataset> open(const fs::path& dir, const toml::table& e, con
   return type.open(e, ax::DatasetContext{&tokenizer(), (dir / "run.toml").string(), dir.string(), model_dir});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using mm_e2e::error_of;
 
 int64_t count(const std::vector<int32_t>& v, int32_t id) { return std::count(v.begin(), v.end(), id); }
 }  // namespace
@@ -189,12 +176,7 @@ TEST_CASE("mm_cpt dataset: a cached prepare decodes no image again; changing max
 {"text": "four, text only"}
 )");
   ax::Registry reg;
-  ax::Provider p;
-  p.info.kind = ax::ProviderKind::dataset;
-  p.info.name = "mm_cpt";
-  p.info.summary = "test";
-  p.object = std::make_shared<MmCptType>();
-  reg.add(std::move(p));
+  add_mm_cpt_type(reg);
   auto write_run = [&](int64_t max_pixels) {
     std::ofstream(dir / "run.toml") << "[run]\noutput_dir = \"out\"\n[data]\nsequence_len = 256\neval_fraction = 0.0\ncache = true\n"
                                        "cache_dir = \"" << (dir / "cache").string() << "\"\n[[datasets]]\ntype = \"mm_cpt\"\n"

@@ -19,10 +19,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using mm_e2e::slurp;
 
 // `axengine <args>` with the streaming config and `sets`; its output in dir/<log>; the exit code.
 int axengine(const fs::path& dir, const std::string& args, const std::vector<std::string>& sets, const std::string& log) {

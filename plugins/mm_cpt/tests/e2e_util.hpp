@@ -1,8 +1,9 @@
-// What the end-to-end tests (e2e_test.cpp, e2e_stream_test.cpp) share: a fresh scratch directory, the
-// metrics.jsonl readers and the in-process engine.
+// What the plugin's tests share: a fresh scratch directory (with the committed images and a data file), the
+// error of a call, the metrics.jsonl readers and the in-process engine.
 #pragma once
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,32 @@ inline std::filesystem::path scratch(const std::string& prefix, const std::strin
                             (prefix + "_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(rng()));
   std::filesystem::create_directories(d);
   return d;
+}
+
+// A scratch directory holding the committed test images under img/ and `jsonl` as data.jsonl.
+inline std::filesystem::path corpus(const std::string& prefix, const std::string& name, const std::string& jsonl) {
+  const std::filesystem::path d = scratch(prefix, name);
+  std::filesystem::create_directories(d / "img");
+  for (const auto& e : std::filesystem::directory_iterator(std::string(MM_CPT_TEST_DATA) + "/images"))
+    std::filesystem::copy_file(e.path(), d / "img" / e.path().filename());
+  std::ofstream(d / "data.jsonl") << jsonl;
+  return d;
+}
+
+// The message of what `f` throws; "" when it returns.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // The JSON objects of a JSON Lines file, blank lines skipped.
@@ -52,11 +79,7 @@ inline std::unique_ptr<ax::Engine> start_engine(const std::filesystem::path& dir
   o.overrides = sets;
   o.discover = false;
   auto engine = ax::Engine::start(o);
-  ax::Provider p;
-  p.info.kind = ax::ProviderKind::dataset;
-  p.info.name = "mm_cpt";
-  p.object = std::make_shared<ax::mm::MmCptType>();
-  engine->registry.add(std::move(p));
+  ax::mm::add_mm_cpt_type(engine->registry);
   return engine;
 }
 

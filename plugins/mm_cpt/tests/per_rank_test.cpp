@@ -49,12 +49,7 @@ fs::path run_dir(const std::string& name, const std::string& rows, const std::st
 std::shared_ptr<ax::data::StreamFeed> open_feed(const fs::path& dir) {
   static ax::Registry reg = [] {
     ax::Registry r;
-    ax::Provider p;
-    p.info.kind = ax::ProviderKind::dataset;
-    p.info.name = "mm_cpt";
-    p.info.summary = "test";
-    p.object = std::make_shared<ax::mm::MmCptType>();
-    r.add(std::move(p));
+    ax::mm::add_mm_cpt_type(r);
     return r;
   }();
   auto cfg = ax::load_config((dir / "run.toml").string(), {});

@@ -7,6 +7,19 @@ namespace ax::models {
 
 void refuse_qwen3_window(const Reader& r);  // families/qwen3.cpp
 
+// Which layers are sparse (Qwen3-MoE and Qwen3-Next): decoder_sparse_step (every n-th layer, default 1) and the
+// dense mlp_only_layers among them.
+void read_sparse_layers(const Reader& r, HfConfig& c) {
+  c.decoder_sparse_step = r.has("decoder_sparse_step") ? r.positive("decoder_sparse_step") : 1;
+  if (r.has("mlp_only_layers")) {
+    if (!r.j["mlp_only_layers"].is_array()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
+    for (const auto& v : r.j["mlp_only_layers"]) {
+      if (!v.is_number_integer()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
+      c.mlp_only_layers.push_back(v.get<int64_t>());
+    }
+  }
+}
+
 namespace {
 // What both presets share.
 void qwen3_moe_preset_base(nlohmann::json& c) {
@@ -34,14 +47,7 @@ const Family& qwen3_moe_family() {
       read_experts(r, c, 0.001);
       c.moe_intermediate_size = r.positive("moe_intermediate_size");
       c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
-      c.decoder_sparse_step = r.has("decoder_sparse_step") ? r.positive("decoder_sparse_step") : 1;
-      if (r.has("mlp_only_layers")) {
-        if (!r.j["mlp_only_layers"].is_array()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
-        for (const auto& v : r.j["mlp_only_layers"]) {
-          if (!v.is_number_integer()) throw r.bad("mlp_only_layers", "must be a list of layer indices");
-          c.mlp_only_layers.push_back(v.get<int64_t>());
-        }
-      }
+      read_sparse_layers(r, c);
     };
     f.presets = {{"tiny-qwen3-moe", [](nlohmann::json& c) {
                     qwen3_moe_preset_base(c);

@@ -23,16 +23,20 @@ GdnSizes gdn_sizes(const HfConfig& c) {
   return {g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel, key, value, 2 * key + value};
 }
 
+// The input projections (leaf, rows): Qwen3.5's four, or Qwen3-Next's two fused ones (HfConfig::gdn.fused).
+std::vector<std::pair<const char*, int64_t>> in_projections(const HfConfig& c) {
+  const GdnSizes s = gdn_sizes(c);
+  if (c.gdn.fused) return {{"in_proj_qkvz", s.conv + s.value}, {"in_proj_ba", 2 * s.Hv}};
+  return {{"in_proj_qkv", s.conv}, {"in_proj_z", s.value}, {"in_proj_b", s.Hv}, {"in_proj_a", s.Hv}};
+}
+
 }  // namespace
 
 void gated_deltanet_tensors(const HfConfig& c, const std::string& prefix, TensorShapes& out) {
   const GdnSizes s = gdn_sizes(c);
   const int64_t H = c.hidden_size;
   const std::string p = prefix + "linear_attn.";
-  out.push_back({p + "in_proj_qkv.weight", {s.conv, H}});
-  out.push_back({p + "in_proj_z.weight", {s.value, H}});
-  out.push_back({p + "in_proj_b.weight", {s.Hv, H}});
-  out.push_back({p + "in_proj_a.weight", {s.Hv, H}});
+  for (const auto& [leaf, rows] : in_projections(c)) out.push_back({p + leaf + ".weight", {rows, H}});
   out.push_back({p + "conv1d.weight", {s.conv, 1, s.W}});  // nn.Conv1d's depthwise [C, 1, W]
   out.push_back({p + "A_log", {s.Hv}});
   out.push_back({p + "dt_bias", {s.Hv}});
@@ -44,16 +48,16 @@ void gated_deltanet_lora_sites(const HfConfig& c, const std::string& prefix, std
   const GdnSizes s = gdn_sizes(c);
   const int64_t H = c.hidden_size;
   const std::string p = prefix + "linear_attn.";
-  for (const auto& [leaf, in, outf] : {std::tuple{"in_proj_qkv", H, s.conv}, std::tuple{"in_proj_z", H, s.value},
-                                       std::tuple{"in_proj_b", H, s.Hv}, std::tuple{"in_proj_a", H, s.Hv},
-                                       std::tuple{"out_proj", s.value, H}})
-    out.push_back(LoraSite{p + leaf, leaf, false, 1, in, outf});
+  for (const auto& [leaf, rows] : in_projections(c)) out.push_back(LoraSite{p + leaf, leaf, false, 1, H, rows});
+  out.push_back(LoraSite{p + "out_proj", "out_proj", false, 1, s.value, H});
 }
 
-void gated_deltanet_calls(const HfConfig&, const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,
+void gated_deltanet_calls(const HfConfig& c, const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,
                           std::vector<OpCall>& out) {
   const std::string p = prefix + "linear_attn.";
-  for (const char* proj : {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"})
+  auto projections = in_projections(c);
+  projections.push_back({"out_proj", 0});
+  for (const auto& [proj, rows] : projections)
     out.push_back({"linear.lora", ops::to_string(formats.at(p + proj + ".weight")), ""});
   out.push_back({"causal_conv1d", "", ""});
   out.push_back({"linear_attention", "", ""});
@@ -75,10 +79,24 @@ at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, co
   const GdnSizes s = gdn_sizes(cfg_);
   const std::string p = str("model.layers.", i, ".linear_attn.");
   const int64_t T = x.size(0);
-  at::Tensor qkv = linear(x, p + "in_proj_qkv");
-  at::Tensor z = linear(x, p + "in_proj_z");
-  at::Tensor b = linear(x, p + "in_proj_b");
-  at::Tensor a = linear(x, p + "in_proj_a");
+  at::Tensor qkv, z, b, a;
+  if (cfg_.gdn.fused) {
+    // Qwen3-Next (fix_query_key_value_ordering): in_proj_qkvz's rows are Hk groups of [q Dk | k Dk | v r·Dv |
+    // z r·Dv] and in_proj_ba's Hk groups of [b r | a r], r = Hv / Hk value heads per key head; value head
+    // j·r + i is the i-th of group j. Regrouped into Qwen3.5's layout: qkv = [q all heads | k | v], z, b, a.
+    const int64_t r = s.Hv / s.Hk;
+    const auto parts = linear(x, p + "in_proj_qkvz").reshape({T, s.Hk, 2 * s.Dk + 2 * r * s.Dv}).split_with_sizes({s.Dk, s.Dk, r * s.Dv, r * s.Dv}, 2);
+    qkv = at::cat({parts[0].reshape({T, s.key}), parts[1].reshape({T, s.key}), parts[2].reshape({T, s.value})}, 1);
+    z = parts[3].reshape({T, s.value});
+    const at::Tensor ba = linear(x, p + "in_proj_ba").reshape({T, s.Hk, 2 * r});
+    b = ba.narrow(2, 0, r).reshape({T, s.Hv});
+    a = ba.narrow(2, r, r).reshape({T, s.Hv});
+  } else {
+    qkv = linear(x, p + "in_proj_qkv");
+    z = linear(x, p + "in_proj_z");
+    b = linear(x, p + "in_proj_b");
+    a = linear(x, p + "in_proj_a");
+  }
 
   ops::CausalConv1dArgs conv;
   conv.x = qkv;

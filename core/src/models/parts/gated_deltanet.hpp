@@ -5,6 +5,8 @@
 //   → q, k [T, Hk, Dk], v [T, Hv, Dv];  β = sigmoid(in_proj_b(x));  g = −exp(A_log)·softplus(in_proj_a(x) + dt_bias)
 //   o = linear_attention(q, k, v, g, β; q and k L2-normalised, scale Dk^−½; the state restarts at each sample)
 //   out_proj(RMSNorm(o over Dv, weight norm.weight, no 1 + w) · silu(in_proj_z(x)))
+// Qwen3-Next (HfConfig::gdn.fused) holds in_proj_qkvz and in_proj_ba instead, their rows grouped per key head; the
+// block regroups their outputs into the qkv, z, b and a above.
 #pragma once
 #include <map>
 #include <string>
@@ -20,7 +22,7 @@ namespace ax::models {
 
 // The mixer's tensors under `prefix` ("model.layers.i."), in internal (= checkpoint) names and shapes.
 void gated_deltanet_tensors(const HfConfig& c, const std::string& prefix, TensorShapes& out);
-// Its LoRA sites: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj (peft's module names).
+// Its LoRA sites: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (or in_proj_qkvz, in_proj_ba), out_proj (peft's names).
 void gated_deltanet_lora_sites(const HfConfig& c, const std::string& prefix, std::vector<LoraSite>& out);
 // Its kernel calls with the projections held in `formats` (decoder_calls).
 void gated_deltanet_calls(const HfConfig& c, const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,

@@ -8,8 +8,19 @@
 
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
+#include "models/hf_config.hpp"
 
 namespace ax::models {
+
+GroupTopkRouting group_routing(const HfConfig& c) {
+  GroupTopkRouting r;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.top_k = c.top_k;
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = c.routed_scaling_factor;
+  return r;
+}
 
 void check_group_topk(const GroupTopkRouting& r, int64_t E, const std::string& source) {
   auto fail = [&](const std::string& key, const std::string& what) {

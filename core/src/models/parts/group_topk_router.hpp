@@ -17,11 +17,26 @@
 
 namespace ax::models {
 
+struct HfConfig;
+
 struct GroupTopkRouting {
   int64_t n_group = 1, topk_group = 1, top_k = 1;
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
 };
+// The routing of a MoeKind::group_topk_sigmoid config (parts/group_moe_block.cpp).
+GroupTopkRouting group_routing(const HfConfig& c);
+
+// The MoE keys Glm4MoeConfig and DeepseekV3Config share, with the class's defaults (families/glm4_moe.cpp): the
+// dense layers' intermediate_size, the routed experts (n_routed_experts, or num_local_experts: the classes' alias),
+// top-k, n_group / topk_group (checked by check_group_topk), norm_topk_prob, routed_scaling_factor, the shared
+// experts (n_shared_experts) and the dense first layers (first_k_dense_replace).
+struct Reader;
+struct GroupMoeDefaults {
+  int64_t intermediate, moe_intermediate, experts, top_k, n_group, topk_group, first_dense;
+  double scaling;
+};
+void read_group_moe_keys(const Reader& r, HfConfig& c, const GroupMoeDefaults& d);
 
 // Throws UsageError naming `source` and the config key when the settings cannot route num_experts experts:
 // n_routed_experts not divisible by n_group, fewer than 2 experts per group (a group scores its best two),

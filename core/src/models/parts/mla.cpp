@@ -22,15 +22,6 @@ at::Tensor mla_rotate(const at::Tensor& t, const at::Tensor& cos, const at::Tens
 
 }  // namespace
 
-double mla_softmax_scale(int64_t qk_head_dim, bool default_rope, double factor, double mscale_all_dim) {
-  double scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
-  if (!default_rope && mscale_all_dim != 0 && factor > 1) {
-    const double m = 0.1 * mscale_all_dim * std::log(factor) + 1.0;
-    scale *= m * m;
-  }
-  return scale;
-}
-
 MlaLatent mla_latent(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs) {
   const int64_t T = x.size(0), H = o.num_heads, nope = o.qk_nope_head_dim, R = o.qk_rope_head_dim;
   at::Tensor q = o.q_lora_rank > 0 ? m.linear(m.norm(m.linear(x, "q_a_proj"), "q_a_layernorm", o.latent_norm_eps), "q_b_proj")
@@ -57,8 +48,8 @@ std::pair<at::Tensor, at::Tensor> mla_expand_kv(const MlaOptions& o, const MlaMo
   return {k, kvb.narrow(-1, nope, o.v_head_dim)};
 }
 
-at::Tensor mla_attention(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
-                         const at::Tensor& cu_seqlens, int64_t max_seqlen, const std::shared_ptr<ops::Attention>& op) {
+ops::AttentionArgs mla_attention_args(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
+                                      const at::Tensor& cu_seqlens, int64_t max_seqlen) {
   MlaLatent l = mla_latent(o, m, x, freqs);
   auto [k, v] = mla_expand_kv(o, m, l.kv, l.k_rope);
   ops::AttentionArgs a;
@@ -67,10 +58,15 @@ at::Tensor mla_attention(const MlaOptions& o, const MlaModules& m, const at::Ten
   a.v = v.contiguous();
   a.cu_seqlens = cu_seqlens;
   a.max_seqlen = max_seqlen;
-  a.softmax_scale = o.softmax_scale > 0 ? o.softmax_scale : 1.0 / std::sqrt(static_cast<double>(o.qk_head_dim()));
+  a.softmax_scale = o.scale();
   a.causal = true;
   a.check_values = false;  // cu_seqlens were validated when the batch was built
-  at::Tensor out = autograd::attention(op, std::move(a));  // [T, Hq, v_head_dim]
+  return a;
+}
+
+at::Tensor mla_attention(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
+                         const at::Tensor& cu_seqlens, int64_t max_seqlen, const std::shared_ptr<ops::Attention>& op) {
+  at::Tensor out = autograd::attention(op, mla_attention_args(o, m, x, freqs, cu_seqlens, max_seqlen));  // [T, Hq, v_head_dim]
   return m.linear(out.reshape({x.size(0), o.num_heads * o.v_head_dim}), "o_proj");
 }
 

@@ -14,6 +14,7 @@
 // only (so it cannot be folded into the softmax scale); the softmax scale is (nope + rope)^-1/2 times
 // mscale(factor, mscale_all_dim)^2 under a non-default RoPE with mscale_all_dim set.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,12 +36,21 @@ struct MlaOptions {
   double softmax_scale = 0.0;          // 0: (nope + rope)^-1/2
   double latent_norm_eps = 1e-6;       // q_a_layernorm, kv_a_layernorm
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  double scale() const { return softmax_scale > 0 ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(qk_head_dim())); }
 };
 
 // The softmax scale transformers' DeepseekV3Attention uses: (nope + rope)^-1/2, times
 // (0.1·mscale_all_dim·ln(factor) + 1)^2 when the RoPE is not the default one, mscale_all_dim is set and
 // factor > 1 (yarn_apply_mscale).
-double mla_softmax_scale(int64_t qk_head_dim, bool default_rope, double factor, double mscale_all_dim);
+// (Inline: the config reader computes it, without the part's tensor code.)
+inline double mla_softmax_scale(int64_t qk_head_dim, bool default_rope, double factor, double mscale_all_dim) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(qk_head_dim));
+  if (!default_rope && mscale_all_dim != 0 && factor > 1) {
+    const double m = 0.1 * mscale_all_dim * std::log(factor) + 1.0;
+    scale *= m * m;
+  }
+  return scale;
+}
 
 // What the layer hands the part, by the checkpoint's module names under self_attn.: its projections
 // (LoRA included) and its RMSNorms ("q_a_layernorm", "kv_a_layernorm", with the eps to use).
@@ -60,6 +70,9 @@ MlaLatent mla_latent(const MlaOptions& o, const MlaModules& m, const at::Tensor&
 // k [T, Hq, nope + rope] and v [T, Hq, v_head_dim] of the latent (T rows of it).
 std::pair<at::Tensor, at::Tensor> mla_expand_kv(const MlaOptions& o, const MlaModules& m, const at::Tensor& kv,
                                                 const at::Tensor& k_rope);
+// The attention op's arguments of the mixer on packed rows (q, and k, v expanded from the latent; scale, causal).
+ops::AttentionArgs mla_attention_args(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
+                                      const at::Tensor& cu_seqlens, int64_t max_seqlen);
 // The whole mixer on packed rows: [T, hidden] -> [T, hidden] (o_proj applied).
 at::Tensor mla_attention(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
                          const at::Tensor& cu_seqlens, int64_t max_seqlen, const std::shared_ptr<ops::Attention>& op);

@@ -1,6 +1,7 @@
 // The shared expert of Qwen3.5-MoE and Qwen3-Next's sparse MLP: a SiLU GLU of shared_expert_intermediate_size under
 // mlp.shared_expert., times sigmoid(mlp.shared_expert_gate(x)) (a [1, hidden] projection), added to the routed
-// experts' output. Its forward is DecoderModel::shared_expert (parts/shared_expert.cpp).
+// experts' output. DeepSeek-V3 and GLM-4.5's (HfConfig::shared_experts_ungated): the GLU under mlp.shared_experts.,
+// no gate. Its forward is DecoderModel::shared_expert (parts/shared_expert.cpp).
 #pragma once
 #include <map>
 #include <string>
@@ -15,9 +16,9 @@
 namespace ax::models {
 
 void shared_expert_tensors(const HfConfig& c, const std::string& prefix, TensorShapes& out);
-// gate_proj, up_proj, down_proj (peft's names) and shared_expert_gate.
+// gate_proj, up_proj, down_proj (peft's names) and shared_expert_gate (gated only).
 void shared_expert_lora_sites(const HfConfig& c, const std::string& prefix, std::vector<LoraSite>& out);
-void shared_expert_calls(const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,
+void shared_expert_calls(const HfConfig& c, const std::string& prefix, const std::map<std::string, ops::WeightFormat>& formats,
                          std::vector<OpCall>& out);
 
 }  // namespace ax::models
