@@ -59,7 +59,7 @@ Setup stored(CheckpointStore store) {
 Trace train_steps(const std::string& name, const std::string& device, const Setup& setup, int steps) {
   ax::Registry reg;
   ax::register_builtins(reg);
-  const bool moe = name == "mixtral";
+  const bool moe = name != "qwen3";
   ax::LoraSpec spec;  // LoRA on experts takes no dropout (as peft)
   spec.targets = moe ? std::vector<std::string>{"q_proj", "v_proj", "gate_up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "v_proj", "gate_proj", "down_proj"};
@@ -216,9 +216,10 @@ TEST_CASE("activation offload: the key implies activation checkpointing, and is 
 }
 
 TEST_CASE("tiled MLP: the block in token shards gives the untiled losses and LoRA grads to 1e-6 (CPU)") {
-  // qwen3: dense MLP; mixtral: MoE with the router aux loss (its logits concatenated over the shards). Dropout off:
-  // shards draw their masks in another order than the whole block.
-  for (const char* name : {"qwen3", "mixtral"}) {
+  // qwen3: dense MLP; mixtral: MoE with the router aux loss (its logits concatenated over the shards); glm4_moe: a
+  // dense first layer, then group-limited sigmoid routing with a shared expert. Dropout off: shards draw their masks
+  // in another order than the whole block.
+  for (const char* name : {"qwen3", "mixtral", "glm4_moe"}) {
     for (bool ckpt : {false, true}) {
       CAPTURE(name);
       CAPTURE(ckpt);
