@@ -25,6 +25,7 @@
 #include "models/recompute.hpp"
 #include "models/storage_set.hpp"
 #include "models/tied_head.hpp"
+#include "models/tiled_mlp.hpp"
 #include "models/weight_policy.hpp"
 
 namespace ax::models {
@@ -613,16 +614,22 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
     // gemma3_text: x = h + norm(attention); the MLP reads pre_feedforward_layernorm(x) and its output is
     // normed again before the residual add.
     auto [n, x] = rms_norm(rms_norm(a, p + "post_attention_layernorm.weight").first, p + "pre_feedforward_layernorm.weight", h);
-    return x + rms_norm(dense_mlp(i, n), p + "post_feedforward_layernorm.weight").first;
+    return x + rms_norm(tiled_mlp([this, i](const at::Tensor& t, std::vector<at::Tensor>&) { return dense_mlp(i, t); }, n,
+                                  router_logits),
+                        p + "post_feedforward_layernorm.weight").first;
   }
   // x = h + attention, then its norm: one rms_norm call with h as the residual (x is its `sum`).
   auto [n, x] = rms_norm(a, p + "post_attention_layernorm.weight", h);
-  if (!cfg_.is_moe_layer(i)) return x + dense_mlp(i, n);
-  at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, n, router_logits)
-                 : cfg_.moe_kind == MoeKind::group_topk_sigmoid ? group_moe_block(i, n)
-                                                                 : moe_block(i, n, router_logits);
-  if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, n);
-  return x + m;
+  // The MLP / MoE block, in token shards with [train] tiled_mlp (models/tiled_mlp.hpp).
+  auto block = [this, i](const at::Tensor& t, std::vector<at::Tensor>& rl) {
+    if (!cfg_.is_moe_layer(i)) return dense_mlp(i, t);
+    at::Tensor m = cfg_.moe_kind == MoeKind::topk_softmax_clamped ? gpt_oss_moe_block(i, t, rl)
+                   : cfg_.moe_kind == MoeKind::group_topk_sigmoid ? group_moe_block(i, t)
+                                                                   : moe_block(i, t, rl);
+    if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, t);
+    return m;
+  };
+  return x + tiled_mlp(block, n, router_logits);
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }

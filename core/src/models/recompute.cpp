@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "axengine/error.hpp"
+#include "models/offload.hpp"
 
 namespace ax::autograd {
 namespace {
@@ -42,6 +43,8 @@ struct State : torch::CustomClassHolder {
   RecomputeFn fn;
   RngStates rng;
   bool x_requires_grad = false;
+  bool offloadable = true;
+  std::shared_ptr<OffloadedInput> offloaded;  // x in host memory ([train] activation_offload), else saved as is
 };
 
 struct RecomputeNode : torch::autograd::Function<RecomputeNode> {
@@ -52,17 +55,19 @@ struct RecomputeNode : torch::autograd::Function<RecomputeNode> {
     (void)anchor;
     st->rng = RngStates::capture(x);
     st->x_requires_grad = x.requires_grad();
+    // Offloaded before fn is queued, so that the copy out overlaps fn's compute.
+    if (st->offloadable && offloads(checkpoint_store(), x)) st->offloaded = OffloadedInput::stash(x.detach());
     variable_list out = st->fn(x.detach());
     for (const auto& t : out)
       if (!t.defined()) throw RuntimeError("recompute: the function returned an undefined tensor");
-    ctx->save_for_backward({x});
+    if (!st->offloaded) ctx->save_for_backward({x});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto st = c10::static_intrusive_pointer_cast<State>(ctx->saved_data["state"].toCapsule());
-    const at::Tensor x0 = ctx->get_saved_variables()[0];
+    const at::Tensor x0 = st->offloaded ? st->offloaded->take() : ctx->get_saved_variables()[0];
     at::Tensor x = x0.detach().requires_grad_(st->x_requires_grad);
     variable_list outs;
     {
@@ -85,10 +90,11 @@ struct RecomputeNode : torch::autograd::Function<RecomputeNode> {
 
 }  // namespace
 
-std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x) {
+std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x, bool offloadable) {
   static const at::Tensor anchor = at::empty({0}).requires_grad_(true);
   auto st = c10::make_intrusive<State>();
   st->fn = std::move(fn);
+  st->offloadable = offloadable;
   return RecomputeNode::apply(x, anchor, st);
 }
 

@@ -16,6 +16,9 @@ using RecomputeFn = std::function<std::vector<at::Tensor>(const at::Tensor& x)>;
 // dropout draws the same masks), back-propagates the incoming gradients through it — parameters captured
 // by fn (LoRA factors) accumulate their .grad there — and passes dx on. `fn` must own what it captures:
 // it runs again after the caller has returned. Undefined outputs are not allowed.
-std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x);
+// x is kept for backward where checkpoint_store() says when forward runs (models/offload.hpp): as is, or in
+// host memory ([train] activation_offload), brought back (prefetched by the layer above) before backward.
+// `offloadable` = false: x stays where it is whatever the store (the token shards of a tiled MLP inside a layer).
+std::vector<at::Tensor> recompute(RecomputeFn fn, const at::Tensor& x, bool offloadable = true);
 
 }  // namespace ax::autograd

@@ -71,11 +71,14 @@ std::optional<ActivationEstimate> estimate_activations(const nlohmann::json& con
                                 moe ? experts_per_token * moe_inter : 0.0);
   const double tokens = static_cast<double>(s.rows) * static_cast<double>(s.sequence_len);
   const double b = static_cast<double>(s.dtype_bytes);
-  const double layer = (4 * hidden + 3 * inter) * b;  // one layer's kept tensors, per token
-  const double kept = s.activation_checkpointing ? layers * hidden * b + layer : layers * layer;
+  const double layer = (4 * hidden + 3 * inter / static_cast<double>(std::max<int64_t>(s.mlp_tiles, 1))) * b;  // one layer's kept tensors, per token
+  const double inputs = s.activation_offload ? std::min(layers, 2.0) : layers;  // layer inputs on the device
+  const double kept = s.activation_checkpointing ? inputs * hidden * b + layer : layers * layer;
   double bytes = tokens * (kept + 3 * 8.0);  // + input ids, labels, positions (int64)
   std::string detail = str(s.rows, " x ", s.sequence_len, " tokens x ",
-                           s.activation_checkpointing ? "(layer inputs, activation checkpointing)" : str(layers, " layers"));
+                           s.activation_checkpointing ? (s.activation_offload ? "(2 layer inputs, activation checkpointing with offload)"
+                                                                                : "(layer inputs, activation checkpointing)")
+                                                      : str(layers, " layers"));
   if (s.logits_whole) {
     bytes += tokens * vocab * (b + 4);  // the logits, and their fp32 log-softmax
     detail += str(" + logits over a vocabulary of ", vocab);

@@ -19,6 +19,8 @@ struct ActivationShape {
   int64_t sequence_len = 0;          // tokens a row (padding included: rows are always this long)
   int64_t dtype_bytes = 4;           // the compute dtype's
   bool activation_checkpointing = false;
+  bool activation_offload = false;   // with checkpointing, on a GPU: the layer inputs wait in host memory
+  int64_t mlp_tiles = 1;             // [train] tiled_mlp: the MLP's intermediates exist for 1/tiles of the tokens
   bool logits_whole = false;         // the linear_ce backend forms the [tokens, vocab] logits (the reference)
   bool attention_scores = false;     // the attention backend forms score blocks over a row (the reference)
 };
@@ -31,7 +33,9 @@ struct ActivationEstimate {
 // nullopt when config.json lacks the sizes it needs (hidden_size, num_hidden_layers, vocab_size; a
 // vision-language model's text_config is read). Per token and layer: the layer input, the two norm outputs and
 // the attention output (4 x hidden) and the MLP's gate, up and their product (3 x intermediate; MoE: top-k
-// experts' intermediate), or, with activation checkpointing, the layer input only plus one layer's recompute;
+// experts' intermediate), or, with activation checkpointing, the layer input only plus one layer's recompute
+// (offloaded: two layer inputs, the one in backward and the one prefetched, instead of every layer's; the MLP's
+// intermediates over tiled_mlp: one shard's tokens at a time);
 // the reference linear_ce's logits and fp32 log-softmax; the reference attention's score block of 64 queries
 // against a whole row per head.
 std::optional<ActivationEstimate> estimate_activations(const nlohmann::json& hf_config, const ActivationShape& shape);

@@ -27,6 +27,8 @@
 #include "data/chat_template.hpp"
 #include "data/prepare.hpp"
 #include "models/decoder.hpp"
+#include "models/offload.hpp"
+#include "models/tiled_mlp.hpp"
 #include "models/training_record.hpp"
 #include "train/dist_config.hpp"
 #include "train/dist_expert.hpp"
@@ -249,6 +251,10 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     s.gather_adapter = [decoder] { decoder->gather_expert_lora(); };
   }
 
+  // [train] activation_offload: where each checkpointed layer keeps its input (models/offload.hpp), for this run.
+  const autograd::CheckpointStoreScope store(plan.train.activation_offload ? autograd::CheckpointStore::kHost
+                                                                           : autograd::CheckpointStore::kDevice);
+  const models::MlpTilesScope tiles(plan.train.tiled_mlp);  // [train] tiled_mlp (models/tiled_mlp.hpp)
   auto sum = train::run_trainer(s);
   if (!writer) return;
   std::vector<std::string> lines{

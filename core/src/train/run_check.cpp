@@ -262,6 +262,8 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
   shape.sequence_len = seq;
   shape.dtype_bytes = engine.dtype == "fp32" ? 4 : 2;
   shape.activation_checkpointing = p.train.activation_checkpointing;
+  shape.activation_offload = p.train.activation_offload && engine.device.is_cuda();
+  shape.mlp_tiles = p.train.tiled_mlp;
   // The backends selection picks for this device and dtype.
   for (const auto& r : engine.resolve_all()) {
     if (r.op == ops::LinearCe::kOp) shape.logits_whole = r.chosen == "reference";
@@ -282,6 +284,18 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
                         ", more than the ", format_bytes(have->bytes), " available (", have->source,
                         "): it cannot run here. Lower data.sequence_len or train.micro_batch_size",
                         shape.activation_checkpointing ? "" : ", or set train.activation_checkpointing = true"));
+}
+
+// [train] tiled_mlp shards the MLP block's tokens, each shard its own recompute node run again in the main backward,
+// after the layer's call: where a layer's weights are there only during its call (shard_base) or its experts'
+// all-to-all must run the same number of times on every rank (expert_parallel) it cannot apply.
+void check_tiled_mlp(const RunConfig& cfg, const TrainConfig& train, const DistributedConfig& d) {
+  if (train.tiled_mlp <= 1) return;
+  const char* with = d.shard_base ? "distributed.shard_base = true" : d.expert_parallel > 1 ? "distributed.expert_parallel > 1" : nullptr;
+  if (with)
+    config_fail(cfg.file, node_at(cfg, "train.tiled_mlp"),
+                ax::str("'train.tiled_mlp' = ", train.tiled_mlp, ": not together with ", with,
+                        " (each shard is recomputed in backward outside its layer's call); set tiled_mlp = 1 or turn that off"));
 }
 
 }  // namespace
@@ -355,7 +369,11 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   check_expert_parallel(cfg, p.distributed, p.dist_env, p.resume.has_value(), p.eval.exact_match);
   check_shard_base(cfg, p.distributed, p.dist_env, p.eval.exact_match);
 
+  check_tiled_mlp(cfg, p.train, p.distributed);
   p.device_problem = run_device_problem(engine.device, cfg.device.type);
+  if (p.train.activation_offload && !engine.device.is_cuda())
+    log::warn(ax::str(cfg.file, ": train.activation_offload = true on the CPU: the layer inputs already live in host "
+                      "memory, so nothing is offloaded (activation checkpointing still applies)"));
   return p;
 }
 

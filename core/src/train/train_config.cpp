@@ -28,6 +28,15 @@ void bind_train(TableBinder& t, TrainConfig& c) {
   t.bounded("num_epochs", c.num_epochs, 1, 1 << 20, "passes over the training rows (ignored when max_steps > 0)");
   t.bounded("max_steps", c.max_steps, 0, INT64_MAX, "optimizer steps to run; 0 = num_epochs worth");
   t.field("activation_checkpointing", c.activation_checkpointing, "recompute each layer's activations in backward (less memory, more compute)");
+  t.field("activation_offload", c.activation_offload, "with activation checkpointing, move each layer's saved input to pinned host memory after its forward (on a side stream, overlapping compute) and bring it back before its backward, prefetching the layer below's: device memory for the layer inputs no longer grows with the layer count. Implies activation_checkpointing (refused with activation_checkpointing = false). On the CPU nothing moves (the inputs already live in host memory; validate warns); docs/training.md, \"Long context\"");
+  if (c.activation_offload && !c.activation_checkpointing) {
+    const toml::node* ckpt = t.table() ? t.table()->get("activation_checkpointing") : nullptr;
+    if (ckpt)
+      t.fail(ckpt, "'train.activation_offload = true' moves the layer inputs that activation checkpointing keeps: it needs "
+                   "'train.activation_checkpointing = true' (or leave activation_checkpointing out: offload implies it)");
+    c.activation_checkpointing = true;  // as axolotl's gradient_checkpointing: offload
+  }
+  t.bounded("tiled_mlp", c.tiled_mlp, 1, 1 << 20, "run the MLP / MoE block of each decoder layer over its tokens in this many shards, forward and backward, each shard recomputed in backward, so the block's intermediates exist for one shard at a time (1 = untiled). Losses and LoRA grads equal the untiled run's to fp32 rounding; LoRA dropout draws other masks. Not with distributed.expert_parallel or shard_base; docs/training.md, \"Long context\"");
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
   t.field("tensorboard", c.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars) into output_dir");
   t.field("unfrozen_parameters", c.unfrozen_parameters, "base parameters that train too (full fine-tuning of the matched tensors, beside the LoRA adapter or alone with lora.targets = []): regular expressions as axolotl's unfrozen_parameters, over the parameter names transformers gives (\"^lm_head.weight$\", \"^model.embed_tokens.weight$\", \".*\" for all); every '.' is a literal dot and a pattern matches from the name's start (Python's re.match). Each must match a parameter; packed (nf4/mxfp4/nvfp4) weights, fused MoE experts and modules with a LoRA adapter are refused. They train in lora.dtype (fp32 master weights by default) with the same AdamW, clipping and weight-decay rules as the adapter; docs/training.md");

@@ -23,6 +23,10 @@ struct TrainConfig {
   int64_t num_epochs = 1;
   int64_t max_steps = 0;
   bool activation_checkpointing = false;
+  // Layer inputs kept for backward go to host memory (models/offload.hpp); implies activation_checkpointing.
+  bool activation_offload = false;
+  // The MLP / MoE block of each layer in this many token shards, each recomputed in backward (models/tiled_mlp.hpp).
+  int64_t tiled_mlp = 1;
   int64_t log_every = 10;
   bool tensorboard = true;
   int64_t cpu_threads = 0;
