@@ -33,7 +33,7 @@ const std::vector<ForeignKey>& foreign_keys() {
       {"bf16", "axolotl", false, "model.dtype = \"bf16\"", ""},
       {"fp16", "axolotl", false, "model.dtype = \"fp16\"", ""},
       {"tf32", "axolotl", false, "compile.tf32", ""},
-      {"gradient_checkpointing", "axolotl", false, "train.activation_checkpointing", ""},
+      {"gradient_checkpointing", "axolotl", false, "train.activation_checkpointing", "its \"offload\": train.activation_offload"},
       {"val_set_size", "axolotl", false, "data.eval_fraction", "a fraction; or a dataset's eval_path"},
       {"test_datasets", "axolotl", false, "datasets[].eval_path", "a file of eval rows per [[datasets]] entry"},
       {"save_steps", "axolotl", false, "checkpoint.every_steps", ""},
