@@ -18,6 +18,7 @@
 #include "axengine/selection.hpp"
 #include "models/decoder.hpp"
 #include "unit/model_case_util.hpp"
+#include "unit/model_hybrid_checks.hpp"
 #include "unit/test_paths.hpp"
 
 namespace fs = std::filesystem;
@@ -34,9 +35,7 @@ std::unique_ptr<ax::Model> load(const ax::Registry& reg, const fs::path& dir, co
   return ax::load_model(reg, o);
 }
 
-double rel_max(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
-}
+using ax::test::rel_max;
 
 std::string load_error(const ax::Registry& reg, const fs::path& dir) {
   try {
@@ -55,24 +54,7 @@ TEST_CASE("deepseek_v3 / glm4_moe: two samples packed in one row give their own 
   for (const std::string name : kCases) {
     CAPTURE(name);
     auto model = load(reg, ax::test::case_dir(name), ax::test::case_dir(name) / "adapter");
-    auto golden = ax::safetensors::File::open((ax::test::case_dir(name) / "golden.safetensors").string());
-    const at::Tensor ids = golden->get("input_ids"), labels = golden->get("labels");  // [2, 7]
-    const int64_t S = ids.size(1);
-    ax::Batch b;
-    b.input_ids = ids.reshape({1, 2 * S});
-    b.labels = labels.reshape({1, 2 * S});
-    b.position_ids = at::arange(S, at::kLong).repeat({2}).reshape({1, 2 * S});
-    b.cu_seqlens = at::tensor({0, int32_t(S), int32_t(2 * S)}, at::kInt);
-    b.max_seqlen = S;
-    auto out = model->forward(b, true);
-    CHECK(rel_max(out.logits.reshape({2, S, -1}), golden->get("logits")) <= 1e-4);
-    CHECK(std::abs(out.loss.item<double>() - golden->get("loss").item<double>()) <= 1e-5 * std::max(1.0, out.loss.item<double>()));
-    // Without the boundary the second sample attends to the first: its logits differ (the test can fail).
-    ax::Batch joined = b;
-    joined.position_ids = at::arange(2 * S, at::kLong).reshape({1, 2 * S});
-    joined.cu_seqlens = at::Tensor();
-    joined.max_seqlen = 0;
-    CHECK(rel_max(model->forward(joined, true).logits.reshape({2, S, -1})[1], golden->get("logits")[1]) > 1e-3);
+    ax::test::check_packed_golden(*model, ax::test::case_dir(name));
   }
 }
 

@@ -1,5 +1,5 @@
 // Checks the hybrid Gated DeltaNet families share (model_qwen3_5_test.cpp: qwen3_5, qwen3_5_moe;
-// model_qwen3_next_test.cpp: qwen3_next), each over a committed case of tests/data/models/ with its peft adapter
+// model_qwen3_next_test.cpp: qwen3_next; the packing check also model_deepseek_glm_test.cpp), each over a committed case of tests/data/models/ with its peft adapter
 // and transformers+peft golden (scripts/goldens/make_model_goldens.py).
 #pragma once
 #include <doctest/doctest.h>
@@ -44,14 +44,11 @@ inline std::string hybrid_load_error(const ax::Registry& reg, const std::filesys
   return "";
 }
 
-// The golden's two rows packed into one (cu_seqlens) give the golden's logits and loss: the recurrent state and
-// the conv window restart at the sample boundary; without the boundary the second row's logits differ.
-inline void check_packed_rows(const std::string& name) {
-  CAPTURE(name);
-  ax::Registry reg;
-  ax::register_builtins(reg);
-  auto model = load_hybrid(reg, case_dir(name).string(), name);
-  auto golden = ax::safetensors::File::open((case_dir(name) / "golden.safetensors").string());
+// The golden's two rows packed into one (cu_seqlens) give `model` the golden's logits and loss; without the
+// boundary the second row's logits differ (so the check can fail). Also the group-router families'
+// (model_deepseek_glm_test.cpp).
+inline void check_packed_golden(ax::Model& model, const std::filesystem::path& dir) {
+  auto golden = ax::safetensors::File::open((dir / "golden.safetensors").string());
   const at::Tensor ids = golden->get("input_ids"), labels = golden->get("labels");  // [2, S]
   const int64_t S = ids.size(1);
   ax::Batch b;
@@ -60,14 +57,23 @@ inline void check_packed_rows(const std::string& name) {
   b.position_ids = at::arange(S, at::kLong).repeat({2}).reshape({1, 2 * S});
   b.cu_seqlens = at::tensor({0, int32_t(S), int32_t(2 * S)}, at::kInt);
   b.max_seqlen = S;
-  auto out = model->forward(b, true);
+  auto out = model.forward(b, true);
   CHECK(rel_max(out.logits.reshape({2, S, -1}), golden->get("logits")) <= 1e-4);
   CHECK(std::abs(out.loss.item<double>() - golden->get("loss").item<double>()) <= 1e-5 * std::max(1.0, out.loss.item<double>()));
   ax::Batch joined = b;
   joined.position_ids = at::arange(2 * S, at::kLong).reshape({1, 2 * S});
   joined.cu_seqlens = at::Tensor();
   joined.max_seqlen = 0;
-  CHECK(rel_max(model->forward(joined, true).logits.reshape({2, S, -1})[1], golden->get("logits")[1]) > 1e-3);
+  CHECK(rel_max(model.forward(joined, true).logits.reshape({2, S, -1})[1], golden->get("logits")[1]) > 1e-3);
+}
+
+// For the hybrid families the recurrent state and the conv window restart at the sample boundary.
+inline void check_packed_rows(const std::string& name) {
+  CAPTURE(name);
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  auto model = load_hybrid(reg, case_dir(name).string(), name);
+  check_packed_golden(*model, case_dir(name));
 }
 
 // merge-lora of the case's peft adapter: the merged dir has transformers+peft's logits and the base's tensor
