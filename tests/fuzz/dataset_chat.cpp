@@ -20,15 +20,7 @@ AX_FUZZ_HARNESS(dataset_chat) {
   const std::string templates = std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/";
   toml::table entry{{"type", "chat_template"}, {"path", path},
                     {"chat_template", templates + ((flags & 16) ? "chatml-generation.jinja" : "Qwen-Qwen2.5-7B-Instruct.jinja")}};
-  if (flags & 1) entry.insert("on_bad_row", "skip");
-  if (flags & 2) {
-    entry.insert("field_messages", "conversations");
-    entry.insert("message_field_role", "from");
-    entry.insert("message_field_content", "value");
-    entry.insert("roles", toml::table{{"human", "user"}, {"gpt", "assistant"}});
-  }
-  static const char* const train_on[] = {"assistant", "all", "last", "assistant"};
-  entry.insert("train_on", train_on[(flags >> 2) & 3]);
+  ax::fuzz::add_chat_options(entry, flags);
   if (flags & 32) entry.insert("field_tools", "tools");
   const ax::Tokenizer& tok = ax::fuzz::dataset_tokenizer();
   ax::DatasetContext ctx{&tok, "fuzz.toml", ax::fuzz::scratch(), ""};

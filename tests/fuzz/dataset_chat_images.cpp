@@ -18,6 +18,7 @@
 #include "axengine/registry.hpp"
 #include "data/chat_images.hpp"
 #include "data/register.hpp"
+#include "dataset_rows.hpp"
 #include "harness.hpp"
 #include "mm_dataset.hpp"
 
@@ -82,15 +83,7 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
   const std::string path = ax::fuzz::scratch() + "/rows.jsonl";
   ax::fuzz::write_file(path, text);
   toml::table entry{{"type", "chat_template"}, {"path", path}, {"image_base_dir", data_dir + "/images"}, {"max_pixels", 3136}};
-  if (flags & 1) entry.insert("on_bad_row", "skip");
-  if (flags & 2) {
-    entry.insert("field_messages", "conversations");
-    entry.insert("message_field_role", "from");
-    entry.insert("message_field_content", "value");
-    entry.insert("roles", toml::table{{"human", "user"}, {"gpt", "assistant"}});
-  }
-  static const char* const train_on[] = {"assistant", "all", "last", "assistant"};
-  entry.insert("train_on", train_on[(flags >> 2) & 3]);
+  ax::fuzz::add_chat_options(entry, flags);
   auto ds = type->open(entry, ax::DatasetContext{tok.get(), "fuzz.toml", ax::fuzz::scratch(), model});
   const int64_t vocab = tok->vocab_size();
   for (std::size_t i = 0; i < ds->size(); ++i) {

@@ -17,6 +17,20 @@
 
 namespace ax::fuzz {
 
+// The chat_template entry options a fuzzed flags byte picks, shared by the chat harnesses: on_bad_row = "skip"
+// (bit 0), ShareGPT's field names and roles (bit 1), train_on (bits 2-3).
+inline void add_chat_options(toml::table& entry, unsigned flags) {
+  if (flags & 1) entry.insert("on_bad_row", "skip");
+  if (flags & 2) {
+    entry.insert("field_messages", "conversations");
+    entry.insert("message_field_role", "from");
+    entry.insert("message_field_content", "value");
+    entry.insert("roles", toml::table{{"human", "user"}, {"gpt", "assistant"}});
+  }
+  static const char* const train_on[] = {"assistant", "all", "last", "assistant"};
+  entry.insert("train_on", train_on[(flags >> 2) & 3]);
+}
+
 inline const ax::Tokenizer& dataset_tokenizer() {
   static const std::unique_ptr<ax::Tokenizer> tok = [] {
     const std::string dir = std::string(AXENGINE_TEST_DATA_DIR) + "/tokenizers/qwen2_bytelevel";
