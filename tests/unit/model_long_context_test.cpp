@@ -282,7 +282,8 @@ TEST_CASE("long context cli: validate warns of activation_offload on the CPU and
   TempDir dir;
   make_run_dir(dir);
   auto validate = [&](const std::string& args) {
-    return ax_test::run(env(dir) + axengine() + " validate --config " + (dir / "run.toml") + " " + args);
+    // device.type = cpu: the warning is about the CPU, also where a GPU is present
+    return ax_test::run(env(dir) + axengine() + " validate --config " + (dir / "run.toml") + " --set device.type=cpu " + args);
   };
   const auto warned = validate("--set train.activation_offload=true");
   INFO(warned.output);
