@@ -32,7 +32,8 @@ if [ ! -x "$AXENGINE_VENV/bin/python" ]; then
 fi
 # Pinned peers: LibTorch itself, and the references our goldens and parity tests are measured against.
 # Checked offline first (importlib.metadata), so a set-up machine does not ask PyPI again.
-if ! "$AXENGINE_VENV/bin/python" - "$here/requirements.txt" <<'PY'
+pinned_ok() {
+  "$AXENGINE_VENV/bin/python" - "$1" <<'PY'
 import sys, importlib.metadata as md
 for line in open(sys.argv[1]):
     line = line.split("#")[0].strip()
@@ -43,9 +44,16 @@ for line in open(sys.argv[1]):
     except md.PackageNotFoundError:
         sys.exit(1)
 PY
-then
+}
+if ! pinned_ok "$here/requirements.txt"; then
   echo "setup: installing Python requirements into $AXENGINE_VENV (the first run downloads LibTorch, a few GB)" >&2
   "$AXENGINE_VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt" >&2
+fi
+# Wheels used only for the C++ headers they ship (CUTLASS / CuTe): without their Python dependencies.
+# Optional: where PyPI cannot be reached the build goes on without the targets that need them.
+if ! pinned_ok "$here/requirements-headers.txt"; then
+  "$AXENGINE_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$here/requirements-headers.txt" >&2 ||
+    echo "setup: could not install scripts/requirements-headers.txt (CUTLASS headers): those targets are skipped" >&2
 fi
 "$AXENGINE_VENV/bin/python" - >&2 <<'PY'
 import torch
