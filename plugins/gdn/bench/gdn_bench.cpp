@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <axengine/bench_result.hpp>
+#include <axengine/cuda/bench_timer.hpp>
 #include <axengine/builtins.hpp>
 #include <axengine/ops/linear_attention.hpp>
 #include <axengine/registry.hpp>
@@ -72,27 +73,7 @@ LinearAttentionArgs make_args(const Shape& s, at::ScalarType dt) {
   return a;
 }
 
-double median_ms(const std::function<void()>& f, int iters, int warmup) {
-  for (int i = 0; i < warmup; ++i) f();
-  cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
-  std::vector<cudaEvent_t> ev(2 * iters);
-  for (auto& e : ev) cudaEventCreate(&e);
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(ev[2 * i], s);
-    f();
-    cudaEventRecord(ev[2 * i + 1], s);
-  }
-  cudaStreamSynchronize(s);
-  std::vector<double> ms(iters);
-  for (int i = 0; i < iters; ++i) {
-    float v = 0;
-    cudaEventElapsedTime(&v, ev[2 * i], ev[2 * i + 1]);
-    ms[i] = v;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::nth_element(ms.begin(), ms.begin() + iters / 2, ms.end());
-  return ms[iters / 2];
-}
+double median_ms(const std::function<void()>& f, int iters, int warmup) { return ax::cuda::median_event_ms(f, iters, warmup); }
 
 double rel(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);

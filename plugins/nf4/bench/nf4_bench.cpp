@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <axengine/bench_result.hpp>
+#include <axengine/cuda/bench_timer.hpp>
 #include <axengine/builtins.hpp>
 #include <axengine/ops/linear_lora.hpp>
 #include <axengine/ops/quant.hpp>
@@ -38,27 +39,7 @@ struct Timing {
   int iters = 20, warmup = 5;
 };
 
-double median_ms(const Timing& t, const std::function<void()>& f) {
-  for (int i = 0; i < t.warmup; ++i) f();
-  cudaStream_t s = at::cuda::getCurrentCUDAStream().stream();
-  std::vector<cudaEvent_t> ev(2 * t.iters);
-  for (auto& e : ev) cudaEventCreate(&e);
-  for (int i = 0; i < t.iters; ++i) {
-    cudaEventRecord(ev[2 * i], s);
-    f();
-    cudaEventRecord(ev[2 * i + 1], s);
-  }
-  cudaStreamSynchronize(s);
-  std::vector<double> ms(t.iters);
-  for (int i = 0; i < t.iters; ++i) {
-    float v = 0;
-    cudaEventElapsedTime(&v, ev[2 * i], ev[2 * i + 1]);
-    ms[i] = v;
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::nth_element(ms.begin(), ms.begin() + t.iters / 2, ms.end());
-  return ms[t.iters / 2];
-}
+double median_ms(const Timing& t, const std::function<void()>& f) { return ax::cuda::median_event_ms(f, t.iters, t.warmup); }
 
 // Peak bytes the caching allocator held above what was allocated before f (one call after a sync).
 int64_t peak_extra_bytes(const std::function<void()>& f) {

@@ -4,11 +4,11 @@
 //   grouped_mm   at::_grouped_mm (PyTorch's CUTLASS-based grouped GEMM, what scattermoe's fallback calls)
 //   dense        one cuBLAS GEMM of the same FLOPs ([M, K] x [K, N]): the "% of cuBLAS" yardstick
 // Shapes: the bench moe shapes' down (K = I, N = H) and up (K = H, N = 2I) projections at T = 4096 tokens,
-// routing random top-k. Prints ms (median of event-timed calls), TFLOP/s, % of dense, and the largest
-// difference to grouped_mm relative to its largest value. Usage: cutlass_grouped_bench [--iters N] [--json FILE]
+// routing random top-k. Prints ms (median of event-timed calls, axengine/cuda/bench_timer.hpp), the ratio
+// to dense, and the largest difference to grouped_mm relative to its largest value.
+// Usage: cutlass_grouped_bench [--iters N] [--tokens T] [--json FILE]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <axengine/bench_result.hpp>
+#include <axengine/cuda/bench_timer.hpp>
 
 #include "../cutlass/grouped_gemm.hpp"
 
@@ -40,20 +41,6 @@ const Shape kShapes[] = {
     {"deepseek-v3", 256, 7168, 2048, 8},
 };
 
-double median_ms(const std::function<void()>& fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    at::cuda::CUDAEvent a(cudaEventDefault), b(cudaEventDefault);
-    a.record();
-    fn();
-    b.record();
-    b.synchronize();
-    ms.push_back(a.elapsed_time(b));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 
@@ -116,9 +103,9 @@ int main(int argc, char** argv) {
       const at::Tensor ref = at::_grouped_mm(a, wt, offs);
       const double err = ((d.to(at::kFloat) - ref.to(at::kFloat)).abs().max() / ref.to(at::kFloat).abs().max()).item<double>();
       const at::Tensor da = at::randn({M, K}, o), db = at::randn({K, N}, o);
-      const double cut_ms = median_ms(cut, iters);
-      const double grp_ms = median_ms([&] { at::_grouped_mm(a, wt, offs); }, iters);
-      const double dense_ms = median_ms([&] { at::mm(da, db); }, iters);
+      const double cut_ms = ax::cuda::median_event_ms(cut, iters, 3);
+      const double grp_ms = ax::cuda::median_event_ms([&] { at::_grouped_mm(a, wt, offs); }, iters, 3);
+      const double dense_ms = ax::cuda::median_event_ms([&] { at::mm(da, db); }, iters, 3);
       std::printf("%-16s %-5s %7lld %6lld %6lld %10.4f %10.4f %10.4f %9.3f %9.3f %9.2e\n", s.name, down ? "down" : "up",
                   (long long)M, (long long)K, (long long)N, cut_ms, grp_ms, dense_ms, dense_ms / cut_ms,
                   dense_ms / grp_ms, err);
