@@ -149,11 +149,12 @@ for m in "${models[@]}"; do
     PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-360}" "$py" "$here/hf_peer.py" "$cfg" --out "$pj" --device "$device" \
       --variants "$vs" "${sa[@]}" "${qpeer[@]}" "${peer_extra[@]}" "${tiny_args[@]}" ${PEER_ARGS:-} 2>&1 \
       | tee "$logs/peer-$group.log" | grep -E '^(hf_peer|\{)' || echo "run.sh: the peer ($vs) failed or was cut off (see its log)"
+    # Written after each peer process, so a device call cut off later still leaves the rows that finished.
+    "$py" "$here/summarize.py" --name "$m" --config "$cfg" --ax-log "$logs/axengine.log" --ax-metrics "$logs/metrics.jsonl" \
+      --ax-profile "$summary" "${peers[@]}" "${bf16_args[@]}" --warmup "$warmup" --command "$command" \
+      --out "$out/train-step-$m.json" > "$logs/summary.log"
+    tar -czf "$out/train-step-$m-logs.tgz" -C "$work/logs" "$m"
   done
-  "$py" "$here/summarize.py" --name "$m" --config "$cfg" --ax-log "$logs/axengine.log" --ax-metrics "$logs/metrics.jsonl" \
-    --ax-profile "$summary" "${peers[@]}" "${bf16_args[@]}" --warmup "$warmup" --command "$command" \
-    --out "$out/train-step-$m.json" > "$logs/summary.log"
   cat "$out/train-step-$m.md"
-  tar -czf "$out/train-step-$m-logs.tgz" -C "$work/logs" "$m"
   stamp "$m: done"
 done
