@@ -130,14 +130,14 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
   fs::create_directories(root);
   ax::Registry reg;
   ax::register_builtins(reg);
-  ax::WeightPolicy nf4_16;
-  nf4_16.format = "nf4";
-  nf4_16.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
+  ax::WeightPolicy nf4;
+  nf4.format = "nf4";
+  nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
   // qwen3_5: its linear-attention projections packed too (the MoE hybrids' [1, 24] shared_expert_gate is not a
   // multiple of 16: model_quant_test.cpp covers their QLoRA); glm4_moe: shared experts and a dense layer too;
   // deepseek_v3_qproj: MLA's projections, the routed and shared experts (every size a multiple of 16, unlike
-  // the deepseek_v3 case's q_b_proj); deepseek_v3_fp8: an FP8 checkpoint (dequantised at load, as transformers
-  // does) packed in blocks of 64, which bitsandbytes itself packs on the python side (it refuses 16).
+  // the deepseek_v3 case's q_b_proj); deepseek_v3_fp8: QLoRA over an FP8 checkpoint (dequantised at load, as
+  // transformers does, then packed).
   for (const char* name : {"llama", "qwen3_moe", "qwen3_5", "glm4_moe", "deepseek_v3_qproj", "deepseek_v3_fp8"}) {
     CAPTURE(name);
     const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
@@ -146,11 +146,8 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
     if (std::string(name) == "qwen3_5") spec.targets.insert(spec.targets.end(), {"in_proj_qkv", "in_proj_b", "out_proj"});
     if (std::string(name) == "deepseek_v3_qproj")
       spec.targets = {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-    ax::WeightPolicy nf4 = nf4_16;
-    if (std::string(name) == "deepseek_v3_fp8") {
+    if (std::string(name) == "deepseek_v3_fp8")
       spec.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-      nf4.blocksize = 64;
-    }
     spec.r = 3;
     spec.alpha = 7;
     spec.seed = 5;
@@ -175,7 +172,7 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
     model->save_adapter((out / "adapter").string());
     ax::safetensors::save((out / "expected.safetensors").string(), {{"input_ids", b.input_ids}, {"logits", logits}});
     std::ofstream(out / "base_dir.txt") << base;
-    std::ofstream(out / "qlora.json") << "{\"format\": \"nf4\", \"blocksize\": " << nf4.blocksize << ", \"double_quant\": false}\n";
+    std::ofstream(out / "qlora.json") << "{\"format\": \"nf4\", \"blocksize\": 16, \"double_quant\": false}\n";
     auto reloaded = load(reg, base, std::nullopt, (out / "adapter").string(), nf4);
     CHECK((reloaded->forward(b, true).logits - logits).abs().max().item<double>() <= 1e-6);
     // merge-lora dequantises the packed base: a dense model with the QLoRA model's logits.
