@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <tuple>
 
 #include "axengine/profiler.hpp"
 #include "axengine/error.hpp"
@@ -30,6 +31,12 @@ struct Shape {
   std::string name;
   int64_t E, H, I, k;
   bool gpt_oss = false;  // per-expert biases on both projections, clamped GLU on interleaved gate/up
+  // DeepSeek-V3 / GLM-4.5's router (scaling > 0; models/parts/group_topk_router.hpp): sigmoid scores plus a
+  // correction bias choose within the topk_group best of n_group groups; the gates are the chosen sigmoids,
+  // normalised, times routed_scaling_factor. Else top-k of the logits with softmax gates.
+  int64_t n_group = 1, topk_group = 1;
+  double scaling = 0.0;
+  int64_t shared = 0;  // n_shared_experts: a dense GLU beside the block, the same for every backend (not timed)
 };
 const std::vector<Shape> kShapes = {
     {"qwen3-30b-a3b", 128, 2048, 768, 8},
@@ -37,10 +44,28 @@ const std::vector<Shape> kShapes = {
     {"olmoe", 64, 2048, 1024, 8},
     {"mixtral", 8, 4096, 14336, 2},
     {"gpt-oss-20b", 32, 2880, 2880, 4, true},
+    // DeepSeek-V3 / Kimi K2 (config.json: n_routed_experts 256, hidden 7168, moe_intermediate 2048, top-8 of the
+    // 4 best of 8 groups, routed_scaling_factor 2.5) and GLM-4.5-Air (128 experts, hidden 4096, moe_intermediate
+    // 1408, top-8, one group, factor 1.0); one shared expert each.
+    {"deepseek-v3", 256, 7168, 2048, 8, false, 8, 4, 2.5, 1},
+    {"glm4.5-air", 128, 4096, 1408, 8, false, 1, 1, 1.0, 1},
     // Smoke shapes (CPU runs, CI): the code paths of the real ones at toy sizes. Not in the default set.
     {"tiny", 8, 64, 32, 2},
     {"tiny-gpt-oss", 8, 64, 32, 2, true},
+    {"tiny-deepseek", 16, 64, 32, 4, false, 4, 2, 2.5, 1},
 };
+
+// The group-limited sigmoid choice of Shape::scaling's comment on router logits [T, E]: ids and gates [T, k].
+std::pair<at::Tensor, at::Tensor> group_topk_sigmoid(const Shape& sh, const at::Tensor& logits) {
+  const int64_t T = logits.size(0), per = sh.E / sh.n_group;
+  const at::Tensor s = logits.sigmoid();
+  const at::Tensor c = s + 0.1 * at::randn({sh.E}, logits.options());  // the correction bias: steers the choice only
+  const at::Tensor group_score = std::get<0>(c.view({T, sh.n_group, per}).topk(2, -1)).sum(-1);  // best two each
+  const at::Tensor kept = at::zeros_like(group_score).scatter_(1, std::get<1>(group_score.topk(sh.topk_group, 1)), 1.0);
+  const at::Tensor idx = std::get<1>(c.masked_fill(kept.repeat_interleave(per, 1) == 0, -INFINITY).topk(sh.k, 1));
+  const at::Tensor w = s.gather(1, idx);
+  return {idx, w / w.sum(1, true) * sh.scaling};
+}
 bool is_smoke(const Shape& s) { return s.name.rfind("tiny", 0) == 0; }
 constexpr double kPeakTflops = 790.0;
 
@@ -76,8 +101,16 @@ Inputs make_inputs(const Shape& sh, int64_t T, int64_t r, const std::string& for
   in.a2 = at::randn({r * sh.E, sh.I}, o).mul_(1.0 / std::sqrt(double(sh.I)));
   in.b2 = at::randn({sh.H, r * sh.E}, o).mul_(0.1);
   at::Tensor logits = at::randn({T, sh.E}, o.dtype(at::kFloat));
-  auto [vals, idx] = logits.topk(sh.k, 1);
-  in.gates = vals.softmax(1).to(bench_dtype(dev));
+  at::Tensor idx;
+  if (sh.scaling > 0) {
+    at::Tensor w;
+    std::tie(idx, w) = group_topk_sigmoid(sh, logits);
+    in.gates = w.to(bench_dtype(dev));
+  } else {
+    at::Tensor vals;
+    std::tie(vals, idx) = logits.topk(sh.k, 1);
+    in.gates = vals.softmax(1).to(bench_dtype(dev));
+  }
   if (sh.gpt_oss) {
     in.bias1 = at::randn({sh.E, 2 * sh.I}, o).mul_(0.1);
     in.bias2 = at::randn({sh.E, sh.H}, o).mul_(0.1);
@@ -419,7 +452,9 @@ nlohmann::json run_moe_bench(const Registry& registry, const MoeBenchOptions& op
                       {"first_call_s", t.first_s}, {"speedup_vs_grouped_mm", speedup},
                       {"max_rel_err_vs_grouped_mm", err}, {"ms_sustained", t.ms_sustained},
                       {"speedup_sustained_vs_grouped_mm", speedup_sustained}, {"tokens", tokens}, {"rank", rank},
-                      {"format", opt.format}, {"device", opt.device}});
+                      {"format", opt.format}, {"device", opt.device},
+                      {"router", sh.scaling > 0 ? "group_topk_sigmoid" : "topk_softmax"},
+                      {"shared_experts_not_timed", sh.shared}});
       if (opt.profile && cuda) {
         Profiler prof;
         prof.start(/*cuda=*/true);

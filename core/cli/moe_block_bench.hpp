@@ -31,7 +31,8 @@ struct MoeBenchOptions {
 };
 
 // The shape names it knows: qwen3-30b-a3b, qwen3.5-35b-a3b, olmoe, mixtral, gpt-oss-20b (biases, clamped GLU),
-// and the smoke shapes tiny, tiny-gpt-oss (run only when named).
+// deepseek-v3, glm4.5-air (the group-limited sigmoid router's choice and gates), and the smoke shapes tiny,
+// tiny-gpt-oss, tiny-deepseek (run only when named).
 std::vector<std::string> moe_bench_shapes();
 
 // Runs the comparison on CUDA device 0, printing a table to stdout as it goes, and returns the rows

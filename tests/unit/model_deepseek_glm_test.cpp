@@ -17,6 +17,7 @@
 #include "axengine/strings.hpp"
 #include "axengine/selection.hpp"
 #include "models/decoder.hpp"
+#include "models/layer_bytes.hpp"
 #include "unit/model_case_util.hpp"
 #include "unit/model_hybrid_checks.hpp"
 #include "unit/test_paths.hpp"
@@ -27,9 +28,11 @@ namespace {
 
 const char* kCases[] = {"glm4_moe", "glm4_moe_qknorm", "deepseek_v3", "deepseek_v3_qproj"};
 
-std::unique_ptr<ax::Model> load(const ax::Registry& reg, const fs::path& dir, const fs::path& adapter = {}) {
+std::unique_ptr<ax::Model> load(const ax::Registry& reg, const fs::path& dir, const fs::path& adapter = {},
+                                const std::string& dtype = "fp32") {
   ax::ModelLoadOptions o;
   o.dir = dir.string();
+  o.dtype = dtype;
   o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
   if (!adapter.empty()) o.adapter_dir = adapter.string();
   return ax::load_model(reg, o);
@@ -238,12 +241,7 @@ TEST_CASE("deepseek_v3 / glm4_moe: in bf16 the router's correction bias stays fp
   ax::register_builtins(reg);
   for (const std::string name : {"glm4_moe", "deepseek_v3"}) {
     CAPTURE(name);
-    ax::ModelLoadOptions o;
-    o.dir = ax::test::case_dir(name).string();
-    o.adapter_dir = (ax::test::case_dir(name) / "adapter").string();
-    o.dtype = "bf16";
-    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
-    auto m = ax::load_model(reg, o);
+    auto m = load(reg, ax::test::case_dir(name), ax::test::case_dir(name) / "adapter", "bf16");
     int biases = 0;
     for (const auto& [n, t] : m->named_parameters()) {
       if (n.find("e_score_correction_bias") == std::string::npos) continue;
@@ -344,4 +342,117 @@ TEST_CASE("deepseek_v3 / glm4_moe: the hub configs of DeepSeek-V3 (bf16) and GLM
   CHECK(g.num_experts == 128);
   CHECK(g.mlp_only_layers == std::vector<int64_t>{0});
   CHECK(g.shared_expert_intermediate_size == 1408);
+}
+
+TEST_CASE("deepseek_v3: decode with kv_b_proj absorbed gives the expanding decode's logits and greedy tokens") {
+  // Both MLA cases with their adapters (LoRA on kv_b_proj: the absorbed matrices carry it), three rows: prefills
+  // of 5, 1 and 3, a turn of 3 appended to row 2 (several queries over the cache), then greedy steps.
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  for (const std::string name : {"deepseek_v3", "deepseek_v3_qproj"}) {
+    CAPTURE(name);
+    auto m = load(reg, ax::test::case_dir(name), ax::test::case_dir(name) / "adapter");
+    auto& dec = dynamic_cast<ax::models::DecoderModel&>(*m);
+    REQUIRE(dec.lora().find("model.layers.0.self_attn.kv_b_proj") != nullptr);
+    auto run = [&](bool absorb) {
+      dec.set_mla_absorb(absorb);
+      auto cache = dec.new_cache(3, 24);
+      std::vector<at::Tensor> steps{dec.decode({{3, 9, 1, 4, 7}, {5}, {8, 0, 6}}, *cache)};
+      steps.push_back(dec.decode({{}, {}, {2, 2, 7}}, *cache));
+      for (int s = 0; s < 10; ++s) {
+        const at::Tensor next = steps.back().argmax(-1);
+        steps.push_back(dec.decode({{next[0].item<int64_t>()}, {next[1].item<int64_t>()}, {next[2].item<int64_t>()}}, *cache));
+      }
+      return steps;
+    };
+    const auto absorbed = run(true), expanded = run(false);
+    dec.set_mla_absorb(true);
+    for (std::size_t s = 0; s < absorbed.size(); ++s) {
+      CAPTURE(s);
+      CHECK(rel_max(absorbed[s], expanded[s]) <= 1e-5);
+      CHECK(at::equal(absorbed[s].argmax(-1), expanded[s].argmax(-1)));
+    }
+  }
+}
+
+// bf16 (compute dtype; fp32 LoRA factors, router and correction bias) on the CPU against the fp32 transformers
+// goldens, the measures of model_cuda_test.cpp: logits max |diff| / max(1, max |logit|), loss relative, LoRA
+// grads norm-relative (worst factor). Measured 2026-12-07 (ours / transformers 5.23 + peft 0.21.2's own bf16
+// run of the same case, scripts/goldens/measure_deepseek_glm_bf16.py):
+//   glm4_moe          logits 0.029 / 0.019   loss 0.0002 / 0.0003   grads 0.048 / 0.048
+//   glm4_moe_qknorm   logits 0.036 / 0.032   loss 0.0007 / 0.0020   grads 0.077 / 0.096
+//   deepseek_v3       logits 0.059 / 0.074   loss 0.0018 / 0.0003   grads 0.247 / 0.337 (kv_b_proj lora_A)
+//   deepseek_v3_qproj logits 0.036 / 0.043   loss 0.0008 / 0.0011   grads 0.048 / 0.055
+// deepseek_v3 is the YaRN case (factor 40, mscale_all_dim 0.8): the rope dims carry cos/sin scaled by the attention
+// factor and rounded to bf16, and the softmax scale is mscale² larger, so bf16 moves it more, in transformers too.
+// The tolerances: the other families' (5% logits, 2% loss, 10% grads), and for deepseek_v3 8% / 2% / 35%.
+namespace {
+struct Bf16Tol {
+  double logits, loss, grads;
+};
+Bf16Tol bf16_tol(const std::string& name) { return name == "deepseek_v3" ? Bf16Tol{8e-2, 2e-2, 3.5e-1} : Bf16Tol{5e-2, 2e-2, 1e-1}; }
+}  // namespace
+
+TEST_CASE("deepseek_v3 / glm4_moe: bf16 on the CPU within the documented tolerances of the fp32 goldens") {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  for (const std::string name : kCases) {
+    CAPTURE(name);
+    auto m = load(reg, ax::test::case_dir(name), ax::test::case_dir(name) / "adapter", "bf16");
+    auto g = ax::safetensors::File::open((ax::test::case_dir(name) / "golden.safetensors").string());
+    ax::Batch b;
+    b.input_ids = g->get("input_ids");
+    b.labels = g->get("labels");
+    auto out = m->forward(b, true);
+    const at::Tensor want = g->get("logits");
+    const double logit_err = (out.logits.to(at::kFloat) - want).abs().max().item<double>() / std::max(1.0, want.abs().max().item<double>());
+    const double want_loss = g->get("loss").item<double>();
+    const double loss_err = std::abs(out.loss.item<double>() - want_loss) / std::abs(want_loss);
+    out.loss.backward();
+    double grad_err = 0;
+    for (const auto& mod : dynamic_cast<ax::models::DecoderModel&>(*m).lora().modules) {
+      at::Tensor ga = mod.a.grad().to(at::kFloat), gb = mod.b.grad().to(at::kFloat);
+      if (mod.site.experts) gb = gb.view({gb.size(0), mod.site.num_experts, mod.r}).permute({0, 2, 1}).reshape({gb.size(0), -1});
+      const at::Tensor wa = g->get("grad." + mod.peft_key + ".lora_A.weight"), wb = g->get("grad." + mod.peft_key + ".lora_B.weight");
+      grad_err = std::max({grad_err, (ga - wa).norm().item<double>() / wa.norm().item<double>(),
+                           (gb - wb).norm().item<double>() / wb.norm().item<double>()});
+    }
+    MESSAGE(name << ": bf16 logits " << logit_err << ", loss " << loss_err << ", LoRA grads " << grad_err);
+    const Bf16Tol tol = bf16_tol(name);
+    CHECK(logit_err <= tol.logits);
+    CHECK(loss_err <= tol.loss);
+    CHECK(grad_err <= tol.grads);
+    CHECK(grad_err > 0);  // the bf16 model is what ran
+  }
+}
+
+TEST_CASE("deepseek_v3: inspect reports a DeepSeek-V3-shaped layer's bytes per parameter with dense, nf4 and mxfp4 experts") {
+  // DeepSeek-V3's sizes (hub config.json), 4 layers: the first sparse one is layer 3 (first_k_dense_replace).
+  nlohmann::json j = ax::test::config_of("deepseek_v3");
+  j.update({{"hidden_size", 7168}, {"num_attention_heads", 128}, {"num_key_value_heads", 128}, {"q_lora_rank", 1536},
+            {"kv_lora_rank", 512}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
+            {"n_routed_experts", 256}, {"num_experts_per_tok", 8}, {"n_group", 8}, {"topk_group", 4},
+            {"moe_intermediate_size", 2048}, {"intermediate_size", 18432}, {"n_shared_experts", 1},
+            {"first_k_dense_replace", 3}, {"num_hidden_layers", 4}, {"vocab_size", 129280}});
+  const auto c = ax::models::parse_hf_config(j, "DeepSeek-V3/config.json");
+  const auto b = ax::models::moe_layer_bytes(c);
+  CHECK(b.layer == 3);
+  // 256 routed + 1 shared expert of 3 x 2048 x 7168; MLA (q_a, q_a norm, q_b, kv_a, kv_a norm, kv_b, o), the two
+  // layer norms, the router and its correction bias.
+  const int64_t H = 7168, experts = 257LL * 3 * 2048 * H;
+  const int64_t mla = 1536 * H + 1536 + 128LL * 192 * 1536 + 576 * H + 512 + 128LL * 256 * 512 + H * 128LL * 128;
+  CHECK(b.expert_params == experts);
+  CHECK(b.other_params == mla + 2 * H + 256 * H + 256);
+  CHECK(b.bytes_per_param("bf16") == doctest::Approx(2.0));
+  CHECK(b.bytes_per_param("nf4") == doctest::Approx((experts * 0.5625 + (mla + 258 * H + 256) * 2.0) / (experts + mla + 258 * H + 256)));
+  CHECK(b.bytes_per_param("nf4") == doctest::Approx(0.5861).epsilon(1e-4));
+  CHECK(b.bytes_per_param("mxfp4") == doctest::Approx(0.5554).epsilon(1e-4));
+  // inspect prints the line (the tiny preset: layer 1 is its first sparse layer).
+  const fs::path dir = ax::test::scratch_dir("inspect_dsv3");
+  ax::init_model_dir("tiny-deepseek-v3", dir.string(), 5);
+  const std::string out = ax::inspect_model_dir(dir.string());
+  CHECK(out.find("MoE layer 1    ") != std::string::npos);
+  CHECK(out.find("bf16 2 B/param") != std::string::npos);
+  CHECK(out.find("nf4 experts ") != std::string::npos);
+  ax::test::remove_tree(dir);
 }

@@ -134,13 +134,20 @@ TEST_CASE("peft export: QLoRA adapters on an nf4 base reload in peft with the sa
   nf4.format = "nf4";
   nf4.blocksize = 16;  // the test models' projections hold multiples of 16 elements, not of 64
   // qwen3_5: its linear-attention projections packed too (the MoE hybrids' [1, 24] shared_expert_gate is not a
-  // multiple of 16: model_quant_test.cpp covers their QLoRA); glm4_moe: shared experts and a dense layer too.
-  for (const char* name : {"llama", "qwen3_moe", "qwen3_5", "glm4_moe"}) {
+  // multiple of 16: model_quant_test.cpp covers their QLoRA); glm4_moe: shared experts and a dense layer too;
+  // deepseek_v3_qproj: MLA's projections, the routed and shared experts (every size a multiple of 16, unlike
+  // the deepseek_v3 case's q_b_proj); deepseek_v3_fp8: QLoRA over an FP8 checkpoint (dequantised at load, as
+  // transformers does, then packed).
+  for (const char* name : {"llama", "qwen3_moe", "qwen3_5", "glm4_moe", "deepseek_v3_qproj", "deepseek_v3_fp8"}) {
     CAPTURE(name);
     const std::string base = (fs::path(AXENGINE_TEST_DATA_DIR) / "models" / name).string();
     ax::LoraSpec spec;
     spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     if (std::string(name) == "qwen3_5") spec.targets.insert(spec.targets.end(), {"in_proj_qkv", "in_proj_b", "out_proj"});
+    if (std::string(name) == "deepseek_v3_qproj")
+      spec.targets = {"q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    if (std::string(name) == "deepseek_v3_fp8")
+      spec.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
     spec.r = 3;
     spec.alpha = 7;
     spec.seed = 5;

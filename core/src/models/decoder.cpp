@@ -17,6 +17,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/bnb_load.hpp"
+#include "models/fp8_load.hpp"
 #include "models/decoder_plan.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
@@ -124,6 +125,10 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   auto take = [&](const std::string& key, const std::vector<int64_t>& shape) {
     check_tensor_header(cfg_, ckpt, key, shape);
     used.insert(key);
+    if (fp8_stored(ckpt, key)) {  // fine-grained FP8: dequantised in fp32 here, cast to the compute dtype by hold
+      used.insert(fp8_scale_key(key));
+      return read_fp8_dequantized(cfg_.fp8, cfg_.source, ckpt, key).to(device_);
+    }
     return ckpt.get(key).to(device_);
   };
   // Resident bytes, counted as tensors are kept; the peak adds the dense tensor being converted or packed.

@@ -82,6 +82,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
   std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
   at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache) override;
+  // MLA decode steps over a cache (models/parts/mla_layer.cpp): kv_b_proj absorbed into the queries and the
+  // output (true, the default), or the cached latent expanded through it every step, as transformers does (false).
+  void set_mla_absorb(bool on) { mla_absorb_ = on; }
 
   const HfConfig& config() const { return cfg_; }
   std::vector<LoraSite> lora_sites() const;
@@ -129,6 +132,9 @@ class DecoderModel : public Model, public CausalLmDecode {
   void cache_store(int64_t layer, const at::Tensor& k, const at::Tensor& v);
   bool decode_fresh() const;
   std::pair<at::Tensor, at::Tensor> cached_rows(int64_t layer) const;
+  // The decode cache's slot for MLA layer `layer`'s absorbed kv_b_proj (undefined until the first step makes it:
+  // the weights do not change while a cache lives).
+  at::Tensor& cached_mla_absorbed(int64_t layer);
   at::Tensor attend_cached(const ops::AttentionArgs& a, const at::Tensor& keys, const at::Tensor& values);
   // While decode runs: linear-attention layer `layer`'s conv windows and recurrent states of the step's rows,
   // in segment order, and their update from the ops' final states (decoder_decode.cpp).
@@ -207,6 +213,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   bool training_ = true;
   bool recompute_layers_ = false;
   DecodeStep* decode_step_ = nullptr;  // set by decode for the span of its forward
+  bool mla_absorb_ = true;             // set_mla_absorb
   std::map<std::string, std::shared_ptr<ops::MoeMlp>> moe_mlp_chains_;  // by "<gate_up fmt>/<down fmt>"
   std::shared_ptr<ops::Attention> attention_chain_;
   std::shared_ptr<ops::LinearAttention> linear_attention_chain_;

@@ -9,6 +9,7 @@
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "models/bnb_load.hpp"
+#include "models/fp8_load.hpp"
 #include "models/family.hpp"
 #include "models/gpt_oss.hpp"
 #include "models/parts/gated_deltanet.hpp"
@@ -226,6 +227,10 @@ void check_tensor_header(const HfConfig& c, const safetensors::Checkpoint& ckpt,
   if (info.shape != shape)
     throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has shape ", shape_str(info.shape), " but ", c.source,
                          " implies ", shape_str(shape)));
+  if (fp8_stored(ckpt, key)) {  // read dequantised (models/fp8_load.hpp): its scale and the config checked here
+    check_fp8_weight(c.fp8, c.source, ckpt, key);
+    return;
+  }
   if (!at::isFloatingType(info.scalar_type))
     throw UsageError(str(ckpt.file_of(key), ": tensor '", key, "' has non-float dtype ", info.dtype));
 }

@@ -58,6 +58,7 @@ class DecoderKvCache final : public KvCache {
   int64_t cap;
   std::vector<int64_t> len;
   std::vector<at::Tensor> k, v;  // attention layers (undefined for linear-attention ones)
+  std::vector<at::Tensor> mla_absorbed;  // MLA layers: kv_b_proj's absorbed form (parts/mla_layer.cpp), made once
   // Linear-attention layers (undefined for attention ones; both empty when the model has none): each row's
   // conv window [batch, W-1, C] (the last W-1 inputs) and recurrent state [batch, Hv, Dk, Dv] fp32. O(1) per token.
   std::vector<at::Tensor> conv, state;
@@ -131,6 +132,12 @@ void DecoderModel::cache_store(int64_t layer, const at::Tensor& k, const at::Ten
 }
 
 bool DecoderModel::decode_fresh() const { return decode_step_->fresh; }
+
+at::Tensor& DecoderModel::cached_mla_absorbed(int64_t layer) {
+  auto& slots = decode_step_->cache->mla_absorbed;
+  if (slots.empty()) slots.resize(static_cast<std::size_t>(cfg_.num_layers));
+  return slots.at(static_cast<std::size_t>(layer));
+}
 
 std::pair<at::Tensor, at::Tensor> DecoderModel::cached_rows(int64_t layer) const {
   const DecodeStep& s = *decode_step_;

@@ -116,8 +116,12 @@ void DecoderModel::save_trained(const std::string& dir) const {
 
 at::ScalarType checkpoint_dtype(const std::string& model_dir) {
   auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
-  for (const auto& n : ckpt.names())  // packed weights are uint8
-    if (at::isFloatingType(ckpt.info(n).scalar_type)) return ckpt.info(n).scalar_type;
+  // Packed weights are uint8; FP8 weights (and their fp32 scales) are dequantised: the rest says the dtype.
+  for (const auto& n : ckpt.names()) {
+    const at::ScalarType t = ckpt.info(n).scalar_type;
+    const bool fp8_scale = n.size() > 10 && n.compare(n.size() - 10, 10, "_scale_inv") == 0;
+    if (at::isFloatingType(t) && !at::isFloat8Type(t) && !fp8_scale) return t;
+  }
   return at::kFloat;
 }
 

@@ -134,7 +134,8 @@ HfConfig parse_hf_config(const json& j, const std::string& source) {
   c.mlp_bias = f.reads_mlp_bias && r.boolean_or("mlp_bias", false);
   if (!f.moe) c.intermediate_size = r.positive("intermediate_size");
   f.read(r, c);  // the family's own keys (models/families/<name>.cpp)
-  if (!c.mxfp4_experts) c.quant = parse_bnb_config(j, source);
+  c.fp8 = parse_fp8_config(j, source);
+  if (!c.mxfp4_experts && !c.fp8.present) c.quant = parse_bnb_config(j, source);
   check_size_bounds(c, r);  // the expert sizes, read since
   // transformers divides by sqrt(mean(x²) + eps): eps <= 0 gives inf or NaN on an all-zero row (padding).
   if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))

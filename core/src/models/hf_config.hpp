@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/bnb_config.hpp"
+#include "models/fp8_config.hpp"
 
 namespace ax::models {
 
@@ -104,6 +105,7 @@ struct HfConfig {
   bool mxfp4_experts = false;
 
   BnbConfig quant;  // a bitsandbytes 4-bit checkpoint's quantization_config (present = false: dense)
+  Fp8Config fp8;    // a fine-grained FP8 checkpoint's (models/fp8_load.hpp: dequantised at load)
 
   // Qwen3.5 / Qwen3-Next (hybrid): RoPE on the first rotary_dim of head_dim (partial_rotary_factor; 0 = all of
   // it); q_proj doubled per head into q and an output gate, attention output · sigmoid(gate); the layers

@@ -22,6 +22,8 @@
 #include "models/bnb_load.hpp"
 #include "models/decoder.hpp"
 #include "models/family.hpp"
+#include "models/fp8_load.hpp"
+#include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/tied_head.hpp"
@@ -222,6 +224,7 @@ std::string inspect_model_dir(const std::string& dir) {
   const int64_t active = total - moe_layers * (c.num_experts - c.top_k) * per_expert;
   os << "parameters     " << human(total) << " total (" << total << "), " << human(active) << " active per token ("
      << active << ")\n";
+  os << models::moe_layer_bytes_line(c);  // one sparse layer's bytes by expert format (models/layer_bytes.hpp)
 
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
   // A bitsandbytes 4-bit checkpoint: its packed weights (with their quant-state fields) and how they are packed.
@@ -261,6 +264,16 @@ std::string inspect_model_dir(const std::string& dir) {
          << (unpacked.size() > shown ? str(" and ", unpacked.size() - shown, " more") : "");
     }
     os << "\n";
+  }
+  if (c.fp8.present) {  // fine-grained FP8 (models/fp8_load.hpp): the weights with a scale, and the scales
+    int64_t fp8 = 0;
+    for (const auto& [n, s] : models::expected_checkpoint_tensors(c))
+      if (ckpt.has(n) && models::fp8_stored(ckpt, n)) {
+        ++fp8;
+        expected.insert(models::fp8_scale_key(n));
+      }
+    os << "weights        fp8 e4m3, blocks " << c.fp8.block_rows << " x " << c.fp8.block_cols << ": " << fp8
+       << " tensors with their weight_scale_inv, dequantised at load\n";
   }
   os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
   for (const auto& n : ckpt.names()) {

@@ -48,6 +48,24 @@ std::pair<at::Tensor, at::Tensor> mla_expand_kv(const MlaOptions& o, const MlaMo
   return {k, kvb.narrow(-1, nope, o.v_head_dim)};
 }
 
+at::Tensor mla_absorbed_kv_b(const MlaOptions& o, const MlaModules& m, const at::TensorOptions& opts) {
+  const at::Tensor w = m.linear(at::eye(o.kv_lora_rank, opts), "kv_b_proj");  // [kv_lora_rank, Hq·(nope + v)]: Wᵀ
+  return w.to(at::kFloat).t().reshape({o.num_heads, o.qk_nope_head_dim + o.v_head_dim, o.kv_lora_rank}).contiguous();
+}
+
+at::Tensor mla_absorbed_query(const MlaOptions& o, const at::Tensor& q, const at::Tensor& kv_b) {
+  const int64_t nope = o.qk_nope_head_dim;
+  // [T, Hq, nope] x [Hq, nope, C] per head -> [T, Hq, C]
+  at::Tensor q_lat = at::matmul(q.narrow(-1, 0, nope).to(at::kFloat).transpose(0, 1), kv_b.narrow(1, 0, nope)).transpose(0, 1);
+  return at::cat({q_lat, q.narrow(-1, nope, o.qk_rope_head_dim).to(at::kFloat)}, -1).contiguous();
+}
+
+at::Tensor mla_absorbed_output(const MlaOptions& o, const at::Tensor& out_latent, const at::Tensor& kv_b) {
+  // [Hq, T, C] x [Hq, C, v] -> [T, Hq, v]
+  const at::Tensor w_uv = kv_b.narrow(1, o.qk_nope_head_dim, o.v_head_dim);  // [Hq, v, C]
+  return at::matmul(out_latent.to(at::kFloat).transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1);
+}
+
 ops::AttentionArgs mla_attention_args(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
                                       const at::Tensor& cu_seqlens, int64_t max_seqlen) {
   MlaLatent l = mla_latent(o, m, x, freqs);

@@ -70,6 +70,17 @@ MlaLatent mla_latent(const MlaOptions& o, const MlaModules& m, const at::Tensor&
 // k [T, Hq, nope + rope] and v [T, Hq, v_head_dim] of the latent (T rows of it).
 std::pair<at::Tensor, at::Tensor> mla_expand_kv(const MlaOptions& o, const MlaModules& m, const at::Tensor& kv,
                                                 const at::Tensor& k_rope);
+// Decode with kv_b_proj absorbed (DeepSeek-V2's inference form): with W_UK, W_UV kv_b_proj's per-head rows for
+// k_nope and v, q_nope·k_nope = (q_nope·W_UK)·latent and probs·v = (probs·latent)·W_UVᵀ, so the queries attend the
+// cached latent and rope key directly (one key head of kv_lora_rank + rope shared by every query head) and nothing
+// is expanded per step: O(length·(kv_lora_rank + rope)) per head instead of kv_b_proj over the whole span.
+// kv_b_proj as [Hq, nope + v, kv_lora_rank] fp32: the projection of the identity, so its LoRA, packing or unfrozen
+// weight are what the forward uses (made once per decode cache).
+at::Tensor mla_absorbed_kv_b(const MlaOptions& o, const MlaModules& m, const at::TensorOptions& opts);
+// The query over the latent [T, Hq, kv_lora_rank + rope] fp32: [q_nope·W_UK, q_rope] (q: mla_latent's).
+at::Tensor mla_absorbed_query(const MlaOptions& o, const at::Tensor& q, const at::Tensor& kv_b);
+// The attention output over the latent [T, Hq, kv_lora_rank] through W_UV: [T, Hq, v_head_dim] fp32.
+at::Tensor mla_absorbed_output(const MlaOptions& o, const at::Tensor& out_latent, const at::Tensor& kv_b);
 // The attention op's arguments of the mixer on packed rows (q, and k, v expanded from the latent; scale, causal).
 ops::AttentionArgs mla_attention_args(const MlaOptions& o, const MlaModules& m, const at::Tensor& x, const at::Tensor& freqs,
                                       const at::Tensor& cu_seqlens, int64_t max_seqlen);

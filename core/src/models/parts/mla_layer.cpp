@@ -97,8 +97,10 @@ at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const at::Ten
     at::Tensor out = autograd::attention(attention_backend(), mla_attention_args(o, m, x, freqs, cu, max_len));
     return linear(out.reshape({x.size(0), o.num_heads * o.v_head_dim}), p + "o_proj");
   }
-  // KV-cached decode: the cache holds each token's latent and rope key (as the model is served); every step
-  // expands the rows' whole cached span through kv_b_proj (its LoRA included), as transformers does.
+  // KV-cached decode: the cache holds each token's latent and rope key (as the model is served). A prefill runs the
+  // op as training does; later steps attend the latent with kv_b_proj absorbed (mla_absorb_, the default: no
+  // per-step expansion), or expand the rows' whole cached span through kv_b_proj (its LoRA included) as
+  // transformers does.
   MlaLatent l = mla_latent(o, m, x, freqs);
   cache_store(i, l.kv.unsqueeze(1), l.k_rope.unsqueeze(1));
   ops::AttentionArgs a;
@@ -114,6 +116,12 @@ at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const at::Ten
     a.max_seqlen = max_len;
     a.check_values = false;
     out = autograd::attention(attention_backend(), std::move(a));
+  } else if (mla_absorb_) {  // kv_b_proj absorbed (mla.hpp): the queries attend the latent itself
+    auto [kv, kr] = cached_rows(i);  // [S, L, 1, kv_lora_rank], [S, L, 1, rope]
+    at::Tensor& kv_b = cached_mla_absorbed(i);
+    if (!kv_b.defined()) kv_b = mla_absorbed_kv_b(o, m, x.options());
+    a.q = mla_absorbed_query(o, l.q, kv_b);
+    out = mla_absorbed_output(o, attend_cached(a, at::cat({kv, kr}, -1), kv), kv_b).to(x.scalar_type());
   } else {
     auto [kv, kr] = cached_rows(i);  // [S, L, 1, kv_lora_rank], [S, L, 1, rope]
     const int64_t S = kv.size(0), L = kv.size(1);

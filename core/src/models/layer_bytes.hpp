@@ -1,0 +1,28 @@
+// What one sparse (MoE) decoder layer weighs, for `inspect`: its parameters split into the expert projections
+// (routed and shared: what QLoRA of a large MoE packs) and the rest (attention, router, norms), and its bytes
+// with the experts held dense bf16, nf4 or mxfp4 and the rest bf16. Bytes per parameter of each format as
+// docs/weights.md's table gives them: bf16 2; nf4 0.5 + 4 / blocksize (an fp32 absmax per block of 64);
+// mxfp4 0.5 + 1/32 (an E8M0 scale per 32 along K).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "models/hf_config.hpp"
+
+namespace ax::models {
+
+struct MoeLayerBytes {
+  int64_t layer = -1;        // the first sparse layer (-1: the model has none)
+  int64_t expert_params = 0;  // routed + shared expert projections
+  int64_t other_params = 0;   // attention, router, correction bias, norms
+  // Bytes of the layer with the experts in `format` ("bf16", "nf4", "mxfp4"), everything else bf16.
+  double bytes(const std::string& format) const;
+  double bytes_per_param(const std::string& format) const { return bytes(format) / double(expert_params + other_params); }
+};
+
+MoeLayerBytes moe_layer_bytes(const HfConfig& c);
+
+// inspect's line: "MoE layer N    P params (experts E): bf16 x B/param (y GB), nf4 experts ..., mxfp4 experts ...".
+std::string moe_layer_bytes_line(const HfConfig& c);
+
+}  // namespace ax::models
