@@ -24,6 +24,7 @@
 #include "models/family.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/qwen3_vl.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
 #include "models/weight_policy.hpp"
@@ -81,12 +82,14 @@ std::vector<std::string> model_presets() {
   for (const models::Family* f : models::families())
     for (const auto& p : f->presets) out.push_back(p.name);
   out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
+  out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
   return out;
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
   if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
+  if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
