@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Parity goldens for images in chat_template rows (docs/datasets.md, "Images in conversations"), Qwen2.5-VL.
+"""Parity goldens for images in chat_template rows (docs/datasets.md, "Images in conversations"), Qwen2.5-VL and
+Qwen3-VL.
 
 plugins/mm_cpt/tests/data/chat/ gets:
   model/      a model dir as the chat_template type reads it: config.json (model_type qwen2_5_vl), the mm_cpt test
@@ -18,26 +19,44 @@ span rule of docs/datasets.md on the rendered text (assistant_spans below, as ma
 a content's text parts), shifted past the expansion, marked with HF tokenizers' offsets; image tokens -100. A
 ShareGPT row is the same conversation with each <image> made an image part, in order.
 
-Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_mm_chat_goldens.py
+plugins/mm_cpt/tests/data/chat_qwen3_vl/ (`make_mm_chat_goldens.py qwen3_vl`) gets the same for Qwen3-VL on the same
+conversations (chat/openai.jsonl, chat/sharegpt.jsonl): model/ with model_type qwen3_vl, Qwen3-VL's chat template
+(tests/data/chat_templates/Qwen-Qwen3-VL-8B-Instruct.jinja) and the hub's processor settings (patch 16, mean and std
+0.5) with small pixel bounds; goldens.jsonl from transformers' Qwen3VLProcessor.apply_chat_template.
+
+Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_mm_chat_goldens.py [qwen3_vl]
 Versions used: transformers 5.23, tokenizers 0.23, torchvision 0.26 (scripts/requirements-goldens.txt).
 """
 import json
 import os
 import random
 import shutil
+import sys
 
 import tokenizers
 import transformers
 from tokenizers import AddedToken, Tokenizer
-from transformers import PreTrainedTokenizerFast, Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+from transformers import (PreTrainedTokenizerFast, Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor,
+                          Qwen3VLProcessor, Qwen3VLVideoProcessor)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = os.path.join(ROOT, "plugins", "mm_cpt", "tests", "data")
 OUT = os.path.join(DATA, "chat")
-MODEL = os.path.join(OUT, "model")
-TEMPLATE = os.path.join(ROOT, "tests", "data", "chat_templates", "Qwen-Qwen2.5-VL-7B-Instruct.jinja")
+TEMPLATES = os.path.join(ROOT, "tests", "data", "chat_templates")
 IMAGES = ["a.jpg", "b.png", "e_alpha.png", "f_grey.png", "h_grey.jpg", "i_exif6.jpg", "k_tiny.png", "j_large.jpg", "c.webp"]
-MIN_PIXELS, MAX_PIXELS = 28 * 28 * 4, 28 * 28 * 12
+# Per family: the output dir, config.json's model_type and architecture, the template, the image processor's
+# settings (preprocessor_config.json's and the processor's) and the transformers processor classes.
+FAMILIES = {
+    "qwen2_5_vl": dict(out=OUT, model_type="qwen2_5_vl", arch="Qwen2_5_VLForConditionalGeneration",
+                       template="Qwen-Qwen2.5-VL-7B-Instruct.jinja",
+                       image=dict(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 12, patch_size=14),
+                       processor=Qwen2_5_VLProcessor, video=Qwen2VLVideoProcessor),
+    "qwen3_vl": dict(out=os.path.join(DATA, "chat_qwen3_vl"), model_type="qwen3_vl", arch="Qwen3VLForConditionalGeneration",
+                     template="Qwen-Qwen3-VL-8B-Instruct.jinja",
+                     image=dict(min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 12, patch_size=16, image_mean=[0.5] * 3,
+                                image_std=[0.5] * 3),
+                     processor=Qwen3VLProcessor, video=Qwen3VLVideoProcessor),
+}
 MARKERS = ["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "</s>", "<|end|>", "<|return|>", "<|endoftext|>"]
 WS = b" \t\n\r\f\v"
 PAD = "<|image_pad|>"
@@ -174,32 +193,36 @@ def absolute(messages, base):
     return out
 
 
-def make_model():
-    if os.path.isdir(MODEL):
-        shutil.rmtree(MODEL)
-    os.makedirs(MODEL)
+def make_model(fam):
+    model = os.path.join(fam["out"], "model")
+    if os.path.isdir(model):
+        shutil.rmtree(model)
+    os.makedirs(model)
     tok = Tokenizer.from_file(os.path.join(DATA, "tokenizer", "tokenizer.json"))
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|im_start|>", "<|im_end|>")])
-    tok.save(os.path.join(MODEL, "tokenizer.json"))
-    shutil.copy(os.path.join(DATA, "tokenizer", "tokenizer_config.json"), MODEL)
-    shutil.copy(TEMPLATE, os.path.join(MODEL, "chat_template.jinja"))
-    with open(os.path.join(MODEL, "config.json"), "w") as f:
-        json.dump({"model_type": "qwen2_5_vl", "architectures": ["Qwen2_5_VLForConditionalGeneration"]}, f, indent=1)
-    with open(os.path.join(MODEL, "preprocessor_config.json"), "w") as f:
-        json.dump({"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS,
-                   "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}, f, indent=1)
+    tok.save(os.path.join(model, "tokenizer.json"))
+    shutil.copy(os.path.join(DATA, "tokenizer", "tokenizer_config.json"), model)
+    shutil.copy(os.path.join(TEMPLATES, fam["template"]), os.path.join(model, "chat_template.jinja"))
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump({"model_type": fam["model_type"], "architectures": [fam["arch"]]}, f, indent=1)
+    with open(os.path.join(model, "preprocessor_config.json"), "w") as f:
+        json.dump(dict({"image_processor_type": "Qwen2VLImageProcessor"}, **fam["image"], temporal_patch_size=2, merge_size=2),
+                  f, indent=1)
+    return model
 
 
 def main():
     assert transformers.__version__ == "5.23.0" and tokenizers.__version__.startswith("0.23"), "pinned peers expected"
-    make_model()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(MODEL, "tokenizer.json"), eos_token="<|endoftext|>",
+    family = sys.argv[1] if len(sys.argv) > 1 else "qwen2_5_vl"
+    fam = FAMILIES[family]
+    model = make_model(fam)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(model, "tokenizer.json"), eos_token="<|endoftext|>",
                                      pad_token="<|endoftext|>")
-    raw_tok = Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
-    with open(TEMPLATE) as f:
+    raw_tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    with open(os.path.join(TEMPLATES, fam["template"])) as f:
         template = f.read()
-    proc = Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS),
-                               tokenizer=hf_tok, video_processor=Qwen2VLVideoProcessor(), chat_template=template)
+    proc = fam["processor"](image_processor=Qwen2VLImageProcessor(**fam["image"]), tokenizer=hf_tok,
+                            video_processor=fam["video"](), chat_template=template)
     image_ids = {raw_tok.token_to_id(t) for t in ("<|vision_start|>", "<|vision_end|>", PAD)}
     rng = random.Random(40)
     openai = [conversation(rng, i) for i in range(48)]
@@ -245,14 +268,18 @@ def main():
                 inside = any(b < se and e > sb for sb, se in spans)
                 labels.append(tid if inside and tid not in image_ids else -100)
             goldens.append({"file": name, "input_ids": ids, "labels": labels, "grid": grid})
-        with open(os.path.join(OUT, name), "w") as f:
-            for row in rows:
-                f.write(json.dumps(row, sort_keys=True) + "\n")
-    with open(os.path.join(OUT, "goldens.jsonl"), "w") as f:
+        lines = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+        if fam["out"] == OUT:
+            with open(os.path.join(OUT, name), "w") as f:
+                f.write(lines)
+        else:  # the other families' goldens are of chat/'s conversations
+            with open(os.path.join(OUT, name)) as f:
+                assert f.read() == lines, f"chat/{name} is not this script's: run it for qwen2_5_vl first"
+    with open(os.path.join(fam["out"], "goldens.jsonl"), "w") as f:
         for g in goldens:
             f.write(json.dumps(g) + "\n")
     n_img = sum(len(g["grid"]) for g in goldens)
-    print("wrote", OUT, len(goldens), "conversations,", n_img, "images,", sum(1 for g in goldens if not g["grid"]), "text-only")
+    print("wrote", fam["out"], len(goldens), "conversations,", n_img, "images,", sum(1 for g in goldens if not g["grid"]), "text-only")
 
 
 if __name__ == "__main__":

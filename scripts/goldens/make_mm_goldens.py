@@ -6,7 +6,10 @@
 - processor_goldens.safetensors: for each image, the pixels transformers' loader decodes (PIL, exif_transpose,
   convert_to_rgb) as `decoded.<name>` uint8 [H, W, 3], and Qwen2VLImageProcessor's (torchvision backend)
   `pixel_values.<name>` / `grid.<name>` for each processor setting in SETTINGS;
-- tokenizer/: the committed Qwen2 tokenizer with Qwen2.5-VL's vision tokens added.
+- tokenizer/: the committed Qwen2 tokenizer with Qwen2.5-VL's vision tokens added;
+- processor_goldens_qwen3_vl.safetensors (`make_mm_goldens.py qwen3_vl`: from the committed images, which it
+  leaves as they are): the same processor with Qwen3-VL's settings (patch 16, so factor 32; mean and std 0.5,
+  as the hub's preprocessor_config.json) for each of QWEN3_VL_SETTINGS, the settings as JSON metadata.
 
 Run from the repository root with the venv's python (needs torchvision==0.26.0, scripts/requirements-goldens.txt).
 """
@@ -25,6 +28,9 @@ img_dir = out / "images"
 
 # (min_pixels, max_pixels): the defaults scaled down (small images upscale), and a tight max that downscales.
 SETTINGS = {"a": (28 * 28 * 4, 28 * 28 * 16), "b": (28 * 28 * 2, 28 * 28 * 6)}
+QWEN3_VL_SETTINGS = {
+    key: dict(min_pixels=lo, max_pixels=hi, patch_size=16, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    for key, (lo, hi) in {"a": (32 * 32 * 4, 32 * 32 * 8)}.items()}  # small images scale up, large ones down
 
 
 def natural(w, h, seed):
@@ -70,7 +76,22 @@ def load_like_transformers(path):
     return convert_to_rgb(im, return_numpy=True)
 
 
+def processor_goldens(settings, tensors, file):
+    """Each committed image through Qwen2VLImageProcessor with each setting's keyword arguments."""
+    for p in sorted(img_dir.iterdir()):
+        rgb = load_like_transformers(p)
+        for key, kw in settings.items():
+            r = Qwen2VLImageProcessor(**kw)(images=[rgb], return_tensors="pt")
+            tensors[f"pixel_values.{key}.{p.name}"] = r["pixel_values"].contiguous()
+            tensors[f"grid.{key}.{p.name}"] = r["image_grid_thw"].contiguous()
+    save_file(tensors, str(out / file), metadata={k: json.dumps(v) for k, v in settings.items()})
+    print("wrote", out / file, len(tensors), "tensors")
+
+
 def main():
+    if sys.argv[1:] == ["qwen3_vl"]:
+        processor_goldens(QWEN3_VL_SETTINGS, {}, "processor_goldens_qwen3_vl.safetensors")
+        return
     make_images()
     tensors = {}
     for p in sorted(img_dir.iterdir()):

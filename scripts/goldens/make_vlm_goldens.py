@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Parity goldens for the qwen2_5_vl family (Qwen2_5_VLForConditionalGeneration), transformers + peft, CPU fp32.
+"""Parity goldens for the qwen2_5_vl and qwen3_vl families (Qwen2_5_VL- / Qwen3VLForConditionalGeneration),
+transformers + peft, CPU fp32.
 
-tests/data/models/qwen2_5_vl/ gets:
+tests/data/models/<family>/ gets:
   config.json, model.safetensors   a tiny random model as save_pretrained writes it (visual.*, model.layers.*)
   adapter/                         a peft LoRA adapter on the language model (B random so every factor matters)
   golden.safetensors               per sample k: ids.k, labels.k, logits.k (with the adapter), and for the
@@ -15,8 +16,15 @@ its get_rope_index); tests/unit/model_qwen2_5_vl_test.cpp packs them into rows.
 
 patch_size is 2 (patch_dim 3*2*2*2 = 24) to keep the files small; the code paths are those of 14 (1176).
 
-Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_vlm_goldens.py
+qwen3_vl (Qwen3-VL: learned position embeddings interpolated to each grid, deepstack, interleaved mrope, the
+qwen3 text stack): the same three samples' shapes plus a 1x2x4 grid, on a 3-layer text stack so that the layer
+after the deepstack ones runs too; deepstack_visual_indexes [2, 0] (out of order: the features go to the
+decoder layers in block order, each through the merger at its index in the list).
+
+Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_vlm_goldens.py [FAMILY...]
+(default: both)
 """
+import sys
 import os
 import shutil
 
@@ -26,12 +34,12 @@ import transformers
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models", "qwen2_5_vl")
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models")
 IMG, VID, VS, VE = 90, 91, 92, 93
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def config():
+def qwen2_5_vl_config():
     return transformers.Qwen2_5_VLConfig(
         text_config=dict(vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
                          num_key_value_heads=2, rms_norm_eps=1e-6, max_position_embeddings=256,
@@ -43,6 +51,27 @@ def config():
         image_token_id=IMG, video_token_id=VID, vision_start_token_id=VS, vision_end_token_id=VE, tie_word_embeddings=False)
 
 
+def qwen3_vl_config():
+    return transformers.Qwen3VLConfig(
+        # head_dim 16: 8 frequencies, interleaved T H W T H W T T (mrope_section [4, 2, 2], as [24, 20, 20] of 64).
+        text_config=dict(vocab_size=97, hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, max_position_embeddings=256,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [4, 2, 2],
+                                          "mrope_interleaved": True},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        # 16 learned positions (a 4x4 grid) interpolated to every image's grid.
+        vision_config=dict(depth=3, hidden_size=16, intermediate_size=24, num_heads=2, out_hidden_size=48, patch_size=2,
+                           temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16,
+                           deepstack_visual_indexes=[2, 0]),
+        image_token_id=IMG, video_token_id=VID, vision_start_token_id=VS, vision_end_token_id=VE, tie_word_embeddings=False)
+
+
+FAMILIES = {
+    "qwen2_5_vl": (qwen2_5_vl_config, "Qwen2_5_VLForConditionalGeneration", [[[1, 4, 6], [1, 8, 10]], [[1, 6, 4]], []]),
+    "qwen3_vl": (qwen3_vl_config, "Qwen3VLForConditionalGeneration", [[[1, 4, 6], [1, 8, 10]], [[1, 6, 4], [1, 2, 4]], []]),
+}
+
+
 def text(g, n):
     return torch.randint(3, 88, (n,), generator=g).tolist()
 
@@ -52,25 +81,26 @@ def image(grid):
     return [VS] + [IMG] * (t * h * w // 4) + [VE]
 
 
-def main():
-    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+def make(family):
+    make_config, model_class, grids = FAMILIES[family]
+    out = os.path.join(MODELS, family)
     torch.manual_seed(1234)
-    cfg = config()
+    cfg = make_config()
     cfg._attn_implementation = "eager"
     cfg.text_config._attn_implementation = "eager"
     cfg.vision_config._attn_implementation = "eager"
     cfg.initializer_range = 0.2
     cfg.text_config.initializer_range = 0.2
     cfg.vision_config.initializer_range = 0.2
-    model = transformers.Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    model = getattr(transformers, model_class)(cfg).eval()
     with torch.no_grad():
         for n, p in model.named_parameters():
-            if "norm" in n or "ln_q" in n:
+            if "norm" in n or "ln_q" in n or "pos_embed" in n:
                 p.add_(0.1 * torch.randn_like(p))  # weights at 1 would hide a missing norm
             elif n.endswith(".bias"):
                 p.copy_(0.1 * torch.randn_like(p))
-    shutil.rmtree(OUT, ignore_errors=True)
-    model.save_pretrained(OUT)
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out)
 
     torch.manual_seed(99)
     lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=TARGETS, exclude_modules=".*visual.*", lora_dropout=0.0)
@@ -80,13 +110,15 @@ def main():
             if "lora_B" in n:
                 p.copy_(0.3 * torch.randn_like(p))
     assert not any("visual" in n for n, p in pm.named_parameters() if p.requires_grad)
-    pm.save_pretrained(os.path.join(OUT, "adapter"))
+    pm.save_pretrained(os.path.join(out, "adapter"))
+    os.remove(os.path.join(out, "adapter", "README.md"))  # peft's model card: nothing a test reads
 
     g = torch.Generator().manual_seed(7)
-    grids = [[[1, 4, 6], [1, 8, 10]], [[1, 6, 4]], []]
     samples = [text(g, 3) + image(grids[0][0]) + text(g, 4) + image(grids[0][1]) + text(g, 2),
                text(g, 5) + image(grids[1][0]) + text(g, 6),
                text(g, 12)]
+    if len(grids[1]) > 1:
+        samples[1] += image(grids[1][1]) + text(g, 3)
     golden = {}
     total, count = 0.0, 0
     for k, (ids, gr) in enumerate(zip(samples, grids)):
@@ -114,10 +146,16 @@ def main():
     for n, p in pm.named_parameters():
         if p.requires_grad:
             golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
-    save_file(golden, os.path.join(OUT, "golden.safetensors"))
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
+    save_file(golden, os.path.join(out, "golden.safetensors"))
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs)
     assert size < 450_000, size
-    print(f"qwen2_5_vl: loss {loss.item():.6f}, {size} bytes")
+    print(f"{family}: loss {loss.item():.6f}, {size} bytes")
+
+
+def main():
+    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+    for family in sys.argv[1:] or list(FAMILIES):
+        make(family)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""HF peft loads the qwen2_5_vl LoRA adapters axengine writes, with the same logits on image+text samples.
+"""HF peft loads the qwen2_5_vl / qwen3_vl LoRA adapters axengine writes, with the same logits on image+text samples.
 
-Runs the axengine_tests case "qwen2_5_vl: adapters we save*" with AXENGINE_VLM_PEFT_EXPORT_DIR set: it writes
+Runs the axengine_tests case "<family>: adapters we save*" with AXENGINE_VLM_PEFT_EXPORT_DIR set: it writes
 adapter/ (trained-looking: B random), expected.safetensors (per sample: ids, pixel_values and grid where it
 has images, and axengine's logits from a packed batch) and base_dir.txt. Here transformers loads the base
-(Qwen2_5_VLForConditionalGeneration), peft the adapter, and each sample runs alone.
+(Qwen2_5_VL- / Qwen3VLForConditionalGeneration), peft the adapter, and each sample runs alone.
 
-usage: check_vlm_peft.py AXENGINE_TESTS_BINARY
+usage: check_vlm_peft.py AXENGINE_TESTS_BINARY [FAMILY]   (FAMILY: qwen2_5_vl, the default, or qwen3_vl)
 """
 import os
 import subprocess
@@ -19,16 +19,18 @@ from peft import PeftModel
 from safetensors.torch import load_file
 
 TOL = 1e-4
+MODEL_CLASS = {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
 
 
 def main():
     tests_bin = sys.argv[1]
+    family = sys.argv[2] if len(sys.argv) > 2 else "qwen2_5_vl"
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, AXENGINE_VLM_PEFT_EXPORT_DIR=tmp)
-        subprocess.run([tests_bin, "-tc=qwen2_5_vl: adapters we save*"], env=env, check=True)
+        subprocess.run([tests_bin, f"-tc={family}: adapters we save*"], env=env, check=True)
         base_dir = open(os.path.join(tmp, "base_dir.txt")).read().strip()
         expected = load_file(os.path.join(tmp, "expected.safetensors"))
-        base = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(base_dir, dtype=torch.float32).eval()
+        base = getattr(transformers, MODEL_CLASS[family]).from_pretrained(base_dir, dtype=torch.float32).eval()
         image_token = base.config.image_token_id
         model = PeftModel.from_pretrained(base, os.path.join(tmp, "adapter")).eval()
         assert not any("visual" in n for n, _ in model.named_modules() if n.endswith("lora_A")), "LoRA on the vision tower"

@@ -90,6 +90,7 @@ TEST_CASE("jinja parity: Llama 3.2 chat template") { CHECK(check_template("meta-
 TEST_CASE("jinja parity: Mistral chat template") { CHECK(check_template("mistralai-Mistral-Nemo-Instruct-2407") >= 40); }
 TEST_CASE("jinja parity: Gemma 3 chat template") { CHECK(check_template("google-gemma-3-it") >= 40); }
 TEST_CASE("jinja parity: gpt-oss chat template") { CHECK(check_template("openai-gpt-oss-120b") >= 40); }
+TEST_CASE("jinja parity: Qwen3-VL chat template") { CHECK(check_template("Qwen-Qwen3-VL-8B-Instruct") >= 40); }
 TEST_CASE("jinja parity: generation spans of a {% generation %} template") {
   CHECK(check_template("chatml-generation") >= 40);
 }

@@ -68,8 +68,9 @@ TEST_CASE("models: every family's presets and class defaults are its own") {
     if (f->per_expert) CHECK(f->moe);  // per-expert names only where there are experts
     for (const auto& p : f->presets) all_presets.push_back(p.name);
   }
-  // init-model offers exactly the descriptions' presets (and the VL model's, which is not a decoder family).
+  // init-model offers exactly the descriptions' presets (and the VL models', which are not decoder families).
   all_presets.push_back("tiny-qwen2_5-vl");
+  all_presets.push_back("tiny-qwen3-vl");
   CHECK(ax::model_presets() == all_presets);
   CHECK(ax::models::find_family("gemma3") == nullptr);
   CHECK(ax::models::refused_type_message("gemma3").find("gemma3_text") != std::string::npos);

@@ -22,89 +22,17 @@
 #include "unit/model_case_util.hpp"
 #include "unit/model_test_backends.hpp"
 #include "unit/test_paths.hpp"
+#include "unit/vl_case_util.hpp"
 
 namespace fs = std::filesystem;
 using ax::models::Qwen25VlModel;
+using namespace ax::test::vl;
 
 namespace {
-
-struct Loaded {
-  std::unique_ptr<ax::Registry> registry;
-  std::unique_ptr<ax::Model> model;
-  Qwen25VlModel& vl() { return dynamic_cast<Qwen25VlModel&>(*model); }
-};
-
-Loaded load(const std::string& dir, const std::string& backends, const std::string& adapter,
-            std::optional<ax::LoraSpec> spec = std::nullopt) {
-  Loaded l;
-  l.registry = std::make_unique<ax::Registry>();
-  if (backends == "naive") {
-    ax::test::add_naive_backends(*l.registry);
-    ax::models::register_builtin_models(*l.registry);
-  } else {
-    ax::register_builtins(*l.registry);
-  }
-  ax::ModelLoadOptions o;
-  o.dir = dir;
-  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, ax::KernelPreferences{}, ax::DeviceInfo{});
-  o.adapter_dir = adapter;
-  o.lora = std::move(spec);
-  l.model = ax::load_model(*l.registry, o);
-  return l;
-}
 
 std::string case_path() { return ax::test::case_dir("qwen2_5_vl").string(); }
 std::shared_ptr<ax::safetensors::File> golden() {
   return ax::safetensors::File::open((ax::test::case_dir("qwen2_5_vl") / "golden.safetensors").string());
-}
-
-double rel_max(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
-}
-double rel_norm(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
-}
-
-// Row 0: sample 0 (39 tokens). Row 1: sample 1 (19), sample 2 (12, text only), 8 padding tokens. The spans and
-// positions make_batch gives them; the images' extras concatenated in token order.
-struct Packed {
-  ax::Batch batch;
-  std::vector<std::array<int64_t, 3>> where;  // sample k: row, offset, length
-};
-Packed packed_batch(const ax::safetensors::File& g) {
-  const int64_t S = g.get("ids.0").size(0);
-  Packed p;
-  p.where = {{0, 0, S}, {1, 0, g.get("ids.1").size(0)}, {1, g.get("ids.1").size(0), g.get("ids.2").size(0)}};
-  at::Tensor ids = at::zeros({2, S}, at::kLong), labels = at::full({2, S}, -100, at::kLong), pos = at::zeros({2, S}, at::kLong);
-  std::vector<int32_t> cu{0};
-  for (int k = 0; k < 3; ++k) {
-    auto [row, off, len] = p.where[k];
-    ids[row].narrow(0, off, len).copy_(g.get(ax::str("ids.", k)));
-    labels[row].narrow(0, off, len).copy_(g.get(ax::str("labels.", k)));
-    pos[row].narrow(0, off, len).copy_(at::arange(len, at::kLong));
-    cu.push_back(static_cast<int32_t>(row * S + off + len));
-  }
-  const int64_t pad_off = p.where[2][1] + p.where[2][2];
-  pos[1].narrow(0, pad_off, S - pad_off).copy_(at::arange(S - pad_off, at::kLong));
-  cu.push_back(static_cast<int32_t>(2 * S));
-  ax::Batch& b = p.batch;
-  b.input_ids = ids;
-  b.labels = labels;
-  b.position_ids = pos;
-  b.cu_seqlens = at::tensor(cu, at::kInt);
-  b.cu_seqlens_host = b.cu_seqlens;
-  b.max_seqlen = S;
-  b.extras["pixel_values"] = at::cat({g.get("pixel_values.0"), g.get("pixel_values.1")});
-  b.extras["image_grid_thw"] = at::cat({g.get("grid.0"), g.get("grid.1")});
-  return p;
-}
-
-void check_logits(const at::Tensor& logits, const Packed& p, const ax::safetensors::File& g) {
-  for (int k = 0; k < 3; ++k) {
-    CAPTURE(k);
-    auto [row, off, len] = p.where[k];
-    CHECK(rel_max(logits[row].narrow(0, off, len), g.get(ax::str("logits.", k))) <= 1e-4);
-  }
 }
 
 void check_parity(const std::string& backends) {
@@ -114,20 +42,7 @@ void check_parity(const std::string& backends) {
   Packed p = packed_batch(*g);
   auto out = l.model->forward(p.batch, true);
   check_logits(out.logits, p, *g);
-  const double want = g->get("loss").item<double>();
-  CHECK(std::abs(out.loss.item<double>() - want) <= 1e-5 * std::max(1.0, want));
-  out.loss.backward();
-  int checked = 0;
-  for (const auto& m : l.vl().text().lora().modules) {
-    CAPTURE(m.peft_key);
-    REQUIRE(m.a.grad().defined());
-    CHECK(rel_norm(m.a.grad(), g->get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
-    CHECK(rel_norm(m.b.grad(), g->get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
-    checked += 2;
-  }
-  int golden_grads = 0;
-  for (const auto& t : g->tensors()) golden_grads += t.name.rfind("grad.", 0) == 0;
-  CHECK(checked == golden_grads);
+  const int checked = check_loss_and_grads(out, l.as<Qwen25VlModel>().text().lora().modules, *g);
   CHECK(checked == 2 * 7 * 2);  // every projection of both layers, none in the vision tower
 }
 
@@ -178,7 +93,7 @@ TEST_CASE("qwen2_5_vl: a tied text_config over a stored, different lm_head keeps
     std::ofstream(dir / "config.json") << cfg.dump();
     ax::safetensors::save((dir / "model.safetensors").string(), ts);
     auto l = load(dir.string(), "reference", case_path() + "/adapter");
-    CHECK_FALSE(l.vl().text().config().tie_word_embeddings);
+    CHECK_FALSE(l.as<Qwen25VlModel>().text().config().tie_word_embeddings);
     Packed p = packed_batch(*g);
     check_logits(l.model->forward(p.batch, true).logits, p, *g);
     CHECK(ax::inspect_model_dir(dir.string()).find("untied head") != std::string::npos);
@@ -274,7 +189,7 @@ TEST_CASE("qwen2_5_vl: adapters we save reload with the same logits; with AXENGI
   spec.alpha = 7;
   spec.seed = 5;
   auto l = load(case_path(), "reference", "", spec);
-  for (const auto& m : l.vl().text().lora().modules) {  // B random, so the adapter changes the logits
+  for (const auto& m : l.as<Qwen25VlModel>().text().lora().modules) {  // B random, so the adapter changes the logits
     at::NoGradGuard ng;
     m.b.copy_(at::randn_like(m.b) * 0.3);
   }

@@ -207,6 +207,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-qwen3_5-moe", "models/qwen3.5-moe");
   init("tiny-qwen3-next", "models/qwen3-next");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
+  init("tiny-qwen3-vl", "models/qwen3-vl");
   init("tiny-glm4-moe", "models/glm4.5-air");
   init("tiny-deepseek-v3", "models/deepseek-v3");
   // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
@@ -218,14 +219,19 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
     for (int i = 0; i < 100; ++i) mm << "{\"text\": \"<image>\\nPicture " << i << " of " << img << ".\", \"images\": [\"images/" << img << "\"]}\n";
   }
   write_file(dir / "data/mm/train.jsonl", mm.str());
-  // qwen2_5-vl-chat-lora.toml's image conversations (../data/vl-chat/train.jsonl), rendered with Qwen2.5-VL's template.
+  // qwen2_5-vl-chat-lora.toml's and qwen3-vl-chat-lora.toml's image conversations (../data/vl-chat/train.jsonl),
+  // rendered with each model's template.
   write_file(dir / "models/qwen2_5-vl/chat_template.jinja",
              read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen2.5-VL-7B-Instruct.jinja"));
+  write_file(dir / "models/qwen3-vl/chat_template.jinja",
+             read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen3-VL-8B-Instruct.jinja"));
   fs::create_directories(dir.path / "data/vl-chat");
   fs::copy(dir.path / "data/mm/images", dir.path / "data/vl-chat/images");
   std::ostringstream vl;
+  // 200 per image: tiny-qwen3-vl's images (32 x 32 pixels a token) take fewer tokens than tiny-qwen2_5-vl's, and
+  // its config's step still needs 8 packed rows of 4096.
   for (const char* img : {"a.jpg", "b.png", "c.webp", "j_large.jpg"})
-    for (int i = 0; i < 100; ++i)
+    for (int i = 0; i < 200; ++i)
       vl << "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\", \"image\": \"images/" << img
          << "\"}, {\"type\": \"text\", \"text\": \"Picture " << i << "?\"}]}, {\"role\": \"assistant\", \"content\": \"" << img << ".\"}]}\n";
   write_file(dir / "data/vl-chat/train.jsonl", vl.str());
@@ -251,6 +257,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen2_5-vl-mm-cpt.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-chat-lora.toml", "models/qwen2_5-vl"},
+      {"qwen3-vl-chat-lora.toml", "models/qwen3-vl"},
       {"glm4.5-air-lora.toml", "models/glm4.5-air"},
       {"deepseek-v3-lora.toml", "models/deepseek-v3"},
   };
@@ -275,7 +282,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       continue;
     }
     // The chat config's images are the plugin's to process: without it every row is a bad row naming it.
-    if (!have_mm_cpt && (names_outside_comments(text, "\"mm_cpt\"") || name == "qwen2_5-vl-chat-lora.toml")) {
+    if (!have_mm_cpt && (names_outside_comments(text, "\"mm_cpt\"") || name.find("-vl-chat-lora.toml") != std::string::npos)) {
       CHECK(v.exit_code == 2);
       CHECK(v.output.find("mm_cpt") != std::string::npos);
       continue;

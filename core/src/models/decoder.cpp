@@ -459,7 +459,13 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   const double af = cfg_.rope_of(i).attention_factor;
   const bool partial = cfg_.rope_dim() < D;
   const double rope_factor = partial ? af : 1.0;
-  if (cfg_.qk_norm) {
+  if (cfg_.qk_norm && pos.dim() == 2) {
+    // Multimodal RoPE after per-head q/k norms (qwen3_vl): the fused norm_rope op takes 1-D positions only,
+    // so the norm runs alone and the rotation below takes the [3, T] positions.
+    q = rms_norm(q, p + "q_norm.weight").first;
+    k = rms_norm(k, p + "k_norm.weight").first;
+  }
+  if (cfg_.qk_norm && pos.dim() == 1) {
     auto op = kernels_->get<ops::NormRope>(ops::dtype_name(dtype_));
     auto nr = [&](const at::Tensor& t, const std::string& wname) {
       ops::NormRopeArgs a;
@@ -640,7 +646,7 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
 
 ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds,
-                                         const at::Tensor& rope_pos) {
+                                         const at::Tensor& rope_pos, const LayerHook& after_layer) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
     throw UsageError("model forward: input_ids must be [B, S]");
   const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
@@ -688,8 +694,8 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
     if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
   }
   at::Tensor h = embeds.defined() ? embeds : embed(ids);
-  if (rope_pos.defined() && (rope_pos.dim() != 2 || rope_pos.size(0) != 3 || rope_pos.size(1) != T || cfg_.mrope_section.empty() || cfg_.qk_norm))
-    throw UsageError("model forward: multimodal RoPE positions must be [3, B*S], for a config with mrope_section and no q/k norm");
+  if (rope_pos.defined() && (rope_pos.dim() != 2 || rope_pos.size(0) != 3 || rope_pos.size(1) != T || cfg_.mrope_section.empty()))
+    throw UsageError("model forward: multimodal RoPE positions must be [3, B*S], for a config with mrope_section");
   // Layers rotate by rope_pos ([3, T]: multimodal RoPE) where given; pos stays the 1-D sample positions (targets).
   const at::Tensor rpos = rope_pos.defined() ? rope_pos.to(device_, at::kLong) : pos;
   std::vector<at::Tensor> router_logits;
@@ -699,6 +705,7 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     if (!recompute) {
       h = layer(i, h, rpos, cu, max_len, inv_freq, router_logits);
+      if (after_layer) h = after_layer(i, h);
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
@@ -710,6 +717,7 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
     }, h);
     h = outs[0];
     if (outs.size() > 1) router_logits.push_back(outs[1]);
+    if (after_layer) h = after_layer(i, h);
   }
   h = rms_norm(h, "model.norm.weight").first;
 

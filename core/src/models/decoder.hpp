@@ -5,6 +5,7 @@
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I], router mlp.gate.weight), whatever layout the checkpoint used.
 #pragma once
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -55,8 +56,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   ModelOutput forward(const Batch& batch, bool want_logits) override;
   // forward with the token embeddings given ([B*S, H] in the compute dtype; undefined: embedded from input_ids)
   // and the RoPE positions: int64 [3, B*S] for multimodal RoPE (cfg.mrope_section), undefined: position_ids.
-  // For a family that splices other features into the embeddings (qwen2_5_vl).
-  ModelOutput forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds, const at::Tensor& rope_pos);
+  // For a family that splices other features into the embeddings (qwen2_5_vl). after_layer(i, h), where
+  // given, replaces layer i's output h (qwen3_vl's deepstack adds vision features at the image tokens).
+  using LayerHook = std::function<at::Tensor(int64_t layer, const at::Tensor& h)>;
+  ModelOutput forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds, const at::Tensor& rope_pos,
+                             const LayerHook& after_layer = {});
   at::Tensor embed_tokens(const at::Tensor& ids) const { return embed(ids); }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;

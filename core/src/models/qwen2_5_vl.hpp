@@ -27,6 +27,7 @@
 namespace ax {
 class KernelSet;
 class Registry;
+class Tokenizer;
 }
 
 namespace ax::models {
@@ -37,6 +38,21 @@ inline constexpr const char* kVisionExclude = ".*visual.*";
 
 // Registers the family (registry kind "model", "qwen2_5_vl"); called by register_builtin_models.
 void register_qwen2_5_vl(Registry& registry);
+
+// What the vision-language families (qwen2_5_vl, qwen3_vl) share around their language model's LoRA:
+//   save_vl_adapter            the peft adapter, with exclude_modules kVisionExclude
+//   check_vl_adapter_excludes  an adapter's exclude_modules: none or kVisionExclude
+//   vl_model_dtype             the load's dtype: fp32, bf16 or fp16
+//   attach_vl_lora             the load's new LoRA or adapter (`lora_family`: the decoder's family for make_lora /
+//                              load_peft) set on `text`; modules_to_save refused naming `family`
+//   check_vl_lora              the LoRA module count `axengine check` reports, with the same checks
+void save_vl_adapter(const LoraSet& lora, const std::string& dir);
+void check_vl_adapter_excludes(const std::string& adapter_dir);
+at::ScalarType vl_model_dtype(const ModelLoadOptions& o);
+void attach_vl_lora(DecoderModel& text, const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
+                    const ModelLoadOptions& o, at::ScalarType dtype);
+int64_t check_vl_lora(const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
+                      const ModelLoadOptions& o, at::ScalarType dtype);
 
 // Qwen2_5_VLVisionConfig, the keys the tower reads.
 struct VisionConfig {
@@ -75,6 +91,16 @@ void check_vision_checkpoint(const VisionConfig& v, const safetensors::Checkpoin
 // The image grids of a batch, on the host: image i has grid_thw[i] = {t, h, w} in patches.
 using Grids = std::vector<std::array<int64_t, 3>>;
 Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // validates shape, values, merge
+// The same for any family whose tower merges `merge` x `merge` patches (`family` prefixes the messages).
+Grids read_grids(const at::Tensor& image_grid_thw, int64_t merge, const std::string& family);
+// Each patch's (h, w) in its frame, in the processor's block-major order (get_vision_position_ids): int64 [N, 2].
+at::Tensor patch_hw(const Grids& grids, int64_t merge);
+
+// What the rope index reads of a family's config (qwen2_5_vl, qwen3_vl: the same get_rope_index for images).
+struct MropeTokens {
+  int64_t merge = 2, image_token_id = 0, video_token_id = 0;
+  std::string family;  // prefixes the messages
+};
 
 // transformers' get_rope_index for the flattened tokens `ids` (int64 [T], host), split into spans by `cu`
 // (host int64, 0 ... T): positions restart at 0 in every span (a packed sample or padding). Text tokens count
@@ -82,9 +108,32 @@ Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // v
 // next grid, in order) at positions (t, h, w) + the current position, after which the position advances by
 // max(h, w) / merge. A run whose length is not t·h·w / merge² is an error, as is a grid left over. int64 [3, T].
 at::Tensor mrope_positions(const at::Tensor& ids, const at::Tensor& cu, const Grids& grids, const VlConfig& cfg);
+at::Tensor mrope_positions(const at::Tensor& ids, const at::Tensor& cu, const Grids& grids, const MropeTokens& tokens);
 
 // The tower's checkpoint tensors (names without the "visual." prefix) and their shapes under `v`.
 std::vector<std::pair<std::string, std::vector<int64_t>>> vision_checkpoint_tensors(const VisionConfig& v);
+
+// What the vision-language presets (qwen2_5_vl_init.cpp, qwen3_vl_init.cpp) share: a byte-level tokenizer with
+// Qwen's vision tokens, the tiny text config, and the directory writer (random weights as HF's _init_weights,
+// config.json, generation_config.json, preprocessor_config.json, the tokenizer files).
+struct VlPresetTokenizer {
+  std::string tokenizer_json, tokenizer_config;  // the files' text
+  std::shared_ptr<Tokenizer> tokenizer;
+  int64_t vocab = 0;  // the embedding rows: the tokenizer's size padded to a multiple of 64
+  int64_t id(const std::string& text) const;  // the single token of `text`
+  nlohmann::json token_ids() const;  // image_token_id, video_token_id, vision_start_token_id, vision_end_token_id
+};
+VlPresetTokenizer make_vl_preset_tokenizer();
+// A 2-layer decoder of hidden 64 (4 heads, 2 kv heads of head_dim 16), the tokenizer's specials.
+nlohmann::json vl_preset_text_config(const VlPresetTokenizer& tok, const std::string& model_type);
+struct VlPreset {
+  std::string name;
+  nlohmann::json config, preprocessor;
+  HfConfig text;  // the language model's tensors: expected_checkpoint_tensors(text)
+  std::vector<std::pair<std::string, std::vector<int64_t>>> vision;  // the tower's, without "visual."
+  bool module_tree_names = false;  // write model.language_model.*, model.visual.* (else model.*, visual.*)
+};
+void write_vl_preset(const std::string& out_dir, uint64_t seed, const VlPresetTokenizer& tok, const VlPreset& preset);
 
 // `axengine init-model --preset tiny-qwen2_5-vl` (models/qwen2_5_vl_init.cpp): a tiny random Qwen2.5-VL in
 // `out_dir` (config.json as transformers 5 writes it, model.safetensors, preprocessor_config.json with small

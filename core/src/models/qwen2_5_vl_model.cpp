@@ -17,9 +17,13 @@
 namespace ax::models {
 namespace fs = std::filesystem;
 
-at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, const Grids& grids, const VlConfig& cfg) {
+at::Tensor mrope_positions(const at::Tensor& ids, const at::Tensor& cu, const Grids& grids, const VlConfig& cfg) {
+  return mrope_positions(ids, cu, grids, MropeTokens{cfg.vision.spatial_merge_size, cfg.image_token_id, cfg.video_token_id, "qwen2_5_vl"});
+}
+
+at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, const Grids& grids, const MropeTokens& cfg) {
   at::Tensor ids = ids_in.to(at::kCPU, at::kLong).contiguous(), cu = cu_in.to(at::kCPU, at::kLong).contiguous();
-  const int64_t T = ids.size(0), n_spans = cu.size(0) - 1, m = cfg.vision.spatial_merge_size;
+  const int64_t T = ids.size(0), n_spans = cu.size(0) - 1, m = cfg.merge;
   const int64_t* id = ids.data_ptr<int64_t>();
   const int64_t* c = cu.data_ptr<int64_t>();
   at::Tensor out = at::empty({3, T}, at::kLong);
@@ -29,7 +33,7 @@ at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, co
     int64_t cur = 0;
     for (int64_t k = c[s]; k < c[s + 1];) {
       if (id[k] == cfg.video_token_id)
-        throw UsageError(str("qwen2_5_vl: token ", k, " is the video token (", cfg.video_token_id, "); videos are not supported"));
+        throw UsageError(str(cfg.family, ": token ", k, " is the video token (", cfg.video_token_id, "); videos are not supported"));
       if (id[k] != cfg.image_token_id) {
         p[k] = p[T + k] = p[2 * T + k] = cur++;
         ++k;
@@ -38,12 +42,12 @@ at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, co
       int64_t e = k;
       while (e < c[s + 1] && id[e] == cfg.image_token_id) ++e;
       if (next >= grids.size())
-        throw UsageError(str("qwen2_5_vl: the batch holds more image placeholder runs than image_grid_thw has images (",
+        throw UsageError(str(cfg.family, ": the batch holds more image placeholder runs than image_grid_thw has images (",
                              grids.size(), ")"));
       const auto [t, h, w] = grids[next];
       const int64_t lh = h / m, lw = w / m;
       if (e - k != t * lh * lw)
-        throw UsageError(str("qwen2_5_vl: image ", next, " (grid_thw [", t, ", ", h, ", ", w, "]) needs ", t * lh * lw,
+        throw UsageError(str(cfg.family, ": image ", next, " (grid_thw [", t, ", ", h, ", ", w, "]) needs ", t * lh * lw,
                              " placeholder tokens but its run at token ", k, " has ", e - k,
                              " (a sample cut inside an image, or images without text between them?)"));
       for (int64_t f = 0, q = k; f < t; ++f)
@@ -59,7 +63,7 @@ at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, co
     }
   }
   if (next != grids.size())
-    throw UsageError(str("qwen2_5_vl: image_grid_thw has ", grids.size(), " images but the tokens hold ", next, " placeholder runs"));
+    throw UsageError(str(cfg.family, ": image_grid_thw has ", grids.size(), " images but the tokens hold ", next, " placeholder runs"));
   return out;
 }
 
@@ -144,15 +148,63 @@ std::vector<std::pair<std::string, at::Tensor>> Qwen25VlModel::named_parameters(
   return out;
 }
 
-void Qwen25VlModel::save_adapter(const std::string& dir) const {
-  if (text_->lora().modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
-  save_peft(text_->lora(), dir);
+void Qwen25VlModel::save_adapter(const std::string& dir) const { save_vl_adapter(text_->lora(), dir); }
+
+void save_vl_adapter(const LoraSet& lora, const std::string& dir) {
+  if (lora.modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
+  save_peft(lora, dir);
   // The target names (q_proj, gate_proj, ...) also name the vision tower's MLP in transformers' module tree:
   // peft is told to leave the tower alone, as it is here.
   const std::string path = (fs::path(dir) / "adapter_config.json").string();
   nlohmann::json j = read_json_file(path);
   j["exclude_modules"] = kVisionExclude;
   safetensors::write_file_atomic(path, j.dump(2) + "\n", "adapter");
+}
+
+void check_vl_adapter_excludes(const std::string& adapter_dir) {
+  const std::string path = (fs::path(adapter_dir) / "adapter_config.json").string();
+  nlohmann::json j = read_json_file(path);
+  if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != kVisionExclude)
+    throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"",
+                         kVisionExclude, "\", the vision tower, which has no LoRA here anyway)"));
+}
+
+at::ScalarType vl_model_dtype(const ModelLoadOptions& o) {
+  auto dtype = ops::parse_dtype(o.dtype);
+  if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
+  return *dtype;
+}
+
+namespace {
+
+// An adapter's modules_to_save: the language model's base tensors sit under other names here
+// (model.language_model.), and nothing maps them yet.
+void refuse_vl_saved(const LoraSet& lora, const std::string& adapter_dir, const std::string& family) {
+  if (!lora.saved.empty())
+    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for ", family));
+}
+
+}  // namespace
+
+void attach_vl_lora(DecoderModel& text, const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
+                    const ModelLoadOptions& o, at::ScalarType dtype) {
+  if (!o.lora && o.adapter_dir.empty()) return;
+  at::Device device(o.device);
+  LoraSet lora = o.lora ? make_lora(*o.lora, lora_family, sites, dtype, device) : load_peft(o.adapter_dir, lora_family, sites, dtype, device);
+  refuse_vl_saved(lora, o.adapter_dir, family);
+  fs::path base = fs::absolute(o.dir).lexically_normal();
+  lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
+  text.set_lora(std::move(lora));
+}
+
+int64_t check_vl_lora(const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
+                      const ModelLoadOptions& o, at::ScalarType dtype) {
+  if (o.lora) return static_cast<int64_t>(plan_lora(*o.lora, lora_family, sites).size());
+  if (o.adapter_dir.empty()) return 0;
+  check_vl_adapter_excludes(o.adapter_dir);
+  const LoraSet adapter = load_peft(o.adapter_dir, lora_family, sites, dtype, at::kCPU);
+  refuse_vl_saved(adapter, o.adapter_dir, family);
+  return static_cast<int64_t>(adapter.modules.size());
 }
 
 namespace {
@@ -166,43 +218,19 @@ void refuse_vision_targets(const LoraSpec& spec) {
                              "applies to the language model only)"));
 }
 
-void check_adapter_excludes(const std::string& adapter_dir) {
-  const std::string path = (fs::path(adapter_dir) / "adapter_config.json").string();
-  nlohmann::json j = read_json_file(path);
-  if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != kVisionExclude)
-    throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"",
-                         kVisionExclude, "\", the vision tower, which has no LoRA here anyway)"));
-}
-
-// An adapter's modules_to_save: the language model's base tensors sit under other names here
-// (model.language_model.), and nothing maps them yet.
-void refuse_vl_saved(const LoraSet& lora, const std::string& adapter_dir) {
-  if (!lora.saved.empty())
-    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for qwen2_5_vl"));
-}
-
 class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
  public:
   std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
     VlConfig cfg = parse_qwen2_5_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = model_dtype(o);
+    auto dtype = vl_model_dtype(o);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     if (o.lora) refuse_vision_targets(*o.lora);
-    if (!o.adapter_dir.empty()) check_adapter_excludes(o.adapter_dir);
+    if (!o.adapter_dir.empty()) check_vl_adapter_excludes(o.adapter_dir);
     at::Device device(o.device);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
     auto model = std::make_unique<Qwen25VlModel>(cfg, ckpt, dtype, device, o.kernels, o.weights);
     model->text().set_activation_checkpointing(o.activation_checkpointing);
-    const auto sites = model->lora_sites();
-    LoraSet lora;
-    if (o.lora) lora = make_lora(*o.lora, "qwen2", sites, dtype, device);
-    if (!o.adapter_dir.empty()) lora = load_peft(o.adapter_dir, "qwen2", sites, dtype, device);
-    refuse_vl_saved(lora, o.adapter_dir);
-    if (o.lora || !o.adapter_dir.empty()) {
-      fs::path base = fs::absolute(o.dir).lexically_normal();
-      lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
-      model->text().set_lora(std::move(lora));
-    }
+    attach_vl_lora(model->text(), model->lora_sites(), "qwen2", "qwen2_5_vl", o, dtype);
     log::info(str("loaded qwen2_5_vl model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
                   "; vision ", cfg.vision.depth, " blocks, hidden ", cfg.vision.hidden_size, ")"));
     return model;
@@ -210,7 +238,7 @@ class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
 
   ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
     VlConfig cfg = parse_qwen2_5_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = model_dtype(o);
+    auto dtype = vl_model_dtype(o);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
     // What the model's load checks and resolves, in its order: the tower, then the language model.
     check_vision_checkpoint(cfg.vision, vl_vision_view(ckpt), "visual.");
@@ -224,24 +252,9 @@ class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
     for (const auto& c : VisionTower::calls()) out.ops.push_back(c);
     out.ops = ordered_calls(std::move(out.ops));
     out.quantize = text.quantize;
-    if (o.lora) {
-      refuse_vision_targets(*o.lora);
-      out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, "qwen2", Qwen25VlModel::vl_lora_sites(cfg.text)).size());
-    }
-    if (!o.adapter_dir.empty()) {
-      check_adapter_excludes(o.adapter_dir);
-      const LoraSet adapter = load_peft(o.adapter_dir, "qwen2", Qwen25VlModel::vl_lora_sites(cfg.text), dtype, at::kCPU);
-      refuse_vl_saved(adapter, o.adapter_dir);
-      out.lora_modules = static_cast<int64_t>(adapter.modules.size());
-    }
+    if (o.lora) refuse_vision_targets(*o.lora);
+    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), "qwen2", "qwen2_5_vl", o, dtype);
     return out;
-  }
-
- private:
-  static at::ScalarType model_dtype(const ModelLoadOptions& o) {
-    auto dtype = ops::parse_dtype(o.dtype);
-    if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
-    return *dtype;
   }
 };
 

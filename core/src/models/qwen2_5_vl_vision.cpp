@@ -27,21 +27,6 @@ std::string dims(const std::vector<int64_t>& s) {
   return "[" + join(v, ", ") + "]";
 }
 
-// Each patch's (h, w) in its frame, in the processor's block-major order (get_vision_position_ids), [N, 2].
-at::Tensor patch_hw(const Grids& grids, int64_t merge) {
-  std::vector<int64_t> out;
-  for (const auto& [t, h, w] : grids)
-    for (int64_t f = 0; f < t; ++f)
-      for (int64_t bh = 0; bh < h / merge; ++bh)
-        for (int64_t bw = 0; bw < w / merge; ++bw)
-          for (int64_t ih = 0; ih < merge; ++ih)
-            for (int64_t iw = 0; iw < merge; ++iw) {
-              out.push_back(bh * merge + ih);
-              out.push_back(bw * merge + iw);
-            }
-  return at::tensor(out, at::kLong).view({-1, 2});
-}
-
 // get_vision_window_index: merge blocks regrouped window by window (windows of window_size / merge / patch
 // blocks a side, row-major, per frame), and the windows' cumulative lengths in patches. Empty windows vanish
 // (transformers' unique_consecutive).
@@ -93,10 +78,26 @@ at::Tensor unpadded(const std::string& name, const at::Tensor& t, int64_t I) {
 
 }  // namespace
 
-Grids read_grids(const at::Tensor& g, const VisionConfig& v) {
+at::Tensor patch_hw(const Grids& grids, int64_t merge) {
+  std::vector<int64_t> out;
+  for (const auto& [t, h, w] : grids)
+    for (int64_t f = 0; f < t; ++f)
+      for (int64_t bh = 0; bh < h / merge; ++bh)
+        for (int64_t bw = 0; bw < w / merge; ++bw)
+          for (int64_t ih = 0; ih < merge; ++ih)
+            for (int64_t iw = 0; iw < merge; ++iw) {
+              out.push_back(bh * merge + ih);
+              out.push_back(bw * merge + iw);
+            }
+  return at::tensor(out, at::kLong).view({-1, 2});
+}
+
+Grids read_grids(const at::Tensor& g, const VisionConfig& v) { return read_grids(g, v.spatial_merge_size, "qwen2_5_vl"); }
+
+Grids read_grids(const at::Tensor& g, int64_t merge, const std::string& family) {
   if (!g.defined() || g.dim() != 2 || g.size(1) != 3)
-    throw UsageError(str("qwen2_5_vl: extras[\"image_grid_thw\"] must be [n_images, 3], got ", g.defined() ? dims(g.sizes().vec()) : "none"));
-  if (at::isFloatingType(g.scalar_type())) throw UsageError("qwen2_5_vl: extras[\"image_grid_thw\"] must be an integer tensor");
+    throw UsageError(str(family, ": extras[\"image_grid_thw\"] must be [n_images, 3], got ", g.defined() ? dims(g.sizes().vec()) : "none"));
+  if (at::isFloatingType(g.scalar_type())) throw UsageError(str(family, ": extras[\"image_grid_thw\"] must be an integer tensor"));
   at::Tensor h = g.to(at::kCPU, at::kLong).contiguous();
   Grids out;
   const int64_t* p = h.data_ptr<int64_t>();
@@ -105,10 +106,9 @@ Grids read_grids(const at::Tensor& g, const VisionConfig& v) {
     // Bounded so that patch counts stay far from int64 limits (a 2^15-patch side is ~460k pixels).
     for (int64_t d : thw)
       if (d <= 0 || d > (int64_t(1) << 15))
-        throw UsageError(str("qwen2_5_vl: image ", i, " has grid_thw [", thw[0], ", ", thw[1], ", ", thw[2], "]: each must be in [1, 32768]"));
-    if (thw[1] % v.spatial_merge_size || thw[2] % v.spatial_merge_size)
-      throw UsageError(str("qwen2_5_vl: image ", i, " has grid h, w = ", thw[1], ", ", thw[2], ", not multiples of spatial_merge_size ",
-                           v.spatial_merge_size));
+        throw UsageError(str(family, ": image ", i, " has grid_thw [", thw[0], ", ", thw[1], ", ", thw[2], "]: each must be in [1, 32768]"));
+    if (thw[1] % merge || thw[2] % merge)
+      throw UsageError(str(family, ": image ", i, " has grid h, w = ", thw[1], ", ", thw[2], ", not multiples of spatial_merge_size ", merge));
     out.push_back(thw);
   }
   return out;

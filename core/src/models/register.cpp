@@ -14,6 +14,7 @@
 #include "models/decoder_plan.hpp"
 #include "models/family.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/qwen3_vl.hpp"
 #include "models/unfrozen.hpp"
 
 namespace ax::models {
@@ -117,6 +118,7 @@ void register_builtin_models(Registry& registry) {
     }
   }
   register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
+  register_qwen3_vl(registry);  // models/qwen3_vl_model.cpp
 }
 
 }  // namespace ax::models

@@ -26,6 +26,7 @@
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/qwen3_vl.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
 #include "models/weight_policy.hpp"
@@ -83,12 +84,14 @@ std::vector<std::string> model_presets() {
   for (const models::Family* f : models::families())
     for (const auto& p : f->presets) out.push_back(p.name);
   out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
+  out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
   return out;
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
   if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
+  if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
@@ -138,19 +141,61 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", hc.vocab_size, ") to ", out_dir));
 }
 
+namespace {
+
+// What inspect reports of a vision-language model beside its language model.
+struct VlSummary {
+  models::HfConfig text;
+  std::string architecture, tower;
+  int64_t depth = 0;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> vision;  // the tower's tensors, without "visual."
+};
+
+std::optional<VlSummary> vl_summary(const json& cfg, const std::string& path) {
+  const json type = cfg.is_object() ? cfg.value("model_type", json()) : json();
+  VlSummary out;
+  if (type == "qwen2_5_vl") {
+    const models::VlConfig vl = models::parse_qwen2_5_vl_config(cfg, path);
+    const auto& v = vl.vision;
+    out = {vl.text, "qwen2_5_vl (language model qwen2)",
+           str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
+               v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), window ", v.window_size, "; mrope_section ",
+               shape_str(vl.text.mrope_section)),
+           v.depth, models::vision_checkpoint_tensors(v)};
+    return out;
+  }
+  if (type == "qwen3_vl") {
+    const models::Qwen3VlConfig vl = models::parse_qwen3_vl_config(cfg, path);
+    const auto& v = vl.vision;
+    out = {vl.text, "qwen3_vl (language model qwen3)",
+           str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
+               v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
+               " learned positions, deepstack blocks ", shape_str(v.deepstack_visual_indexes), "; mrope_section ",
+               shape_str(vl.mrope_section), " interleaved"),
+           v.depth, models::qwen3_vision_tensors(v)};
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string inspect_model_dir(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json cfg_json = models::read_json_file(cfg_path);
-  // A Qwen2.5-VL: its language model is a qwen2 decoder; the vision tower's tensors are listed beside it.
-  std::optional<models::VlConfig> vl;
-  if (cfg_json.is_object() && cfg_json.value("model_type", json()) == "qwen2_5_vl")
-    vl = models::parse_qwen2_5_vl_config(cfg_json, cfg_path);
+  // A vision-language model (qwen2_5_vl, qwen3_vl): its language model is a decoder of the built-in families; the
+  // vision tower's tensors are listed beside it.
+  std::optional<VlSummary> vl = vl_summary(cfg_json, cfg_path);
   models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
   auto ckpt = models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
   // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
   // refused here, not listed.
   models::check_checkpoint_sizes(c, vl ? models::vl_text_view(ckpt) : ckpt);
-  if (vl) models::check_vision_blocks(vl->vision, models::vl_vision_view(ckpt), "visual.");
+  if (vl) {
+    models::VisionConfig depth;  // check_vision_blocks reads the depth only
+    depth.depth = vl->depth;
+    models::check_vision_blocks(depth, models::vl_vision_view(ckpt), "visual.");
+  }
   // A stored head that differs from the embeddings is what a load uses (models/tied_head.hpp).
   const std::string embed_key = vl && ckpt.has("model.language_model.embed_tokens.weight")
                                     ? "model.language_model.embed_tokens.weight" : "model.embed_tokens.weight";
@@ -158,7 +203,7 @@ std::string inspect_model_dir(const std::string& dir) {
   if (untied) c.tie_word_embeddings = false;
   std::ostringstream os;
   os << "model dir      " << dir << "\n";
-  os << "architecture   " << (vl ? "qwen2_5_vl (language model qwen2)" : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
+  os << "architecture   " << (vl ? vl->architecture : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
@@ -205,20 +250,17 @@ std::string inspect_model_dir(const std::string& dir) {
        << ", kv_lora_rank " << c.mla.kv_lora_rank << ", qk " << c.mla.qk_nope_head_dim << " + rope " << c.mla.qk_rope_head_dim
        << ", v " << c.mla.v_head_dim << ", softmax scale " << c.mla.softmax_scale << "\n";
 
-  if (vl)
-    os << "               vision tower: " << vl->vision.depth << " blocks, hidden " << vl->vision.hidden_size << ", heads "
-       << vl->vision.num_heads << ", patch " << vl->vision.patch_size << " (temporal " << vl->vision.temporal_patch_size
-       << ", merge " << vl->vision.spatial_merge_size << "), window " << vl->vision.window_size << "; mrope_section "
-       << shape_str(c.mrope_section) << "\n";
+  if (vl) os << "               vision tower: " << vl->tower << "\n";
 
   // Parameter counts from the config (what the model holds), checked against the checkpoint below.
   int64_t total = 0;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) total += numel(s);
   std::set<std::string> expected;
   if (vl)
-    for (const auto& [n, s] : models::vision_checkpoint_tensors(vl->vision)) {
+    for (const auto& [n, s] : vl->vision) {
       total += numel(s);
       expected.insert("visual." + n);
+      expected.insert("model.visual." + n);  // transformers 5's module tree
     }
   const int64_t per_expert = 3 * c.moe_intermediate_size * c.hidden_size;
   const int64_t active = total - moe_layers * (c.num_experts - c.top_k) * per_expert;
@@ -226,7 +268,10 @@ std::string inspect_model_dir(const std::string& dir) {
      << active << ")\n";
   os << models::moe_layer_bytes_line(c);  // one sparse layer's bytes by expert format (models/layer_bytes.hpp)
 
-  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
+  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) {
+    expected.insert(n);
+    if (vl && n.rfind("model.", 0) == 0) expected.insert("model.language_model." + n.substr(6));
+  }
   // A bitsandbytes 4-bit checkpoint: its packed weights (with their quant-state fields) and how they are packed.
   std::map<std::string, models::BnbQuantState> packed;
   if (c.quant.present) {

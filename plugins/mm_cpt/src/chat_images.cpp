@@ -1,7 +1,10 @@
-// The images of core's chat_template rows for Qwen2-VL / Qwen2.5-VL models (axengine/chat_media.hpp): their chat
-// template writes <|vision_start|><|image_pad|><|vision_end|> per image, and transformers' processor replaces each
+// The images of core's chat_template rows for Qwen2-VL / Qwen2.5-VL / Qwen3-VL models (axengine/chat_media.hpp):
+// their chat template writes <|vision_start|><|image_pad|><|vision_end|> per image, and transformers' processor replaces each
 // <|image_pad|> with grid_t·grid_h·grid_w / merge_size² of them (Qwen2VLProcessor.__call__); the grid comes from
-// the image's header (smart_resize of its size), the pixels from the C++ processor (processor.hpp).
+// the image's header (smart_resize of its size), the pixels from the C++ processor (processor.hpp). Qwen3-VL's
+// processor is the same one with its own preprocessor_config.json (patch 16, mean / std 0.5).
+#include <algorithm>
+
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "mm_dataset.hpp"
@@ -49,12 +52,13 @@ class QwenVlChatImages final : public ChatImageProcessor {
 
 }  // namespace
 
-std::vector<std::string> MmCptType::chat_image_families() const { return {"qwen2_vl", "qwen2_5_vl"}; }
+std::vector<std::string> MmCptType::chat_image_families() const { return {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}; }
 
 std::shared_ptr<const ChatImageProcessor> MmCptType::chat_image_processor(const std::string& model_type,
                                                                           const ChatImageOptions& options,
                                                                           const DatasetContext& ctx) const {
-  if (model_type != "qwen2_vl" && model_type != "qwen2_5_vl") return nullptr;
+  const auto families = chat_image_families();
+  if (std::find(families.begin(), families.end(), model_type) == families.end()) return nullptr;
   if (!ctx.tokenizer) throw RuntimeError("chat images without a tokenizer");
   if (options.min_pixels < 0 || options.max_pixels < 0) throw UsageError("min_pixels and max_pixels must be >= 0");
   ProcessorConfig pc = model_processor(ctx.model_dir);

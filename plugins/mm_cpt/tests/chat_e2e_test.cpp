@@ -23,16 +23,24 @@ using mm_e2e::slurp;
 // ../data/vl-chat/train.jsonl beside configs/: make-mm-corpus.py's captioned images made conversations (the
 // images as content parts in varied places and spellings, some as ShareGPT-free text-only rows), the model dir
 // with Qwen2.5-VL's chat template.
-void make_layout(const fs::path& dir, int rows) {
+struct Family {
+  const char* preset;    // init-model's
+  const char* template_file;  // under tests/data/chat_templates
+  const char* config;    // under configs/
+  const char* run_dir;   // the config's output_dir, under runs/
+};
+constexpr Family kQwen25Vl{"tiny-qwen2_5-vl", "Qwen-Qwen2.5-VL-7B-Instruct.jinja", "qwen2_5-vl-chat-lora.toml", "qwen2_5-vl-chat-lora"};
+constexpr Family kQwen3Vl{"tiny-qwen3-vl", "Qwen-Qwen3-VL-8B-Instruct.jinja", "qwen3-vl-chat-lora.toml", "qwen3-vl-chat-lora"};
+
+void make_layout(const fs::path& dir, int rows, const Family& f) {
   const std::string cmd = std::string(MM_CPT_PYTHON) + " " + AXENGINE_SOURCE_DIR + "/scripts/make-mm-corpus.py " +
                           (dir / "data/vl-chat").string() + " --rows " + std::to_string(rows) + " --seed 3 > " +
                           (dir / "corpus.log").string() + " 2>&1";
   REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, "make-mm-corpus.py failed (numpy and Pillow in AXENGINE_PYTHON?): ", cmd);
-  ax::init_model_dir("tiny-qwen2_5-vl", (dir / "model").string(), 1);
-  fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/tests/data/chat_templates/Qwen-Qwen2.5-VL-7B-Instruct.jinja",
-                dir / "model/chat_template.jinja");
+  ax::init_model_dir(f.preset, (dir / "model").string(), 1);
+  fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/tests/data/chat_templates/" + f.template_file, dir / "model/chat_template.jinja");
   fs::create_directories(dir / "configs");
-  fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/configs/qwen2_5-vl-chat-lora.toml", dir / "configs/vl.toml");
+  fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/configs/" + f.config, dir / "configs/vl.toml");
   std::ofstream out(dir / "data/vl-chat/train.jsonl.tmp");
   int k = 0;
   for (const auto& r : mm_e2e::lines(dir / "data/vl-chat/train.jsonl")) {
@@ -54,11 +62,10 @@ void make_layout(const fs::path& dir, int rows) {
   fs::rename(dir / "data/vl-chat/train.jsonl.tmp", dir / "data/vl-chat/train.jsonl");
 }
 
-}  // namespace
-
-TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on image conversations, loss falls") {
-  const fs::path dir = mm_e2e::scratch("mm_chat_e2e", "train");
-  make_layout(dir, 48);
+// `axengine run` with the family's config over 48 generated conversations: 30 steps, the loss falls.
+void train_and_check(const Family& f) {
+  const fs::path dir = mm_e2e::scratch("mm_chat_e2e", f.preset);
+  make_layout(dir, 48, f);
   std::string cmd = std::string("AXENGINE_CACHE_DIR=") + (dir / "cache").string() + " " + AXENGINE_BIN + " run --config " +
                     (dir / "configs/vl.toml").string();
   for (const std::string s : {"model.path=" + (dir / "model").string(), std::string("data.sequence_len=512"),
@@ -73,7 +80,7 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
   INFO(log);
   REQUIRE(rc == 0);
   CHECK(log.find("bad rows skipped") == std::string::npos);  // every generated row is good
-  auto steps = mm_e2e::steps_of(dir / "runs/qwen2_5-vl-chat-lora/metrics.jsonl");
+  auto steps = mm_e2e::steps_of(dir / "runs" / f.run_dir / "metrics.jsonl");
   REQUIRE(steps.size() == 30);
   auto mean = [&](std::size_t from) {
     double s = 0;
@@ -85,4 +92,14 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
   // Only the assistant turns train: every step feeds more tokens (prompts, images) than it trains on.
   for (const auto& s : steps) CHECK(s["trainable_tokens"].get<int64_t>() < s["tokens"].get<int64_t>());
   fs::remove_all(dir);
+}
+
+}  // namespace
+
+TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on image conversations, loss falls") {
+  train_and_check(kQwen25Vl);
+}
+
+TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl on image conversations, loss falls") {
+  train_and_check(kQwen3Vl);
 }

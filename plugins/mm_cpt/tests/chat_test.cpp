@@ -69,15 +69,17 @@ int32_t id_of(const std::string& t) { return tokenizer().encode(t, false).at(0);
 
 }  // namespace
 
-TEST_CASE("chat_template with images: ids, labels and grids equal transformers' Qwen2.5-VL processor + chat template") {
+// The committed conversations (chat/openai.jsonl, chat/sharegpt.jsonl) through `model`'s chat template and
+// processor against transformers' (goldens.jsonl of `goldens_dir`).
+void check_chat_goldens(const std::string& goldens_dir, const std::string& model, int64_t patch_dim) {
   std::vector<json> goldens;
   {
-    std::ifstream in(kChat + "/goldens.jsonl");
+    std::ifstream in(goldens_dir + "/goldens.jsonl");
     for (std::string l; std::getline(in, l);) goldens.push_back(json::parse(l));
   }
   REQUIRE(goldens.size() >= 50);
-  auto openai = open("type = \"chat_template\"\npath = \"openai.jsonl\"\n", kChat);
-  auto share = open(std::string("type = \"chat_template\"\npath = \"sharegpt.jsonl\"\n") + kShareGpt, kChat);
+  auto openai = open("type = \"chat_template\"\npath = \"openai.jsonl\"\n", kChat, model);
+  auto share = open(std::string("type = \"chat_template\"\npath = \"sharegpt.jsonl\"\n") + kShareGpt, kChat, model);
   REQUIRE(openai->size() + share->size() == goldens.size());
   std::size_t images = 0, text_only = 0, k = 0;
   for (const auto* ds : {openai.get(), share.get()})
@@ -99,11 +101,19 @@ TEST_CASE("chat_template with images: ids, labels and grids equal transformers' 
         for (int d = 0; d < 3; ++d) CHECK(g[j][d].item<int64_t>() == grid[j][d]);
         patches += grid[j][0] * grid[j][1] * grid[j][2];
       }
-      CHECK((s.extras.at("pixel_values").sizes() == at::IntArrayRef{patches, 1176}));
+      CHECK((s.extras.at("pixel_values").sizes() == at::IntArrayRef{patches, patch_dim}));
       images += grid.size();
     }
   CHECK(images >= 50);
   CHECK(text_only > 0);
+}
+
+TEST_CASE("chat_template with images: ids, labels and grids equal transformers' Qwen2.5-VL processor + chat template") {
+  check_chat_goldens(kChat, kModel, 3 * 2 * 14 * 14);
+}
+
+TEST_CASE("chat_template with images: ids, labels and grids equal transformers' Qwen3-VL processor + chat template") {
+  check_chat_goldens(kData + "/chat_qwen3_vl", kData + "/chat_qwen3_vl/model", 3 * 2 * 16 * 16);
 }
 
 TEST_CASE("chat_template with images: a missing or corrupt image, an http URL, placeholders that miss: named, on_bad_row decides") {

@@ -58,27 +58,36 @@ TEST_CASE("mm_cpt processor: decoded pixels equal PIL's (JPEG, PNG, WebP, alpha 
   MESSAGE("decoded pixels: max abs diff vs PIL = " << worst);
 }
 
-TEST_CASE("mm_cpt processor: pixel_values and image_grid_thw equal transformers' fast processor") {
-  auto g = goldens();
+// Every setting of a goldens file (its metadata: [min_pixels, max_pixels], or an object of Qwen2VLImageProcessor's
+// keyword arguments) on every committed image.
+void check_processor_goldens(const std::string& file) {
+  auto g = ax::safetensors::File::open(kData + "/" + file);
   double worst = 0;
-  for (const char* setting : {"a", "b"}) {
-    auto bounds = nlohmann::json::parse(g->metadata().at(setting));
+  REQUIRE_FALSE(g->metadata().empty());
+  for (const auto& [setting, value] : g->metadata()) {
+    if (setting == "format") continue;
+    CAPTURE(setting);
+    auto kw = nlohmann::json::parse(value);
     ProcessorConfig cfg;
-    cfg.min_pixels = bounds[0].get<int64_t>();
-    cfg.max_pixels = bounds[1].get<int64_t>();
+    if (kw.is_array()) kw = {{"min_pixels", kw[0]}, {"max_pixels", kw[1]}};
+    cfg.min_pixels = kw.at("min_pixels").get<int64_t>();
+    cfg.max_pixels = kw.at("max_pixels").get<int64_t>();
+    cfg.patch_size = kw.value("patch_size", cfg.patch_size);
+    cfg.image_mean = kw.value("image_mean", cfg.image_mean);
+    cfg.image_std = kw.value("image_std", cfg.image_std);
     std::vector<Image> imgs;
     std::vector<at::Tensor> want_pv, want_grid;
     for (const auto& name : image_names()) {
       CAPTURE(name);
       // The processor's input is the golden's decoded pixels, so this case measures the processor alone.
-      at::Tensor px = g->get("decoded." + name).contiguous();
+      at::Tensor px = goldens()->get("decoded." + name).contiguous();
       Image img;
       img.height = px.size(0);
       img.width = px.size(1);
       img.rgb.assign(px.data_ptr<uint8_t>(), px.data_ptr<uint8_t>() + px.numel());
       ProcessedImage one = process_image(img, cfg);
-      at::Tensor pv = g->get(std::string("pixel_values.") + setting + "." + name);
-      at::Tensor grid = g->get(std::string("grid.") + setting + "." + name);
+      at::Tensor pv = g->get("pixel_values." + setting + "." + name);
+      at::Tensor grid = g->get("grid." + setting + "." + name);
       REQUIRE(one.pixel_values.sizes() == pv.sizes());
       CHECK(grid[0][0].item<int64_t>() == one.grid_t);
       CHECK(grid[0][1].item<int64_t>() == one.grid_h);
@@ -95,7 +104,16 @@ TEST_CASE("mm_cpt processor: pixel_values and image_grid_thw equal transformers'
     CHECK(at::equal(b.image_grid_thw, at::cat(want_grid, 0)));
     CHECK((b.pixel_values - at::cat(want_pv, 0)).abs().max().item<double>() <= 1e-5);
   }
-  MESSAGE("pixel_values: max abs diff vs transformers' fast processor = " << worst);
+  MESSAGE(file << ": pixel_values max abs diff vs transformers' fast processor = " << worst);
+}
+
+TEST_CASE("mm_cpt processor: pixel_values and image_grid_thw equal transformers' fast processor") {
+  check_processor_goldens("processor_goldens.safetensors");
+}
+
+// Qwen3-VL's settings: patch 16 (smart_resize to multiples of 32), mean and std 0.5.
+TEST_CASE("mm_cpt processor: pixel_values and image_grid_thw equal transformers' with Qwen3-VL's settings") {
+  check_processor_goldens("processor_goldens_qwen3_vl.safetensors");
 }
 
 TEST_CASE("mm_cpt processor: the fingerprint changes with every setting that changes the output") {
