@@ -640,7 +640,14 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
     if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, t);
     return m;
   };
-  return x + tiled_mlp(block, n, router_logits);
+  if (!cfg_.is_moe_layer(i) || mlp_shard_count(n.size(0)) <= 1) return x + tiled_mlp(block, n, router_logits);
+  // Tiled MoE: packed experts decoded once per pass over the shards, not once per shard (ExpertWeightCache).
+  auto cache = std::make_shared<ExpertWeightCache>(mlp_shard_count(n.size(0)));
+  return x + tiled_mlp([block, cache](const at::Tensor& t, std::vector<at::Tensor>& rl) {
+                         const ExpertCacheScope scope(cache.get());
+                         return block(t, rl);
+                       },
+                       n, router_logits);
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
