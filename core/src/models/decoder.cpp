@@ -356,7 +356,7 @@ std::pair<at::Tensor, at::Tensor> DecoderModel::rms_norm(const at::Tensor& x, co
   return {r.y, r.sum};
 }
 
-at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targets) {
+at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targets, const at::Tensor& total) {
   const ops::WeightTensor& head = projection("lm_head.weight");
   if (!fused_loss_applies(head.format, lora_.find("lm_head") != nullptr, weights_.count("lm_head.bias") != 0)) return {};
   if (!unfrozen_.empty() && trained("lm_head.weight").defined()) return {};  // linear_ce computes no weight gradient
@@ -370,7 +370,7 @@ at::Tensor DecoderModel::fused_loss(const at::Tensor& h, const at::Tensor& targe
   at::Tensor per_token = autograd::linear_ce(kernels_->get<ops::LinearCe>(ops::dtype_name(dtype_)), std::move(a));
   // HF's mean over non-ignored targets; the count is clamped so that a batch without targets divides 0 by 1
   // (finite gradients) instead of 0 by 0. No host sync: the count stays on the device.
-  at::Tensor count = targets.ne(-100).sum().to(at::kFloat);
+  at::Tensor count = total.defined() ? total : targets.ne(-100).sum().to(at::kFloat);
   return per_token.sum() / count.clamp_min(1.0);
 }
 
@@ -497,6 +497,16 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
     q = rot(q);
     k = rot(k);
   }
+  if (cp_split_ && !decode_step_) {
+    // Context parallelism: the whole rows' q, k and v from the group (one gather; its backward sums the
+    // gradients over the group), so each sample's queries see all of its keys whichever rank holds them.
+    const int64_t nq = Hq * D, nk = Hkv * D, nv = v.size(1) * v.size(2);
+    at::Tensor all = cp_split_->gather(at::cat({q.reshape({T, nq}), k.reshape({T, nk}), v.reshape({T, nv})}, 1));
+    const int64_t Tw = all.size(0);
+    q = all.narrow(1, 0, nq).reshape({Tw, Hq, D});
+    k = all.narrow(1, nq, nk).reshape({Tw, Hkv, D});
+    v = all.narrow(1, nq + nk, nv).reshape({Tw, Hkv, nv / Hkv});
+  }
   ops::AttentionArgs a;
   a.q = q.contiguous();
   a.k = k.contiguous();
@@ -514,6 +524,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
   at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
                               : autograd::attention(attention_backend(), std::move(a));
+  if (cp_split_ && !decode_step_) o = cp_split_->local(o);  // this rank's rows
   o = o.reshape({T, Hq * D});
   if (gate.defined()) o = o * at::sigmoid(gate);
   return linear(o, p + "o_proj");
@@ -640,7 +651,14 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
     if (cfg_.shared_expert_intermediate_size > 0) m = m + shared_expert(i, t);
     return m;
   };
-  return x + tiled_mlp(block, n, router_logits);
+  if (!cfg_.is_moe_layer(i) || mlp_shard_count(n.size(0)) <= 1) return x + tiled_mlp(block, n, router_logits);
+  // Tiled MoE: packed experts decoded once per pass over the shards, not once per shard (ExpertWeightCache).
+  auto cache = std::make_shared<ExpertWeightCache>(mlp_shard_count(n.size(0)));
+  return x + tiled_mlp([block, cache](const at::Tensor& t, std::vector<at::Tensor>& rl) {
+                         const ExpertCacheScope scope(cache.get());
+                         return block(t, rl);
+                       },
+                       n, router_logits);
 }
 
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
@@ -693,11 +711,26 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
                     : batch.position_ids.max().item<int64_t>() + 1;
     if (seq_len > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, seq_len).to(device_);
   }
-  at::Tensor h = embeds.defined() ? embeds : embed(ids);
+  // Context parallelism: a training forward runs this rank's tokens of every row (models/context_parallel.hpp).
+  cp_split_.reset();
+  if (cp_ && cp_->size() > 1 && !want_logits && !decode_step_ && batch.labels.defined()) {
+    if (embeds.defined() || rope_pos.defined() || cfg_.is_mla() || !cfg_.linear_layers.empty())
+      throw UsageError(str("model forward: context parallelism does not split ", cfg_.model_type,
+                           " (given embeddings, multimodal RoPE, MLA or linear-attention layers)"));
+    if (S % cp_->size() != 0)
+      throw UsageError(str("model forward: context_parallel = ", cp_->size(), " does not divide the row length ", S));
+    cp_split_ = ContextSplit{cp_.get(), B, S};
+  }
+  struct ResetSplit {
+    std::optional<ContextSplit>& s;
+    ~ResetSplit() { s.reset(); }
+  } reset_split{cp_split_};
+  const std::optional<ContextSplit> split = cp_split_;
+  at::Tensor h = embeds.defined() ? embeds : embed(split ? split->local(ids) : ids);
   if (rope_pos.defined() && (rope_pos.dim() != 2 || rope_pos.size(0) != 3 || rope_pos.size(1) != T || cfg_.mrope_section.empty()))
     throw UsageError("model forward: multimodal RoPE positions must be [3, B*S], for a config with mrope_section");
   // Layers rotate by rope_pos ([3, T]: multimodal RoPE) where given; pos stays the 1-D sample positions (targets).
-  const at::Tensor rpos = rope_pos.defined() ? rope_pos.to(device_, at::kLong) : pos;
+  const at::Tensor rpos = rope_pos.defined() ? rope_pos.to(device_, at::kLong) : split ? split->local(pos) : pos;
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   if (recompute) lora_cast_.clear();
@@ -709,8 +742,10 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
-    auto outs = autograd::recompute([this, i, rpos, cu, max_len, inv_freq](const at::Tensor& x) {
+    auto outs = autograd::recompute([this, i, rpos, cu, max_len, inv_freq, split](const at::Tensor& x) {
       std::vector<at::Tensor> r;
+      cp_split_ = split;  // in backward, after forward returned: the layer's split again
+      ResetSplit reset{cp_split_};
       at::Tensor y = layer(i, x, rpos, cu, max_len, inv_freq, r);
       r.insert(r.begin(), y);
       return r;
@@ -728,17 +763,29 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
     // that starts a packed sample (position 0) is not predicted from the previous sample.
     tgt = next_token_targets(batch.labels.to(device_, at::kLong).reshape({B, S}), pos.reshape({B, S})).reshape({T});
   }
+  // Context parallelism: this rank's targets, over the whole micro-batch's count (the shares add up to its mean).
+  const at::Tensor whole_tgt = tgt;
+  at::Tensor count;
+  if (split && tgt.defined()) {
+    count = tgt.ne(-100).sum().to(at::kFloat);
+    tgt = split->local(tgt);
+  }
   // The LM head and the loss in one op (the [T, V] logits never exist whole) when only the loss is wanted.
-  if (tgt.defined() && !want_logits) out.loss = fused_loss(h, tgt);
+  if (tgt.defined() && !want_logits) out.loss = fused_loss(h, tgt, count);
   at::Tensor logits;
   if (want_logits || (tgt.defined() && !out.loss.defined())) logits = linear(h, "lm_head");  // [T, V]
   if (tgt.defined() && !out.loss.defined())
-    out.loss = at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Mean, -100);
+    out.loss = count.defined() ? at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Sum, -100) / count.clamp_min(1.0)
+                               : at::cross_entropy_loss(logits.to(at::kFloat), tgt, {}, at::Reduction::Mean, -100);
   if (tgt.defined()) {
     // A batch without a single target would be a mean over nothing: NaN. It is 0 instead (and so are its
     // gradients), without a device sync; where() passes the loss through bit for bit otherwise.
-    out.loss = at::where(tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));
+    out.loss = at::where(whole_tgt.ne(-100).any(), out.loss, at::zeros_like(out.loss));
   }
+  // Context parallelism: the aux loss over every token of the rows (the router logits gathered); each rank adds
+  // 1/N of it, so the shares still sum to the single-process loss and the gather's backward sums their gradients.
+  if (split)
+    for (auto& r : router_logits) r = split->gather(r);
   if (!router_logits.empty()) {
     // make_batch marks padding in extras["attention_mask"] (1 = token, 0 = padding): left out of the aux
     // loss as transformers leaves it out given the attention mask.
@@ -750,8 +797,10 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
       mask = it->second.to(device_, at::kFloat).reshape({T});
     }
     out.aux_loss = aux_loss(router_logits, mask);
-    if (out.loss.defined() && cfg_.output_router_logits) out.loss = out.loss + cfg_.router_aux_loss_coef * out.aux_loss;
+    if (out.loss.defined() && cfg_.output_router_logits)
+      out.loss = out.loss + (cfg_.router_aux_loss_coef / double(split ? split->comm->size() : 1)) * out.aux_loss;
   }
+  if (split && out.loss.defined()) out.loss = context_parallel_loss(*split->comm, out.loss);
   if (want_logits) out.logits = logits.view({B, S, cfg_.vocab_size});
   return out;
 }

@@ -21,6 +21,7 @@
 #include "axengine/ops/moe_mlp.hpp"
 #include "axengine/ops/quant_formats.hpp"
 #include "axengine/safetensors.hpp"
+#include "models/context_parallel.hpp"
 #include "models/decoder_checkpoint.hpp"
 #include "models/hf_config.hpp"
 #include "models/layer_residency.hpp"
@@ -76,6 +77,10 @@ class DecoderModel : public Model, public CausalLmDecode {
   LoraSet shard_expert_lora(LoraSet full) const;
   void gather_expert_lora();
   bool expert_parallel() const { return ep_ != nullptr; }
+  // Context parallelism (models/context_parallel.hpp): a training forward (labels, no logits asked for) runs this
+  // rank's tokens of every row, with attention over the whole rows gathered from `comm`'s group. Null: off.
+  // Every rank of the group must run the same forwards (and backwards): the gathers are collectives.
+  void set_context_parallel(std::shared_ptr<ContextComm> comm) { cp_ = std::move(comm); }
   // shard_base (models/layer_residency.hpp, models/decoder_residency.cpp): the slots of layer i's frozen
   // tensors (everything under model.layers.i.: norms, attention, MLP or experts, router, biases; the fields of
   // packed weights one by one), in one fixed order.
@@ -177,7 +182,8 @@ class DecoderModel : public Model, public CausalLmDecode {
                                              const at::Tensor& residual = {}, double eps = 0) const;
   // Mean token cross-entropy of lm_head(h) through the linear_ce op, when lm_head is a dense frozen weight
   // without LoRA and nobody wants the logits; undefined when the op does not apply.
-  at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets);
+  // `count` (defined): the divisor instead of the targets' own count (context parallelism: the whole batch's).
+  at::Tensor fused_loss(const at::Tensor& h, const at::Tensor& targets, const at::Tensor& count = {});
   at::Tensor aux_loss(const std::vector<at::Tensor>& router_logits, const at::Tensor& mask) const;  // mask: fp32 [T] or undefined
   // The LoRA factors in the compute dtype: {a, b} of module m, from this forward's batched cast
   // (cast_lora_factors) when there is one, else cast here.
@@ -226,6 +232,8 @@ class DecoderModel : public Model, public CausalLmDecode {
   std::shared_ptr<ExpertComm> ep_;
   int64_t ep_first_ = 0, ep_local_ = 0;
   std::optional<LoraSet> ep_gathered_;
+  std::shared_ptr<ContextComm> cp_;
+  std::optional<ContextSplit> cp_split_;  // the running CP forward's split (a layer recomputed in backward sets it again)
   std::shared_ptr<LayerResidency> residency_;  // shard_base: who holds the layers' tensors between uses
 };
 

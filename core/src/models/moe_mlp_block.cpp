@@ -10,6 +10,7 @@
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
 #include "models/expert_parallel.hpp"
+#include "models/tiled_mlp.hpp"
 
 namespace ax::models {
 
@@ -17,6 +18,11 @@ at::Tensor DecoderModel::expert_mlp(ops::MoeMlpArgs a, const std::string& prefix
   const std::string up = prefix + "gate_up_proj", down = prefix + "down_proj";
   a.gate_up = projection(up);
   a.down = projection(down);
+  // tiled_mlp: packed experts decoded once per pass over the layer's shards (models/tiled_mlp.hpp).
+  if (ExpertWeightCache* cache = current_expert_cache()) {
+    if (!a.gate_up.is_dense()) a.gate_up = cache->get(up, a.gate_up, dtype_);
+    if (!a.down.is_dense()) a.down = cache->get(down, a.down, dtype_);
+  }
   a.layout = ops::ExpertLayout::ENK;  // transformers 5's fused experts: [E, 2I, H] and [E, H, I]
   a.check_values = false;             // the routing was built here
   if (const LoraModule* m = lora_.find(up)) {

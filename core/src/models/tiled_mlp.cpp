@@ -6,6 +6,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "axengine/error.hpp"
+#include "axengine/ops/quant.hpp"
 #include "models/recompute.hpp"
 
 namespace ax::models {
@@ -13,12 +14,37 @@ namespace {
 
 std::atomic<int64_t> g_mlp_tiles{1};
 std::atomic<int64_t> g_shard_calls{0};
+std::atomic<int64_t> g_dequant_calls{0};
+thread_local ExpertWeightCache* t_cache = nullptr;
 
 }  // namespace
 
 void set_mlp_tiles(int64_t n) { g_mlp_tiles = n < 1 ? 1 : n; }
 int64_t mlp_tiles() { return g_mlp_tiles; }
 int64_t tiled_mlp_shard_calls() { return g_shard_calls; }
+int64_t expert_dequant_calls() { return g_dequant_calls; }
+
+int64_t mlp_shard_count(int64_t tokens) {
+  const int64_t n = mlp_tiles();
+  if (n <= 1 || tokens < 2) return 1;
+  const int64_t per = (tokens + n - 1) / n;  // at::chunk's shard size
+  return (tokens + per - 1) / per;
+}
+
+ops::WeightTensor ExpertWeightCache::get(const std::string& name, const ops::WeightTensor& packed, at::ScalarType dtype) {
+  Entry& e = entries_[name];
+  if (!e.dense.values.defined()) {
+    e.dense = ops::WeightTensor::dense(ops::dequantize(packed, dtype));
+    ++g_dequant_calls;
+  }
+  ops::WeightTensor out = e.dense;
+  if (++e.uses == shards_) e = Entry{};  // the pass's last shard: the next pass decodes again
+  return out;
+}
+
+ExpertWeightCache* current_expert_cache() { return t_cache; }
+ExpertCacheScope::ExpertCacheScope(ExpertWeightCache* c) : previous_(t_cache) { t_cache = c; }
+ExpertCacheScope::~ExpertCacheScope() { t_cache = previous_; }
 
 at::Tensor tiled_mlp(const MlpBlock& block, const at::Tensor& x, std::vector<at::Tensor>& router_logits) {
   const int64_t n = mlp_tiles();

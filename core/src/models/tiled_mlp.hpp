@@ -10,9 +10,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+#include "axengine/ops/quant_formats.hpp"
 
 namespace ax::models {
 
@@ -40,5 +45,46 @@ at::Tensor tiled_mlp(const MlpBlock& block, const at::Tensor& x, std::vector<at:
 
 // Shards tiled_mlp has run through block since the process started, recomputations included (tests).
 int64_t tiled_mlp_shard_calls();
+
+// How many shards tiled_mlp cuts `tokens` rows into (x.chunk(mlp_tiles()): fewer when the rows are few).
+int64_t mlp_shard_count(int64_t tokens);
+
+// Packed (QLoRA) expert weights under tiled_mlp, dequantised once per pass over a layer's shards instead of once
+// per shard (the moe.mlp backend would decode the whole weight in every shard's call, forward and backward): the
+// first shard of a pass decodes each weight into the compute dtype, the following shards of the pass take that
+// dense copy, and the pass's last shard drops it (its autograd node keeps it until that shard's backward ends).
+// A pass is the `shards` block calls of the layer's forward, or of its backward (each shard recomputed). The
+// reference decodes into the compute dtype too, so the results are bitwise the per-shard decoding's.
+// What it costs: one layer's experts dense for the span of a pass.
+class ExpertWeightCache {
+ public:
+  explicit ExpertWeightCache(int64_t shards) : shards_(shards) {}
+  // `packed` dense in `dtype`: decoded on the pass's first call for `name`, the same tensor until its last.
+  ops::WeightTensor get(const std::string& name, const ops::WeightTensor& packed, at::ScalarType dtype);
+
+ private:
+  struct Entry {
+    ops::WeightTensor dense;
+    int64_t uses = 0;
+  };
+  int64_t shards_;
+  std::map<std::string, Entry> entries_;
+};
+
+// The cache of the block call running on this thread (set by ExpertCacheScope), or null.
+ExpertWeightCache* current_expert_cache();
+class ExpertCacheScope {
+ public:
+  explicit ExpertCacheScope(ExpertWeightCache* c);
+  ~ExpertCacheScope();
+  ExpertCacheScope(const ExpertCacheScope&) = delete;
+  ExpertCacheScope& operator=(const ExpertCacheScope&) = delete;
+
+ private:
+  ExpertWeightCache* previous_;
+};
+
+// Expert weights decoded by ExpertWeightCache since the process started (tests: an injected counter).
+int64_t expert_dequant_calls();
 
 }  // namespace ax::models

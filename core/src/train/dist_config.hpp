@@ -14,6 +14,8 @@ struct DistributedConfig {
   int64_t timeout_s = 1800;      // a collective (or the rendezvous) that waits longer fails the run
   int64_t expert_parallel = 1;   // ranks per expert-parallel group (1: every rank holds every expert)
   const toml::node* expert_parallel_at = nullptr;  // the key in the config, for errors found later (run_check)
+  int64_t context_parallel = 1;  // ranks per context-parallel group (1: each rank holds whole rows)
+  const toml::node* context_parallel_at = nullptr;
   bool shard_base = false;       // each rank keeps 1/world of every layer's frozen tensors (dist_shard_base.hpp)
   const toml::node* shard_base_at = nullptr;
 };

@@ -69,7 +69,8 @@ std::optional<ActivationEstimate> estimate_activations(const nlohmann::json& con
   // A dense layer's MLP, or the experts a token is routed to (the widest, when a model mixes both).
   const double inter = std::max(size_of(c, "intermediate_size") * (moe && moe_inter == 0 ? experts_per_token : 1.0),
                                 moe ? experts_per_token * moe_inter : 0.0);
-  const double tokens = static_cast<double>(s.rows) * static_cast<double>(s.sequence_len);
+  const double tokens = static_cast<double>(s.rows) * static_cast<double>(s.sequence_len) /
+                        static_cast<double>(std::max<int64_t>(s.context_parallel, 1));
   const double b = static_cast<double>(s.dtype_bytes);
   const double layer = (4 * hidden + 3 * inter / static_cast<double>(std::max<int64_t>(s.mlp_tiles, 1))) * b;  // one layer's kept tensors, per token
   const double inputs = s.activation_offload ? std::min(layers, 2.0) : layers;  // layer inputs on the device
@@ -89,6 +90,17 @@ std::optional<ActivationEstimate> estimate_activations(const nlohmann::json& con
     detail += " + attention scores";
   }
   return ActivationEstimate{bytes, detail};
+}
+
+std::optional<int64_t> choose_mlp_tiles(const nlohmann::json& config, ActivationShape shape, double memory_bytes) {
+  const int64_t tokens = shape.rows * shape.sequence_len / std::max<int64_t>(shape.context_parallel, 1);
+  const int64_t most = std::max<int64_t>(1, tokens / kAutoTileMinTokens);
+  for (int64_t n = 1;; n *= 2) {
+    shape.mlp_tiles = std::min(n, most);
+    const auto need = estimate_activations(config, shape);
+    if (!need) return std::nullopt;
+    if (need->bytes <= kAutoTileShare * memory_bytes || n >= most) return shape.mlp_tiles;
+  }
 }
 
 std::optional<DeviceMemory> device_memory(const DeviceInfo& device) {

@@ -21,6 +21,7 @@ struct ActivationShape {
   bool activation_checkpointing = false;
   bool activation_offload = false;   // with checkpointing, on a GPU: the layer inputs wait in host memory
   int64_t mlp_tiles = 1;             // [train] tiled_mlp: the MLP's intermediates exist for 1/tiles of the tokens
+  int64_t context_parallel = 1;      // [distributed] context_parallel: a rank holds 1/N of every row's tokens
   bool logits_whole = false;         // the linear_ce backend forms the [tokens, vocab] logits (the reference)
   bool attention_scores = false;     // the attention backend forms score blocks over a row (the reference)
 };
@@ -39,6 +40,15 @@ struct ActivationEstimate {
 // the reference linear_ce's logits and fp32 log-softmax; the reference attention's score block of 64 queries
 // against a whole row per head.
 std::optional<ActivationEstimate> estimate_activations(const nlohmann::json& hf_config, const ActivationShape& shape);
+
+// [train] tiled_mlp = "auto": the shard count for `shape` (its mlp_tiles ignored) on a device of `memory_bytes`.
+// 1 when estimate_activations fits kAutoTileShare of the memory (the rest is the weights', the optimizer's and the
+// allocator's); else the smallest power of two whose estimate fits it; never more shards than leave a shard
+// kAutoTileMinTokens tokens of a micro-batch (smaller GEMMs waste the device), which is the answer too when no
+// count fits (the run check then says whether the bound fits the memory at all). nullopt: no estimate.
+inline constexpr double kAutoTileShare = 0.5;
+inline constexpr int64_t kAutoTileMinTokens = 1024;
+std::optional<int64_t> choose_mlp_tiles(const nlohmann::json& hf_config, ActivationShape shape, double memory_bytes);
 
 struct DeviceMemory {
   double bytes = 0;

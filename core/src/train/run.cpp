@@ -31,6 +31,7 @@
 #include "models/tiled_mlp.hpp"
 #include "models/training_record.hpp"
 #include "train/dist_config.hpp"
+#include "train/dist_context.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_group.hpp"
 #include "train/dist_shard_base.hpp"
@@ -207,6 +208,9 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     ep = train::make_expert_parallel(*group, plan.distributed.expert_parallel);
     plan.model.expert_parallel = ep.comm;
   }
+  // Context parallelism: its groups (every rank, together; the model takes them once loaded).
+  train::ContextParallelGroups cp;
+  if (group && plan.distributed.context_parallel > 1) cp = train::make_context_parallel(*group, plan.distributed.context_parallel);
   // shard_base: every layer's frozen tensors cut over the ranks while loading (once read and quantised, layer
   // by layer), gathered per layer. A family with layers of its own (qwen2_5_vl, plugins) is refused unread.
   const bool sharded = group && plan.distributed.shard_base;
@@ -249,6 +253,16 @@ void train_from_config(Engine& engine, const TrainOptions& options) {
     s.expert_group = ep.experts.get();
     s.expert_replicas = ep.replicas.get();
     s.gather_adapter = [decoder] { decoder->gather_expert_lora(); };
+  }
+
+  if (cp.comm) {
+    auto* decoder = dynamic_cast<models::DecoderModel*>(model.get());
+    if (!decoder)  // a plugin family (check_context_parallel refuses the built-in ones that cannot split)
+      throw UsageError(ax::str(cfg.file, ": [distributed] context_parallel: the ", plan.model_check.family,
+                               " model family does not split its rows over ranks"));
+    decoder->set_context_parallel(cp.comm);
+    s.context_parallel = plan.distributed.context_parallel;
+    s.every_rank_evaluates = true;  // an evaluation's forward gathers from the whole group
   }
 
   // [train] activation_offload: where each checkpointed layer keeps its input (models/offload.hpp), for this run.

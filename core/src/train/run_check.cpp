@@ -27,6 +27,7 @@
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
+#include "train/dist_context.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_shard_base.hpp"
 #include "train/memory_estimate.hpp"
@@ -240,6 +241,22 @@ void check_something_trains(const RunConfig& cfg, const LoraConfig& lora, const 
 // data.sequence_len against the data and the device: rows mostly padding are warned about (every step computes
 // the padding: 514 tokens padded to 1,048,576 run for hours), and a sequence length whose activations cannot fit
 // the device's memory by the lower bound of memory_estimate.hpp is refused, with the estimate.
+// tiled_mlp = "auto" (choose_mlp_tiles), said in the log: untiled where tiling cannot apply (expert_parallel,
+// shard_base) or the device's memory is unknown.
+int64_t auto_mlp_tiles(const RunConfig& cfg, const RunPlan& p, const nlohmann::json& hf, const ActivationShape& shape,
+                       const std::optional<DeviceMemory>& have) {
+  std::optional<int64_t> n;
+  std::string why;
+  if (p.distributed.shard_base || p.distributed.expert_parallel > 1) why = "tiling is not built with shard_base or expert_parallel";
+  else if (!have) why = "the device's memory is unknown";
+  else if (!(n = choose_mlp_tiles(hf, shape, have->bytes))) why = "config.json lacks the sizes of the activation estimate";
+  const int64_t tiles = n.value_or(1);
+  log::info(ax::str(cfg.file, ": train.tiled_mlp = \"auto\": ", tiles, tiles == 1 ? " shard (untiled)" : " shards",
+                    why.empty() ? ax::str(" (the estimate against ", kAutoTileShare, " of ", format_bytes(have->bytes), ")")
+                                : ax::str(" (", why, ")")));
+  return tiles;
+}
+
 void check_sequence_len(const Engine& engine, RunPlan& p) {
   const RunConfig& cfg = engine.config;
   const int64_t seq = p.data_config.sequence_len;
@@ -263,14 +280,16 @@ void check_sequence_len(const Engine& engine, RunPlan& p) {
   shape.dtype_bytes = engine.dtype == "fp32" ? 4 : 2;
   shape.activation_checkpointing = p.train.activation_checkpointing;
   shape.activation_offload = p.train.activation_offload && engine.device.is_cuda();
-  shape.mlp_tiles = p.train.tiled_mlp;
+  shape.context_parallel = p.dist_env.world / data_world(p);
   // The backends selection picks for this device and dtype.
   for (const auto& r : engine.resolve_all()) {
     if (r.op == ops::LinearCe::kOp) shape.logits_whole = r.chosen == "reference";
     if (r.op == ops::Attention::kOp) shape.attention_scores = r.chosen == "reference";
   }
-  const auto need = estimate_activations(hf, shape);
   const auto have = device_memory(engine.device);
+  if (p.train.tiled_mlp_auto) p.train.tiled_mlp = auto_mlp_tiles(cfg, p, hf, shape, have);
+  shape.mlp_tiles = p.train.tiled_mlp;
+  const auto need = estimate_activations(hf, shape);
   if (!need) return;
   const std::string estimate = ax::str("at least ", format_bytes(need->bytes), " of activations a micro-batch (", need->detail, ")");
   if (!have) {
@@ -298,6 +317,21 @@ void check_tiled_mlp(const RunConfig& cfg, const TrainConfig& train, const Distr
                         " (each shard is recomputed in backward outside its layer's call); set tiled_mlp = 1 or turn that off"));
 }
 
+}  // namespace
+
+int64_t data_world(const RunPlan& p) {
+  const int64_t cp = p.dist_env.launched ? p.distributed.context_parallel : 1;
+  return p.dist_env.world / cp;
+}
+
+namespace {
+// " x N ranks" of the plan's steps line: the data-parallel ranks (a context-parallel group trains one row set).
+std::string ranks_note(const RunPlan& p) {
+  if (p.dist_env.world <= 1) return {};
+  const int64_t cp = p.dist_env.world / data_world(p);
+  return cp > 1 ? ax::str(" x ", data_world(p), " data-parallel ranks, each row split over ", cp, " context-parallel ranks")
+                : ax::str(" x ", p.dist_env.world, " ranks");
+}
 }  // namespace
 
 ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora, const TrainConfig& train) {
@@ -361,7 +395,8 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
   p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
   check_eval_rows(cfg, p.eval, p.data.eval.size());
-  p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), p.dist_env.world);
+  check_context_parallel(cfg, p.distributed, p.dist_env, p.data_config.sequence_len);
+  p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), data_world(p));
   check_sequence_len(engine, p);
   p.resume = find_resume_checkpoint(p.checkpoint, cfg.run.output_dir);
   check_output_dir(cfg, p.checkpoint.resume_from, options.overwrite);
@@ -393,10 +428,10 @@ std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& p) {
                         p.steps.train_rows.rows.size(), " rows of ", p.data_config.sequence_len, " tokens"));
   if (p.data.stream)
     out.push_back(ax::str("steps    ", p.steps.total_steps, " (train.max_steps; ", p.train.micro_batch_size, " x ", p.train.grad_accum,
-                          p.dist_env.world > 1 ? ax::str(" x ", p.dist_env.world, " ranks") : std::string(), " rows each)"));
+                          ranks_note(p), " rows each)"));
   else
   out.push_back(ax::str("steps    ", p.steps.steps_per_epoch, " per epoch (", p.train.micro_batch_size, " x ", p.train.grad_accum,
-                        p.dist_env.world > 1 ? ax::str(" x ", p.dist_env.world, " ranks") : std::string(), " rows each), ",
+                        ranks_note(p), " rows each), ",
                         p.steps.total_steps, " in all"));
   std::vector<std::string> chosen;
   for (const auto& r : p.backends) chosen.push_back(r.op + " " + r.chosen);

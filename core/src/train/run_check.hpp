@@ -60,6 +60,9 @@ std::vector<Resolution> kernel_plan(const Engine& engine, const ModelCheck& mode
 // Every check, in the order run meets them. Throws UsageError / ConfigError naming the file and key (exit 2).
 RunPlan plan_run(const Engine& engine, const TrainOptions& options);
 
+// The ranks the rows are cut over: the world, over context_parallel when a launcher started it (dist_context.hpp).
+int64_t data_world(const RunPlan& plan);
+
 // What validate prints about a plan: one line per part (model, data, steps, backends, resume, device).
 std::vector<std::string> describe_plan(const Engine& engine, const RunPlan& plan);
 

@@ -36,7 +36,15 @@ void bind_train(TableBinder& t, TrainConfig& c) {
                    "'train.activation_checkpointing = true' (or leave activation_checkpointing out: offload implies it)");
     c.activation_checkpointing = true;  // as axolotl's gradient_checkpointing: offload
   }
-  t.bounded("tiled_mlp", c.tiled_mlp, 1, 1 << 20, "run the MLP / MoE block of each decoder layer over its tokens in this many shards, forward and backward, each shard recomputed in backward, so the block's intermediates exist for one shard at a time (1 = untiled). Losses and LoRA grads equal the untiled run's to fp32 rounding; LoRA dropout draws other masks. Not with distributed.expert_parallel or shard_base; docs/training.md, \"Long context\"");
+  const char* tiled_doc = "run the MLP / MoE block of each decoder layer over its tokens in this many shards, forward and backward, each shard recomputed in backward, so the block's intermediates exist for one shard at a time (1 = untiled), or \"auto\": the fewest shards (a power of two) whose activation estimate (the one validate prints) fits half the device's memory. Losses and LoRA grads equal the untiled run's to fp32 rounding; LoRA dropout draws other masks. Not with distributed.expert_parallel or shard_base; docs/training.md, \"Long context\"";
+  const toml::node* tiled = t.table() ? t.table()->get("tiled_mlp") : nullptr;
+  if (tiled && tiled->is_string()) {
+    std::string v;
+    t.choice("tiled_mlp", v, {"auto"}, tiled_doc);
+    c.tiled_mlp_auto = true;
+  } else {
+    t.bounded("tiled_mlp", c.tiled_mlp, 1, 1 << 20, tiled_doc);
+  }
   t.bounded("log_every", c.log_every, 1, INT64_MAX, "log a line every N steps when stderr is not a terminal");
   t.field("tensorboard", c.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars) into output_dir");
   t.field("unfrozen_parameters", c.unfrozen_parameters, "base parameters that train too (full fine-tuning of the matched tensors, beside the LoRA adapter or alone with lora.targets = []): regular expressions as axolotl's unfrozen_parameters, over the parameter names transformers gives (\"^lm_head.weight$\", \"^model.embed_tokens.weight$\", \".*\" for all); every '.' is a literal dot and a pattern matches from the name's start (Python's re.match). Each must match a parameter; packed (nf4/mxfp4/nvfp4) weights, fused MoE experts and modules with a LoRA adapter are refused. They train in lora.dtype (fp32 master weights by default) with the same AdamW, clipping and weight-decay rules as the adapter; docs/training.md");

@@ -27,6 +27,7 @@ struct TrainConfig {
   bool activation_offload = false;
   // The MLP / MoE block of each layer in this many token shards, each recomputed in backward (models/tiled_mlp.hpp).
   int64_t tiled_mlp = 1;
+  bool tiled_mlp_auto = false;  // tiled_mlp = "auto": plan_run sets tiled_mlp (choose_mlp_tiles, memory_estimate.hpp)
   int64_t log_every = 10;
   bool tensorboard = true;
   int64_t cpu_threads = 0;

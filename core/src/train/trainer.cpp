@@ -202,6 +202,9 @@ class Loop {
   void reduce_gradients();
   int64_t rank() const { return s_.group ? s_.group->rank() : 0; }
   int64_t world() const { return s_.group ? s_.group->world() : 1; }
+  // The data-parallel view: context-parallel groups of consecutive ranks train the same rows (dist_context.hpp).
+  int64_t data_rank() const { return rank() / s_.context_parallel; }
+  int64_t data_world() const { return world() / s_.context_parallel; }
 
   TrainerSetup& s_;
   bool writer_ = true;  // rank 0 (or no group): writes metrics, report, checkpoints, profile; prints progress
@@ -320,7 +323,7 @@ void Loop::build_optimizer() {
 
 void Loop::plan() {
   const int64_t S = s_.data_config.sequence_len;
-  StepPlan plan = plan_steps(s_.data, S, s_.train, static_cast<uint64_t>(s_.config->run.seed), world());
+  StepPlan plan = plan_steps(s_.data, S, s_.train, static_cast<uint64_t>(s_.config->run.seed), data_world());
   train_rows_ = std::move(plan.train_rows);
   eval_rows_ = std::move(plan.eval_rows);
   steps_per_epoch_ = plan.steps_per_epoch;
@@ -368,7 +371,7 @@ void Loop::maybe_resume() {
   check_resume_fits(ck, steps_per_epoch_, total_steps_, s_.config->run.seed);
   if (s_.data.stream)  // continue at the checkpoint's row: nothing before it is read again
     resume_stream(*s_.data.stream, st.data_stream, s_.data_config.sequence_len,
-                  s_.train.micro_batch_size * s_.train.grad_accum * world(), dir);
+                  s_.train.micro_batch_size * s_.train.grad_accum * data_world(), dir);
   else if (st.data_stream)
     throw UsageError(ax::str(dir, ": the checkpoint is a streamed run's (data_stream); this run's data is map-style"));
   if (st.total_steps != total_steps_)
@@ -430,16 +433,16 @@ PendingStep Loop::train_step(int64_t step) {
     // Global micro-batch g of the epoch: rank k trains g = (in_epoch * ga + j) * world + k, so a step takes the
     // same rows at every world size with the same micro_batch_size x grad_accum x world (resume-safe), and
     // world 1 is the single-process order.
-    const int64_t g = (in_epoch * ga + j) * world() + rank();
+    const int64_t g = (in_epoch * ga + j) * data_world() + data_rank();
     std::vector<uint32_t> rows;
     for (int64_t r = 0; r < mb; ++r) {
       uint32_t row = order[static_cast<std::size_t>(g * mb + r)];
       rows.push_back(row);
     }
     // The tokens of the step over all ranks, from the same deterministic order (no collective for it).
-    for (int64_t k = 0; k < world(); ++k)
+    for (int64_t k = 0; k < data_world(); ++k)
       for (int64_t r = 0; r < mb; ++r) {
-        const uint32_t row = order[static_cast<std::size_t>(((in_epoch * ga + j) * world() + k) * mb + r)];
+        const uint32_t row = order[static_cast<std::size_t>(((in_epoch * ga + j) * data_world() + k) * mb + r)];
         p.tokens += row_tokens_[row];
         p.trainable += row_trainable_[row];
       }
@@ -454,7 +457,7 @@ PendingStep Loop::train_step(int64_t step) {
 // resume's seek: the feed is the worker's alone from now on.
 void Loop::start_stream() {
   const int64_t mb = s_.train.micro_batch_size, ga = s_.train.grad_accum, S = s_.data_config.sequence_len;
-  const int64_t w = world(), r = rank();
+  const int64_t w = data_world(), r = data_rank();
   const int32_t pad_id = s_.pad_id;
   const bool pad = executor_->static_shapes();
   const int64_t capacity = span_capacity_;
@@ -534,7 +537,9 @@ at::Tensor Loop::device_step(const std::vector<Batch>& batches, double lr, const
     ModelOutput out = s_.model->forward(b, /*want_logits=*/false);
     crash_point("step", "forward");
     losses.push_back(out.loss.detach().reshape({}));
-    at::Tensor mean_part = out.loss / static_cast<double>(ga);
+    // Context parallelism: out.loss carries this rank's share's gradient; the reducer averages over the world,
+    // N times the data-parallel ranks, so the share counts N times to leave the sum of the shares.
+    at::Tensor mean_part = out.loss * (static_cast<double>(s_.context_parallel) / static_cast<double>(ga));
     (scaler_ ? scaler_->scale(mean_part) : mean_part).backward();
     crash_point("step", "backward");
   }
@@ -943,7 +948,7 @@ std::string Loop::save(int64_t step) {
   if (scaler_) pl.state.loss_scale = scaler_->state();
   if (s_.data.stream)
     pl.state.data_stream = stream_state(stream_cursor_, s_.data_config.sequence_len,
-                                        s_.train.micro_batch_size * s_.train.grad_accum * world());
+                                        s_.train.micro_batch_size * s_.train.grad_accum * data_world());
   pl.write_adapter = s_.write_adapter;
   // Ranks hold the same parameters and optimizer state (same mean gradient every step): rank 0 writes them,
   // after a barrier (every rank finished the step), and the others wait until the checkpoint is complete, so

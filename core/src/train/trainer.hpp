@@ -51,6 +51,10 @@ struct TrainerSetup {
   DistGroup* expert_group = nullptr;
   DistGroup* expert_replicas = nullptr;
   std::function<void()> gather_adapter;
+  // Context parallelism ([distributed] context_parallel, train/dist_context.hpp): groups of this many consecutive
+  // ranks train the same micro-batches (the model splits their rows), so the data is cut over world / N ranks;
+  // each rank's loss value is its micro-batch's, its gradient its share's.
+  int64_t context_parallel = 1;
   // shard_base (train/dist_shard_base.hpp): a forward needs every rank (each gathers the layers' shards), so
   // every rank runs the forward passes of an evaluation, as under expert parallelism.
   bool every_rank_evaluates = false;

@@ -1,0 +1,87 @@
+#include "models/context_parallel.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "axengine/error.hpp"
+#include "axengine/strings.hpp"
+
+namespace ax::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct SplitState : torch::CustomClassHolder {
+  ContextSplit split;
+};
+
+// [rows·seq, ...] viewed as [rows, size, block, ...]: rank r's tokens of every row are [:, r].
+std::vector<int64_t> blocked_shape(const at::Tensor& full, const ContextSplit& s) {
+  std::vector<int64_t> shape{s.rows, s.comm->size(), s.block()};
+  for (int64_t d = 1; d < full.dim(); ++d) shape.push_back(full.size(d));
+  return shape;
+}
+
+std::vector<int64_t> flat_shape(const at::Tensor& t, int64_t n) {
+  std::vector<int64_t> shape{n};
+  for (int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
+  return shape;
+}
+
+// The gather as an autograd node: forward all-gathers the local rows (each rank's [rows, block, ...] stacked
+// in rank order) and interleaves them row by row; backward is the reduce-scatter: the whole-batch gradient
+// summed over the group (every rank's attention contributed to every rank's k and v), this rank's rows kept.
+struct GatherFn : torch::autograd::Function<GatherFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, c10::intrusive_ptr<SplitState> st) {
+    const ContextSplit& s = st->split;
+    at::Tensor all = s.comm->all_gather(local.detach().contiguous());  // [size·rows·block, ...]
+    std::vector<int64_t> shape{s.comm->size(), s.rows, s.block()};
+    for (int64_t d = 1; d < local.dim(); ++d) shape.push_back(local.size(d));
+    at::Tensor full = all.view(shape).transpose(0, 1).reshape(flat_shape(local, s.rows * s.seq));
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return full;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = c10::static_intrusive_pointer_cast<SplitState>(ctx->saved_data["state"].toCapsule());
+    at::Tensor g = grads[0].contiguous().clone();
+    st->split.comm->all_reduce_sum(g);
+    return {st->split.local(g), at::Tensor()};
+  }
+};
+
+// The group's sum as the value (bit for bit what the all-reduce gives), the local share's gradient unchanged.
+struct LossSumFn : torch::autograd::Function<LossSumFn> {
+  static at::Tensor forward(AutogradContext*, const at::Tensor& local, c10::intrusive_ptr<SplitState> st) {
+    at::Tensor total = local.detach().clone();
+    st->split.comm->all_reduce_sum(total);
+    return total;
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], at::Tensor()}; }
+};
+
+}  // namespace
+
+int64_t ContextSplit::block() const { return seq / comm->size(); }
+
+at::Tensor ContextSplit::local(const at::Tensor& full) const {
+  if (full.size(0) != rows * seq)
+    throw RuntimeError(str("context parallel: a whole-batch tensor has ", full.size(0), " rows, not ", rows * seq));
+  return full.reshape(blocked_shape(full, *this)).select(1, comm->rank()).reshape(flat_shape(full, rows * block()));
+}
+
+at::Tensor ContextSplit::gather(const at::Tensor& local) const {
+  if (local.size(0) != rows * block())
+    throw RuntimeError(str("context parallel: a gathered tensor has ", local.size(0), " rows, not ", rows * block()));
+  auto st = c10::make_intrusive<SplitState>();
+  st->split = *this;
+  return GatherFn::apply(local, st);
+}
+
+at::Tensor context_parallel_loss(ContextComm& comm, const at::Tensor& local) {
+  auto st = c10::make_intrusive<SplitState>();
+  st->split.comm = &comm;
+  return LossSumFn::apply(local, st);
+}
+
+}  // namespace ax::models

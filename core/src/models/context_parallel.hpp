@@ -1,0 +1,43 @@
+// Context parallelism ([distributed] context_parallel = N, docs/distributed.md "Context parallelism"): the ranks
+// of one CP group train the same micro-batch, each holding a contiguous 1/N of every packed row's tokens
+// through the decoder layers (embeddings, projections, norms, MLP / MoE, LM head and loss), so activations
+// shrink N-fold. Attention needs the whole row: each layer all-gathers q, k and v over the group and runs the
+// attention op over the whole packed rows (the batch's own cu_seqlens: sample boundaries respected), keeping its
+// own rows of the output. The gradient of the gather is the reduce-scatter (sum over the group, own rows).
+// The trainer implements the collectives over a c10d sub group (train/dist_context.cpp); a model sees only this.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+namespace ax::models {
+
+class ContextComm {
+ public:
+  virtual ~ContextComm() = default;
+  virtual int64_t rank() const = 0;  // position in the CP group: rows' token block rank·S/N .. (rank+1)·S/N
+  virtual int64_t size() const = 0;
+  // Every rank's `in` (one shape on all ranks) concatenated along dim 0 in rank order.
+  virtual at::Tensor all_gather(const at::Tensor& in) = 0;
+  // Sum over the group, in place.
+  virtual void all_reduce_sum(at::Tensor& t) = 0;
+};
+
+// One forward's split: `rows` packed rows of `seq` tokens, flattened [rows·seq, ...] as the decoder holds them.
+struct ContextSplit {
+  ContextComm* comm = nullptr;
+  int64_t rows = 0, seq = 0;
+  int64_t block() const;  // tokens of a row on each rank: seq / size
+  // This rank's tokens of a whole-batch tensor [rows·seq, ...]: [rows·block, ...], row by row.
+  at::Tensor local(const at::Tensor& full) const;
+  // The inverse, across the group and differentiable: every rank's local rows [rows·block, ...] into the
+  // whole batch [rows·seq, ...]; backward sums the whole-batch gradient over the group and keeps this rank's rows.
+  at::Tensor gather(const at::Tensor& local) const;
+};
+
+// The loss of a CP forward: its value is the sum over the group of `local` (each rank's share of the micro-batch's
+// loss), its gradient that of `local` alone (the trainer's gradient reduction adds the shares up).
+at::Tensor context_parallel_loss(ContextComm& comm, const at::Tensor& local);
+
+}  // namespace ax::models

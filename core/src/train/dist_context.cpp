@@ -1,0 +1,75 @@
+#include "train/dist_context.hpp"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/strings.hpp"
+#include "models/hf_config.hpp"
+
+namespace ax::train {
+namespace {
+
+class ContextGroupComm : public models::ContextComm {
+ public:
+  explicit ContextGroupComm(DistGroup* g) : g_(g) {}
+  int64_t rank() const override { return g_->rank(); }
+  int64_t size() const override { return g_->world(); }
+  at::Tensor all_gather(const at::Tensor& in) override { return g_->all_gather(in); }
+  void all_reduce_sum(at::Tensor& t) override { g_->all_reduce_sum(t); }
+
+ private:
+  DistGroup* g_;  // owned by ContextParallelGroups::group, which outlives the model (run.cpp)
+};
+
+}  // namespace
+
+ContextParallelGroups make_context_parallel(DistGroup& world, int64_t size) {
+  const int64_t W = world.world(), R = world.rank();
+  if (size < 1 || W % size != 0)
+    throw UsageError(ax::str("[distributed] context_parallel = ", size, " does not divide the world size ", W,
+                             " (ranks form groups of context_parallel ranks)"));
+  std::vector<int64_t> ranks;
+  const int64_t g = R / size;
+  for (int64_t i = 0; i < size; ++i) ranks.push_back(g * size + i);
+  ContextParallelGroups out;
+  out.group = world.subgroup(ranks, ax::str("cp", size, "/group", g));
+  out.comm = std::make_shared<ContextGroupComm>(out.group.get());
+  log::info(ax::str("context parallel: group ", g, " (ranks ", ranks.front(), "..", ranks.back(), "), tokens block ",
+                    R % size, " of ", size, " of every row"));
+  return out;
+}
+
+void check_context_parallel(const RunConfig& config, const DistributedConfig& d, const DistEnv& env, int64_t sequence_len) {
+  const int64_t N = d.context_parallel;
+  if (N == 1 || !env.launched) return;
+  auto fail = [&](const std::string& why) {
+    config_fail(config.file, d.context_parallel_at, ax::str("'distributed.context_parallel' = ", N, ": ", why));
+  };
+  if (env.world % N != 0) fail(ax::str("it must divide the world size ", env.world, " (ranks form groups of N)"));
+  if (sequence_len % N != 0)
+    fail(ax::str("it must divide data.sequence_len = ", sequence_len, " (each rank holds sequence_len / N tokens of a row)"));
+  if (d.expert_parallel > 1) fail(ax::str("not together with expert_parallel = ", d.expert_parallel, " (choose one)"));
+  if (d.shard_base) fail("not together with shard_base = true (choose one)");
+  const std::string cfg_path = (std::filesystem::path(config.model.path) / "config.json").string();
+  const nlohmann::json j = models::read_json_file(cfg_path);
+  const std::string type = j.value("model_type", std::string());
+  // Any vision-language checkpoint (qwen2_5_vl, qwen3_vl, gemma3 ...): the model splices vision features into whole rows.
+  if (j.contains("vision_config"))
+    fail(ax::str(cfg_path, " (", type, "): a vision-language model splices vision features into whole rows; not split over ranks"));
+  models::HfConfig hf;
+  try {
+    hf = models::parse_hf_config(j, cfg_path);
+  } catch (const std::exception& e) {
+    fail(ax::str(cfg_path, " (", type, ") is not a built-in decoder family that splits its rows: ", e.what()));
+  }
+  if (hf.is_mla()) fail(ax::str(cfg_path, " (", type, "): multi-head latent attention is not split over ranks yet"));
+  if (!hf.linear_layers.empty())
+    fail(ax::str(cfg_path, " (", type, "): its linear-attention (Gated DeltaNet) layers carry a recurrent state along the "
+                 "row, which a rank holding a later block of tokens would need from the one before; not split"));
+}
+
+}  // namespace ax::train
