@@ -26,7 +26,8 @@
 
 namespace {
 
-// read_chat_images on one row alone: on success every image has a message, a local path, and the rewritten
+// read_chat_images on one row alone: on success every image has a message, a local path (no http(s):// or data:
+// URL; a file:// prefix is taken off once), and the rewritten
 // messages hold exactly that many image parts (no image_url part left, as transformers normalises them).
 void check_parser(const std::string& line) {
   nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
@@ -42,7 +43,9 @@ void check_parser(const std::string& line) {
   if (out.paths.size() != out.message.size()) std::abort();
   std::size_t parts = 0;
   for (std::size_t k = 0; k < out.paths.size(); ++k) {
-    if (out.paths[k].empty() || out.paths[k].rfind("http", 0) == 0 || out.paths[k].rfind("file://", 0) == 0) std::abort();
+    // Not a URL the parser refuses ("httpsX://a.png" is a relative path, as transformers' load_image takes it).
+    const std::string& p = out.paths[k];
+    if (p.empty() || p.rfind("http://", 0) == 0 || p.rfind("https://", 0) == 0 || p.rfind("data:", 0) == 0) std::abort();
     if (out.message[k] >= messages.size() || messages[out.message[k]].value("role", "") == "assistant") std::abort();
   }
   for (const auto& msg : messages)
