@@ -6,6 +6,7 @@ set(AX_FUZZ_CORE_SOURCES
   atomic_dir.cpp
   config/config.cpp
   config/config_binder.cpp
+  config/foreign_keys.cpp
   crash_point.cpp
   data/alpaca.cpp
   data/arrow_rows.cpp
@@ -20,6 +21,7 @@ set(AX_FUZZ_CORE_SOURCES
   data/entry.cpp
   data/jsonl.cpp
   data/pretokenized.cpp
+  data/register.cpp
   data/split_spec.cpp
   data/stream_rows.cpp
   device.cpp

@@ -1,7 +1,8 @@
 // chat_template rows with images (core/src/data/chat_images.cpp, chat_template.cpp; the mm_cpt plugin's Qwen2.5-VL
 // processor, plugins/mm_cpt/src/chat_images.cpp): content parts, image_url parts, ShareGPT <image> placeholders with
 // an images column, rendered with Qwen2.5-VL's chat template, the image markers expanded and the pixels processed.
-// Each line is also given to read_chat_images alone, whose result must be self-consistent.
+// Each line is also given to read_chat_images alone, whose result must be self-consistent, and the file is read
+// again as a stream (streaming = true), which must give the prepared samples.
 //
 // First byte: bit 0 skip bad rows, bit 1 ShareGPT keys (conversations / from / value, human -> user, gpt ->
 // assistant), bits 2-3 train_on (assistant, all, last, assistant). The rest is the data file; image paths resolve
@@ -16,6 +17,7 @@
 
 #include "axengine/hf_tokenizer.hpp"
 #include "axengine/registry.hpp"
+#include "axengine/stream.hpp"
 #include "data/chat_images.hpp"
 #include "data/register.hpp"
 #include "dataset_rows.hpp"
@@ -24,7 +26,8 @@
 
 namespace {
 
-// read_chat_images on one row alone: on success every image has a message, a local path, and the rewritten
+// read_chat_images on one row alone: on success every image has a message, a local path (no http(s):// or data:
+// URL; a file:// prefix is taken off once), and the rewritten
 // messages hold exactly that many image parts (no image_url part left, as transformers normalises them).
 void check_parser(const std::string& line) {
   nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
@@ -40,7 +43,9 @@ void check_parser(const std::string& line) {
   if (out.paths.size() != out.message.size()) std::abort();
   std::size_t parts = 0;
   for (std::size_t k = 0; k < out.paths.size(); ++k) {
-    if (out.paths[k].empty() || out.paths[k].rfind("http", 0) == 0 || out.paths[k].rfind("file://", 0) == 0) std::abort();
+    // Not a URL the parser refuses ("httpsX://a.png" is a relative path, as transformers' load_image takes it).
+    const std::string& p = out.paths[k];
+    if (p.empty() || p.rfind("http://", 0) == 0 || p.rfind("https://", 0) == 0 || p.rfind("data:", 0) == 0) std::abort();
     if (out.message[k] >= messages.size() || messages[out.message[k]].value("role", "") == "assistant") std::abort();
   }
   for (const auto& msg : messages)
@@ -84,8 +89,10 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
   ax::fuzz::write_file(path, text);
   toml::table entry{{"type", "chat_template"}, {"path", path}, {"image_base_dir", data_dir + "/images"}, {"max_pixels", 3136}};
   ax::fuzz::add_chat_options(entry, flags);
-  auto ds = type->open(entry, ax::DatasetContext{tok.get(), "fuzz.toml", ax::fuzz::scratch(), model});
+  const ax::DatasetContext ctx{tok.get(), "fuzz.toml", ax::fuzz::scratch(), model};
+  auto ds = type->open(entry, ctx);
   const int64_t vocab = tok->vocab_size();
+  std::vector<ax::Sample> prepared;  // the rows get() makes, in order
   for (std::size_t i = 0; i < ds->size(); ++i) {
     ax::Sample s;
     try {
@@ -93,6 +100,7 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
     } catch (const ax::UsageError&) {
       continue;  // a text row the template refuses: named and refused
     }
+    prepared.push_back(s);
     if (s.input_ids.size() != s.labels.size()) std::abort();
     int64_t pads = 0, starts = 0;
     for (std::size_t k = 0; k < s.input_ids.size(); ++k) {
@@ -113,4 +121,22 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
     const int64_t patches = grid.size(0) ? grid.prod(1).sum().item<int64_t>() : 0;
     if (patches / 4 != pads || s.extras.at("pixel_values").size(0) != patches) std::abort();
   }
+  // streaming = true: the rows it gives (a bad row named and passed over) are the prepared ones, in order. (A
+  // JSON array file, which map-style data reads, is refused here by open_stream.)
+  auto stream = dynamic_cast<const ax::StreamingDatasetType&>(*type).open_stream(entry, ctx);
+  std::size_t k = 0;
+  for (int rows = 0; rows < 10000; ++rows) {
+    ax::Sample s;
+    try {
+      if (!stream->next(s)) break;
+      if (s.materialise) s.materialise(s);
+    } catch (const std::exception&) {  // what the stream's feed names as a bad row (data/stream_feed.cpp)
+      continue;
+    }
+    if (k >= prepared.size() || s.input_ids != prepared[k].input_ids || s.labels != prepared[k].labels) std::abort();
+    for (const auto& [name, t] : prepared[k].extras)
+      if (!s.extras.count(name) || !at::equal(s.extras.at(name), t)) std::abort();
+    ++k;
+  }
+  if (k != prepared.size()) std::abort();
 }

@@ -13,6 +13,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/stream.hpp"
 #include "data/types.hpp"
 #include "unit/test_util.hpp"
 
@@ -73,7 +74,7 @@ TEST_CASE("chat_template dataset: samples equal transformers' (generation mask) 
       {"meta-llama-Llama-3.2-3B-Instruct", "llama3_bytelevel"}, {"google-gemma-3-it", "qwen2_bytelevel"},
       {"mistralai-Mistral-Nemo-Instruct-2407", "transformers_llama"}};
   auto type = ax::data::make_chat_template_type();
-  int samples = 0, refusals = 0;
+  int samples = 0, refusals = 0, streamed = 0;
   for (const auto& [tmpl, tokname] : pairs) {
     ax_test::TempDir dir;
     const std::string model = dir / "model";
@@ -106,6 +107,20 @@ TEST_CASE("chat_template dataset: samples equal transformers' (generation mask) 
       ax::DatasetContext ctx{tok.get(), "run.toml", dir.path.string(), model};
       auto ds = type->open(table, ctx);
       REQUIRE(ds->size() == rows.size());
+      // streaming = true reads the same rows lazily: the same samples (or the same refusal), in order.
+      auto stream = dynamic_cast<const ax::StreamingDatasetType&>(*type).open_stream(table, ctx);
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        CAPTURE(tmpl);
+        ax::Sample s;
+        if (rows[i].value("error", false)) {
+          CHECK_THROWS_WITH_AS(stream->next(s), doctest::Contains("its content is not in the rendered text"), ax::UsageError);
+          continue;
+        }
+        REQUIRE(stream->next(s));
+        CHECK(s.input_ids == rows[i]["input_ids"].get<std::vector<int32_t>>());
+        CHECK(s.labels == rows[i]["labels"].get<std::vector<int32_t>>());
+        ++streamed;
+      }
       for (std::size_t i = 0; i < rows.size(); ++i) {
         CAPTURE(tmpl);
         CAPTURE(rows[i]["messages"].dump());
@@ -123,4 +138,5 @@ TEST_CASE("chat_template dataset: samples equal transformers' (generation mask) 
   }
   CHECK(samples >= 200);
   CHECK(refusals >= 10);
+  CHECK(streamed == samples);
 }

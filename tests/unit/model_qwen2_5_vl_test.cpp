@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -285,4 +286,42 @@ TEST_CASE("qwen2_5_vl on CUDA: a vision MLP padded to a multiple of 8 gives the 
   at::Tensor cpu = run("cpu"), cuda = run("cuda:0");
   CHECK(rel_max(cuda, cpu) <= 1e-4);
   ax::test::remove_tree(dir);
+}
+
+// merge-lora (models/composite.hpp) against transformers + peft's merge_and_unload (scripts/goldens/
+// make_vlm_merge_goldens.py): the merged dir holds the tensors save_pretrained writes, the vision tower byte for
+// byte, and its logits are the adapter model's (ours) and the peer's merged model's, fp32.
+TEST_CASE("qwen2_5_vl merge-lora: the merged dir is transformers' merge_and_unload checkpoint, logits equal") {
+  auto g = golden();
+  auto merged_golden = ax::safetensors::File::open(case_path() + "/merged_golden.safetensors");
+  fs::path out = ax::test::scratch_dir("qwen2_5_vl_merged");
+  fs::remove_all(out);
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::merge_lora_dir(registry, case_path(), case_path() + "/adapter", out.string(), "", std::nullopt);
+
+  auto written = ax::safetensors::Checkpoint::open_dir(out.string());
+  CHECK(ax::join(written.names(), ",") == merged_golden->metadata().at("names"));
+  auto base = ax::safetensors::Checkpoint::open_dir(case_path());
+  int vision = 0;
+  for (const auto& n : base.names())
+    if (n.rfind("visual.", 0) == 0) {
+      CAPTURE(n);
+      const at::Tensor a = base.get(n), b = written.get(n);
+      REQUIRE((a.scalar_type() == b.scalar_type()));
+      CHECK(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
+      ++vision;
+    }
+  CHECK(vision > 10);
+
+  Packed p = packed_batch(*g);
+  const at::Tensor ours = load(case_path(), "reference", case_path() + "/adapter").model->forward(p.batch, true).logits;
+  const at::Tensor merged = load(out.string(), "reference", "").model->forward(p.batch, true).logits;
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    auto [row, off, len] = p.where[k];
+    CHECK(rel_max(merged[row].narrow(0, off, len), merged_golden->get(ax::str("logits.", k))) <= 1e-5);
+    CHECK(rel_max(merged[row].narrow(0, off, len), ours[row].narrow(0, off, len)) <= 1e-5);
+  }
+  ax::test::remove_tree(out);
 }

@@ -185,6 +185,8 @@ TEST_CASE("streaming: missing shards, a vanished shard, a JSON array and a chang
   write_text(dir / "arr.jsonl", "[{\"prompt\": \"1+1=\", \"text\": \"2\"}]");
   edit(dir, "nope-*.jsonl", "arr.jsonl");
   CHECK(usage_error([&] { Harness h(dir); }).find("arr.jsonl: a JSON array; streaming reads JSON Lines") != std::string::npos);
+  write_text(dir / "arr.jsonl", "\xEF\xBB\xBF [{\"prompt\": \"1+1=\", \"text\": \"2\"}]");  // after a byte order mark too
+  CHECK(usage_error([&] { Harness h(dir); }).find("arr.jsonl: a JSON array; streaming reads JSON Lines") != std::string::npos);
   edit(dir, "arr.jsonl", "sums-*.jsonl");
   {
     Harness h(dir);

@@ -29,6 +29,7 @@
 #include "axengine/input_file.hpp"
 #include "axengine/log.hpp"
 #include "axengine/registry.hpp"
+#include "axengine/stream.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/tokenizer.hpp"
 #include "data/chat_images.hpp"
@@ -257,46 +258,51 @@ ImageSetup find_image_processor(const Registry* registry, const ChatOptions& o, 
   return out;
 }
 
-class ChatDataset final : public Dataset, public RowLines {
+// One conversation as read from its row: the template's messages and tools, and its image files (resolved) in
+// template order with the message each sits in.
+struct ChatRow {
+  Json messages, tools;
+  std::vector<std::string> images;
+  std::vector<std::size_t> image_message;
+};
+
+// Renders a row into its sample: the template, the assistant spans, the image markers expanded, the ids and
+// labels. Shared by the prepared dataset and the stream, so both give the same samples.
+class ChatRenderer {
  public:
-  ChatDataset(const Tokenizer& tok, jinja::Template tmpl, Json special, Json kwargs, std::vector<std::string> markers, TrainOn train_on)
+  ChatRenderer(const Tokenizer& tok, jinja::Template tmpl, Json special, Json kwargs, std::vector<std::string> markers,
+               TrainOn train_on, std::shared_ptr<const ChatImageProcessor> processor)
       : tok_(tok), tmpl_(std::move(tmpl)), special_(std::move(special)), kwargs_(std::move(kwargs)),
-        markers_(std::move(markers)), train_on_(train_on) {}
+        markers_(std::move(markers)), train_on_(train_on), processor_(std::move(processor)) {}
 
-  std::size_t size() const override { return messages_.size(); }
-  std::size_t skipped_rows() const override { return skipped_; }
-  const RowSources& row_sources() const override { return sources_; }
-
-  Sample get(std::size_t i) const override {
-    if (built_[i]) return *built_[i];  // a row with images, made (and its images checked) when opened
-    return make(i);
-  }
-
-  Sample make(std::size_t i) const {
+  // The ids and labels (the image tokens masked, kImageEnd set); the pixels are add_extras'. `where` ("a.jsonl:3")
+  // prefixes the template's errors ("" where the caller adds the row's origin).
+  Sample tokens(const ChatRow& row, const std::string& where) const {
+    const std::string at = where.empty() ? "" : where + ": ";
     Json extra = special_;
     for (const auto& [k, v] : kwargs_.items()) extra[k] = v;
     jinja::RenderResult r;
     try {
-      r = tmpl_.render(jinja::chat_context(messages_[i], tools_[i], false, extra));
+      r = tmpl_.render(jinja::chat_context(row.messages, row.tools, false, extra));
     } catch (const jinja::Error& e) {
-      throw UsageError(ax::str(sources_.where(i), ": the chat template refused the conversation: ", e.what()));
+      throw UsageError(ax::str(at, "the chat template refused the conversation: ", e.what()));
     }
     std::vector<ByteSpan> spans;
     if (tmpl_.has_generation()) {
       spans = r.generation;
     } else {
       try {
-        spans = find_assistant_spans(r.text, messages_[i], markers_);
+        spans = find_assistant_spans(r.text, row.messages, markers_);
       } catch (const std::runtime_error& e) {
-        throw UsageError(ax::str(sources_.where(i), ": ", e.what(), " (", tmpl_.name(), ")"));
+        throw UsageError(ax::str(at, e.what(), " (", tmpl_.name(), ")"));
       }
     }
-    if (!images_[i].empty()) expand_images(i, r.text, spans);
+    if (!row.images.empty()) expand_images(row, r.text, spans);
     std::vector<ByteSpan> offsets;
     Sample s;
     s.input_ids = encode_with_offsets(tok_, r.text, offsets);
     s.labels = chat_labels(s.input_ids, offsets, spans, train_on_);
-    if (images_[i].empty()) return s;
+    if (row.images.empty()) return s;
     const std::vector<int32_t> image_ids = processor_->image_token_ids();
     int64_t end = 0;
     for (std::size_t k = 0; k < s.input_ids.size(); ++k)
@@ -304,38 +310,41 @@ class ChatDataset final : public Dataset, public RowLines {
         s.labels[k] = -100;  // images are inputs, never targets (train_on = "all" too)
         end = static_cast<int64_t>(k) + 1;
       }
-    try {
-      processor_->add_extras(images_[i], s);
-    } catch (const UsageError& e) {
-      throw UsageError(ax::str(image_where(i, e.what()), e.what()));
-    }
     s.extras[kImageEnd] = at::full({1}, end, at::kLong);
     return s;
   }
 
-  std::vector<Json> messages_, tools_;
-  std::vector<std::vector<std::string>> images_;  // per row: its image files (resolved), in template order
-  std::vector<std::vector<std::size_t>> image_message_;
-  std::vector<std::optional<Sample>> built_;
-  std::shared_ptr<const ChatImageProcessor> processor_;
-  RowSources sources_;
-  std::size_t skipped_ = 0;
+  // The row's images decoded and processed into s.extras.
+  void add_extras(const ChatRow& row, Sample& s) const {
+    if (row.images.empty()) return;
+    try {
+      processor_->add_extras(row.images, s);
+    } catch (const UsageError& e) {
+      throw UsageError(ax::str(image_where(row, e.what()), e.what()));
+    }
+  }
+
+  Sample make(const ChatRow& row, const std::string& where) const {
+    Sample s = tokens(row, where);
+    add_extras(row, s);
+    return s;
+  }
 
  private:
   // "message 2, image 0 (a.png): " for an error naming one of the row's image files, else "".
-  std::string image_where(std::size_t i, const std::string& error) const {
-    for (std::size_t j = 0; j < images_[i].size(); ++j)
-      if (error.find(images_[i][j]) != std::string::npos) return ax::str("message ", image_message_[i][j], ", image ", j, ": ");
+  static std::string image_where(const ChatRow& row, const std::string& error) {
+    for (std::size_t j = 0; j < row.images.size(); ++j)
+      if (error.find(row.images[j]) != std::string::npos) return ax::str("message ", row.image_message[j], ", image ", j, ": ");
     return "";
   }
 
   // Replaces the k-th image marker of `text` with the k-th image's tokens (as transformers' processor expands
   // the template's image tokens), shifting `spans` past the growth before them.
-  void expand_images(std::size_t i, std::string& text, std::vector<ByteSpan>& spans) const {
+  void expand_images(const ChatRow& row, std::string& text, std::vector<ByteSpan>& spans) const {
     const std::string marker = processor_->image_marker();
     std::vector<std::size_t> at;
     for (std::size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) at.push_back(p);
-    const auto& files = images_[i];
+    const auto& files = row.images;
     if (at.size() != files.size())
       throw UsageError(ax::str("the chat template wrote ", at.size(), " image marker(s) '", marker, "' for the row's ", files.size(),
                                " image(s) (a template without images, or a message holding the marker itself?)"));
@@ -348,7 +357,7 @@ class ChatDataset final : public Dataset, public RowLines {
       try {
         replacement = processor_->expand(files[j]);
       } catch (const UsageError& e) {
-        throw UsageError(ax::str("message ", image_message_[i][j], ", image ", j, ": ", e.what()));
+        throw UsageError(ax::str("message ", row.image_message[j], ", image ", j, ": ", e.what()));
       }
       out.append(text, from, at[j] - from);
       out += replacement;
@@ -372,9 +381,31 @@ class ChatDataset final : public Dataset, public RowLines {
   Json special_, kwargs_;
   std::vector<std::string> markers_;
   TrainOn train_on_;
+  std::shared_ptr<const ChatImageProcessor> processor_;
 };
 
-class ChatTemplateType final : public DatasetType, public SampleFit {
+class ChatDataset final : public Dataset, public RowLines {
+ public:
+  explicit ChatDataset(std::shared_ptr<const ChatRenderer> renderer) : renderer_(std::move(renderer)) {}
+
+  std::size_t size() const override { return rows_.size(); }
+  std::size_t skipped_rows() const override { return skipped_; }
+  const RowSources& row_sources() const override { return sources_; }
+
+  Sample get(std::size_t i) const override {
+    if (built_[i]) return *built_[i];  // a row with images, made (and its images checked) when opened
+    return make(i);
+  }
+  Sample make(std::size_t i) const { return renderer_->make(rows_[i], sources_.where(i)); }
+
+  std::shared_ptr<const ChatRenderer> renderer_;
+  std::vector<ChatRow> rows_;
+  std::vector<std::optional<Sample>> built_;
+  RowSources sources_;
+  std::size_t skipped_ = 0;
+};
+
+class ChatTemplateType final : public DatasetType, public StreamingDatasetType, public SampleFit {
  public:
   explicit ChatTemplateType(const Registry* registry) : registry_(registry) {}
 
@@ -388,110 +419,36 @@ class ChatTemplateType final : public DatasetType, public SampleFit {
   }
 
   std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override {
-    if (!ctx.tokenizer) throw RuntimeError("chat_template dataset opened without a tokenizer");
-    TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
-    CommonEntry common = read_common_entry(t, ctx);
-    ChatOptions o;
-    bind_chat(t, o);
-    t.finish();
-    for (const char* k : {"field_messages", "message_field_role", "message_field_content", "image_placeholder"})
-      if (const auto* v = entry.get(k); v && v->value_or(std::string()).empty()) t.fail(v, ax::str("'", k, "' is empty"));
-    for (const char* k : {"min_pixels", "max_pixels"})
-      if (const auto* v = entry.get(k); v && v->value_or(int64_t(0)) < 0) t.fail(v, ax::str("'", k, "' must be >= 0"));
-    Loaded loaded = load_template(o, ctx, t);
-    std::optional<jinja::Template> tmpl;
-    try {
-      tmpl.emplace(loaded.source, loaded.name);
-    } catch (const jinja::Error& e) {
-      t.fail(entry.get("chat_template"), ax::str("the chat template does not parse: ", e.what()));
-    }
-    std::vector<std::string> markers = o.eot_tokens;
-    if (markers.empty()) {
-      markers = default_end_of_turn_markers();
-      if (loaded.special.contains("eos_token")) markers.push_back(loaded.special["eos_token"].get<std::string>());
-    }
-
-    std::map<std::string, std::string> roles(o.roles.begin(), o.roles.end());
-    auto map_role = [&](const std::string& r) {
-      auto it = roles.find(r);
-      return it == roles.end() ? r : it->second;
-    };
-    // The row's messages as the template reads them: role and content renamed, every other key passed through
-    // (tool_calls, reasoning_content, name, tool_call_id...). An absent content stays absent (a template's
-    // `message.content is defined` tells the two apart).
-    auto to_messages = [&](const nlohmann::json& row) {
-      Json messages = Json::array();
-      for (const auto& m : row[o.field_messages]) {
-        Json out = Json::object();
-        out["role"] = map_role(m[o.message_field_role].get<std::string>());
-        if (auto c = m.find(o.message_field_content); c != m.end()) out["content"] = Json::parse(c->dump());
-        for (const auto& [k, v] : m.items())
-          if (k != o.message_field_role && k != o.message_field_content) out[k] = Json::parse(v.dump());
-        messages.push_back(std::move(out));
-      }
-      return messages;
-    };
-    auto images_column = [&](const nlohmann::json& row) {
-      auto it = o.field_images.empty() ? row.end() : row.find(o.field_images);
-      return it == row.end() ? Json() : Json::parse(it->dump());
-    };
-    const ImageSetup images = find_image_processor(registry_, o, ctx);
-    auto check = [&](const nlohmann::json& v) -> std::string {
-      auto it = v.find(o.field_messages);
-      if (it == v.end()) return ax::str("field '", o.field_messages, "' is missing");
-      if (!it->is_array() || it->empty()) return ax::str("field '", o.field_messages, "' must be a non-empty list of messages");
-      for (std::size_t k = 0; k < it->size(); ++k) {
-        const auto& m = (*it)[k];
-        if (!m.is_object()) return ax::str("message ", k, " is not an object");
-        auto r = m.find(o.message_field_role);
-        if (r == m.end() || !r->is_string()) return ax::str("message ", k, ": '", o.message_field_role, "' is missing or not a string");
-        const std::string role = map_role(r->get<std::string>());
-        if (std::find(template_roles().begin(), template_roles().end(), role) == template_roles().end())
-          return ax::str("message ", k, ": role '", r->get<std::string>(), "' is none of ", join(template_roles(), ", "),
-                         " (map it with roles = {", r->get<std::string>(), " = \"...\"})");
-        auto c = m.find(o.message_field_content);
-        if (c != m.end() && !c->is_string() && !c->is_null() && !c->is_array())
-          return ax::str("message ", k, ": '", o.message_field_content, "' must be a string, a list of content parts (or null)");
-      }
-      if (!o.field_tools.empty())
-        if (auto tl = v.find(o.field_tools); tl != v.end() && !tl->is_array() && !tl->is_null())
-          return ax::str("field '", o.field_tools, "' must be a list of tool definitions (or null)");
-      Json messages = to_messages(v);
-      ChatImages found;
-      if (std::string why = read_chat_images(messages, images_column(v), o.image_placeholder, found); !why.empty()) return why;
-      if (!found.paths.empty() && !images.processor) return ax::str("message ", found.message[0], ": ", images.why);
-      return "";
-    };
-    auto contents = read_rows(common.path, common.split, parse_bad_row_policy(common.on_bad_row), check);
-    auto ds = std::make_shared<ChatDataset>(*ctx.tokenizer, std::move(*tmpl), loaded.special, o.template_kwargs, markers,
-                                            parse_train_on(o.train_on));
-    ds->processor_ = images.processor;
+    const Setup setup(entry, ctx, registry_);
+    auto contents = read_rows(setup.common.path, setup.common.split, parse_bad_row_policy(setup.common.on_bad_row),
+                              [&](const nlohmann::json& v) { return setup.check(v); });
+    auto ds = std::make_shared<ChatDataset>(setup.renderer);
     ds->skipped_ = contents.skipped;
     ds->sources_.files = contents.files;
-    const std::string base_override = o.image_base_dir.empty() ? "" : resolve_against(ctx.base_dir, o.image_base_dir);
     bool any_image = false;
     for (auto& row : contents.rows) {
-      Json messages = to_messages(row.value);
-      ChatImages found;
-      read_chat_images(messages, images_column(row.value), o.image_placeholder, found);  // checked above
-      // Relative paths resolve against image_base_dir, else the data file's directory (as mm_cpt's rows).
-      const std::string base = !base_override.empty() ? base_override
-                                                      : std::filesystem::path(contents.files[row.origin.file].path).parent_path().string();
-      for (auto& p : found.paths)
-        if (!std::filesystem::path(p).is_absolute()) p = (std::filesystem::path(base) / p).lexically_normal().string();
-      any_image |= !found.paths.empty();
-      Json tools;
-      if (!o.field_tools.empty())
-        if (auto tl = row.value.find(o.field_tools); tl != row.value.end()) tools = Json::parse(tl->dump());
-      ds->messages_.push_back(std::move(messages));
-      ds->tools_.push_back(std::move(tools));
-      ds->images_.push_back(std::move(found.paths));
-      ds->image_message_.push_back(std::move(found.message));
+      ds->rows_.push_back(setup.row(row.value, contents.files[row.origin.file].path));  // checked above
+      any_image |= !ds->rows_.back().images.empty();
       ds->sources_.origins.push_back(row.origin);
     }
-    ds->built_.resize(ds->messages_.size());
-    if (any_image) build_image_rows(*ds, parse_bad_row_policy(common.on_bad_row));
+    ds->built_.resize(ds->rows_.size());
+    if (any_image) build_image_rows(*ds, parse_bad_row_policy(setup.common.on_bad_row));
     return ds;
+  }
+
+  // Streaming: each row checked, rendered and tokenised as open() + get() do, as it is read from the JSON Lines
+  // shards; a row's images are decoded when the sample is materialised (by the rank that trains it).
+  std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override {
+    auto setup = std::make_shared<const Setup>(entry, ctx, registry_);
+    return make_jsonl_stream(stream_shards(setup->common.path), parse_bad_row_policy(setup->common.on_bad_row) == BadRowPolicy::skip,
+                             [setup](const nlohmann::json& v, const std::string& shard) {
+                               if (std::string e = setup->check(v); !e.empty()) throw UsageError(e);
+                               auto row = std::make_shared<const ChatRow>(setup->row(v, shard));
+                               Sample s = setup->renderer->tokens(*row, "");
+                               if (!row->images.empty())
+                                 s.materialise = [setup, row](Sample& out) { setup->renderer->add_extras(*row, out); };
+                               return s;
+                             });
   }
 
   // Per-sample media (pixel values, image grids: dim 0 counts patches or images) concatenated over the batch's
@@ -524,10 +481,10 @@ class ChatTemplateType final : public DatasetType, public SampleFit {
   // Makes the rows with images now, in parallel: a missing or corrupt image is a bad row that on_bad_row
   // decides (skip: dropped and counted) before anything is cached.
   static void build_image_rows(ChatDataset& ds, BadRowPolicy policy) {
-    const std::size_t n = ds.messages_.size();
+    const std::size_t n = ds.rows_.size();
     std::vector<std::string> errors(n);
     tbb::parallel_for(std::size_t(0), n, [&](std::size_t i) {
-      if (ds.images_[i].empty()) return;
+      if (ds.rows_[i].images.empty()) return;
       try {
         ds.built_[i] = ds.make(i);
       } catch (const std::exception& e) {
@@ -544,21 +501,127 @@ class ChatTemplateType final : public DatasetType, public SampleFit {
         continue;
       }
       if (kept != i) {
-        ds.messages_[kept] = std::move(ds.messages_[i]);
-        ds.tools_[kept] = std::move(ds.tools_[i]);
-        ds.images_[kept] = std::move(ds.images_[i]);
-        ds.image_message_[kept] = std::move(ds.image_message_[i]);
+        ds.rows_[kept] = std::move(ds.rows_[i]);
         ds.built_[kept] = std::move(ds.built_[i]);
         ds.sources_.origins[kept] = ds.sources_.origins[i];
       }
       ++kept;
     }
-    for (auto* v : {&ds.messages_, &ds.tools_}) v->resize(kept);
-    ds.images_.resize(kept);
-    ds.image_message_.resize(kept);
+    ds.rows_.resize(kept);
     ds.built_.resize(kept);
     ds.sources_.origins.resize(kept);
   }
+
+  // An entry's options, template and image processor, and how a row becomes a ChatRow: what open() and
+  // open_stream() share.
+  struct Setup {
+    CommonEntry common;
+    ChatOptions o;
+    std::map<std::string, std::string> roles;
+    ImageSetup images;
+    std::string base_override;  // image_base_dir, resolved ("" = each data file's directory)
+    std::shared_ptr<const ChatRenderer> renderer;
+
+    Setup(const toml::table& entry, const DatasetContext& ctx, const Registry* registry) {
+      if (!ctx.tokenizer) throw RuntimeError("chat_template dataset opened without a tokenizer");
+      TableBinder t(&entry, "datasets", BindContext{ctx.config_file, nullptr});
+      common = read_common_entry(t, ctx);
+      bind_chat(t, o);
+      t.finish();
+      for (const char* k : {"field_messages", "message_field_role", "message_field_content", "image_placeholder"})
+        if (const auto* v = entry.get(k); v && v->value_or(std::string()).empty()) t.fail(v, ax::str("'", k, "' is empty"));
+      for (const char* k : {"min_pixels", "max_pixels"})
+        if (const auto* v = entry.get(k); v && v->value_or(int64_t(0)) < 0) t.fail(v, ax::str("'", k, "' must be >= 0"));
+      Loaded loaded = load_template(o, ctx, t);
+      std::optional<jinja::Template> tmpl;
+      try {
+        tmpl.emplace(loaded.source, loaded.name);
+      } catch (const jinja::Error& e) {
+        t.fail(entry.get("chat_template"), ax::str("the chat template does not parse: ", e.what()));
+      }
+      std::vector<std::string> markers = o.eot_tokens;
+      if (markers.empty()) {
+        markers = default_end_of_turn_markers();
+        if (loaded.special.contains("eos_token")) markers.push_back(loaded.special["eos_token"].get<std::string>());
+      }
+      roles = std::map<std::string, std::string>(o.roles.begin(), o.roles.end());
+      images = find_image_processor(registry, o, ctx);
+      base_override = o.image_base_dir.empty() ? "" : resolve_against(ctx.base_dir, o.image_base_dir);
+      renderer = std::make_shared<const ChatRenderer>(*ctx.tokenizer, std::move(*tmpl), loaded.special, o.template_kwargs,
+                                                      markers, parse_train_on(o.train_on), images.processor);
+    }
+
+    std::string map_role(const std::string& r) const {
+      auto it = roles.find(r);
+      return it == roles.end() ? r : it->second;
+    }
+
+    // The row's messages as the template reads them: role and content renamed, every other key passed through
+    // (tool_calls, reasoning_content, name, tool_call_id...). An absent content stays absent (a template's
+    // `message.content is defined` tells the two apart).
+    Json to_messages(const nlohmann::json& row) const {
+      Json messages = Json::array();
+      for (const auto& m : row[o.field_messages]) {
+        Json out = Json::object();
+        out["role"] = map_role(m[o.message_field_role].get<std::string>());
+        if (auto c = m.find(o.message_field_content); c != m.end()) out["content"] = Json::parse(c->dump());
+        for (const auto& [k, v] : m.items())
+          if (k != o.message_field_role && k != o.message_field_content) out[k] = Json::parse(v.dump());
+        messages.push_back(std::move(out));
+      }
+      return messages;
+    }
+
+    Json images_column(const nlohmann::json& row) const {
+      auto it = o.field_images.empty() ? row.end() : row.find(o.field_images);
+      return it == row.end() ? Json() : Json::parse(it->dump());
+    }
+
+    // "" for a usable row, else what is wrong with it.
+    std::string check(const nlohmann::json& v) const {
+      auto it = v.find(o.field_messages);
+      if (it == v.end()) return ax::str("field '", o.field_messages, "' is missing");
+      if (!it->is_array() || it->empty()) return ax::str("field '", o.field_messages, "' must be a non-empty list of messages");
+      for (std::size_t k = 0; k < it->size(); ++k) {
+        const auto& m = (*it)[k];
+        if (!m.is_object()) return ax::str("message ", k, " is not an object");
+        auto r = m.find(o.message_field_role);
+        if (r == m.end() || !r->is_string()) return ax::str("message ", k, ": '", o.message_field_role, "' is missing or not a string");
+        const std::string role = map_role(r->get<std::string>());
+        if (std::find(template_roles().begin(), template_roles().end(), role) == template_roles().end())
+          return ax::str("message ", k, ": role '", r->get<std::string>(), "' is none of ", join(template_roles(), ", "),
+                         " (map it with roles = {", r->get<std::string>(), " = \"...\"})");
+        auto c = m.find(o.message_field_content);
+        if (c != m.end() && !c->is_string() && !c->is_null() && !c->is_array())
+          return ax::str("message ", k, ": '", o.message_field_content, "' must be a string, a list of content parts (or null)");
+      }
+      if (!o.field_tools.empty())
+        if (auto tl = v.find(o.field_tools); tl != v.end() && !tl->is_array() && !tl->is_null())
+          return ax::str("field '", o.field_tools, "' must be a list of tool definitions (or null)");
+      Json messages = to_messages(v);
+      ChatImages found;
+      if (std::string why = read_chat_images(messages, images_column(v), o.image_placeholder, found); !why.empty()) return why;
+      if (!found.paths.empty() && !images.processor) return ax::str("message ", found.message[0], ": ", images.why);
+      return "";
+    }
+
+    // A row check() accepted, from `data_file`: relative image paths resolve against image_base_dir, else the
+    // data file's directory (as mm_cpt's rows).
+    ChatRow row(const nlohmann::json& v, const std::string& data_file) const {
+      ChatRow out;
+      out.messages = to_messages(v);
+      ChatImages found;
+      read_chat_images(out.messages, images_column(v), o.image_placeholder, found);
+      const std::string base = !base_override.empty() ? base_override : std::filesystem::path(data_file).parent_path().string();
+      for (auto& p : found.paths)
+        if (!std::filesystem::path(p).is_absolute()) p = (std::filesystem::path(base) / p).lexically_normal().string();
+      out.images = std::move(found.paths);
+      out.image_message = std::move(found.message);
+      if (!o.field_tools.empty())
+        if (auto tl = v.find(o.field_tools); tl != v.end()) out.tools = Json::parse(tl->dump());
+      return out;
+    }
+  };
 
   const Registry* registry_;
 };

@@ -21,7 +21,7 @@ void bind_common_entry(TableBinder& t, CommonEntry& e) {
   t.field("eval_split", e.eval_split, "the evaluation rows: this split (same syntax) of eval_path when given, else of path, e.g. \"test\" or \"train[-5%:]\"; instead of eval_fraction");
   t.field("eval_fraction", e.eval_fraction, "fraction of this dataset held out for evaluation (default: [data].eval_fraction)");
   t.choice("on_bad_row", e.on_bad_row, {"error", "skip"}, "a malformed row stops naming its file and row (error), or is dropped and counted (skip)");
-  t.field("streaming", e.streaming, "read the rows lazily from the JSON Lines shards `path` names (a glob, sorted), packing as they come, instead of preparing them all first; needs train.max_steps (types: completion, pretokenized, mm_cpt; docs/datasets.md, \"Streaming\")");
+  t.field("streaming", e.streaming, "read the rows lazily from the JSON Lines shards `path` names (a glob, sorted), packing as they come, instead of preparing them all first; needs train.max_steps (types: completion, pretokenized, chat_template, mm_cpt; docs/datasets.md, \"Streaming\")");
   if (!t.table()) return;  // documenting the keys
   const toml::table& tab = *t.table();
   if (e.streaming && !e.split.empty())

@@ -4,7 +4,9 @@
 
 #include "axengine/config_binder.hpp"
 #include "axengine/error.hpp"
+#include "axengine/log.hpp"
 #include "axengine/strings.hpp"
+#include "data/types.hpp"
 
 namespace ax::data {
 
@@ -88,6 +90,12 @@ bool StreamFeed::fetch(Sample& out) {
       }
     }
     check(out);
+    if (std::string why = fit_ ? fit_->unfit(out, sequence_len_) : ""; !why.empty()) {
+      if (policy_ == BadRowPolicy::error) throw UsageError(ax::str(stream_->last_origin(), ": ", why));
+      log::warn(ax::str(stream_->last_origin(), ": ", why, " (on_bad_row = \"skip\": dropped)"));
+      ++skipped_late_;
+      continue;
+    }
     // As drop_samples_without_loss: a label other than -100 among positions 1 .. min(len, S) - 1.
     const std::size_t n = std::min(out.labels.size(), static_cast<std::size_t>(sequence_len_));
     bool loss = false;
@@ -143,7 +151,7 @@ std::shared_ptr<StreamFeed> open_stream_entry(const RunConfig& config, const tom
   const toml::node* at = entry.get("streaming");
   const auto* streaming = dynamic_cast<const StreamingDatasetType*>(&type);
   if (!streaming)
-    config_fail(config.file, at, ax::str("dataset type \"", common.type, "\" cannot stream (streaming types: completion, pretokenized, mm_cpt)"));
+    config_fail(config.file, at, ax::str("dataset type \"", common.type, "\" cannot stream (streaming types: completion, pretokenized, chat_template, mm_cpt)"));
   if (entries > 1)
     config_fail(config.file, at, "a streamed run reads one [[datasets]] entry (its shards by glob); put the files under one glob");
   const auto max_steps = config.document.at_path("train.max_steps").value<int64_t>();
@@ -158,8 +166,10 @@ std::shared_ptr<StreamFeed> open_stream_entry(const RunConfig& config, const tom
   auto stream = streaming->open_stream(type_entry, ctx);
   if (!stream) throw RuntimeError(ax::str("dataset type \"", common.type, "\" returned no stream"));
   const std::string name = common.name.empty() ? common.path : common.name;
-  return std::make_shared<StreamFeed>(std::move(stream), name, data.sequence_len, tokenizer.vocab_size(), model_vocab,
-                                      parse_bad_row_policy(common.on_bad_row));
+  auto feed = std::make_shared<StreamFeed>(std::move(stream), name, data.sequence_len, tokenizer.vocab_size(), model_vocab,
+                                           parse_bad_row_policy(common.on_bad_row));
+  feed->set_fit(dynamic_cast<const SampleFit*>(&type));
+  return feed;
 }
 
 }  // namespace ax::data

@@ -23,6 +23,8 @@
 
 namespace ax::data {
 
+class SampleFit;  // data/types.hpp
+
 class StreamFeed {
  public:
   StreamFeed(std::unique_ptr<SampleStream> stream, std::string name, int64_t sequence_len, int64_t tokenizer_vocab,
@@ -47,6 +49,9 @@ class StreamFeed {
   // then stops the run whatever on_bad_row says (the row is packed on every rank: skipping it on one would give
   // the ranks different rows).
   void set_materialise_eagerly(bool eager) { eager_ = eager; }
+  // A type whose samples must not be cut (data/types.hpp): a sample that does not fit sequence_len is a bad
+  // row (on_bad_row), as prepare drops it from map-style data.
+  void set_fit(const SampleFit* fit) { fit_ = fit; }
 
  private:
   bool fetch(Sample& out);  // the next usable sample, across passes
@@ -62,6 +67,7 @@ class StreamFeed {
   uint64_t held_pass_ = 0;      // the pass it was read in
   std::size_t no_loss_ = 0, skipped_late_ = 0;
   bool eager_ = true;
+  const SampleFit* fit_ = nullptr;
   std::mutex extras_mutex_;     // deferred samples are materialised (and checked) in parallel
   uint64_t pass_samples_ = 0;   // usable samples in the current pass
   std::map<std::string, std::pair<at::ScalarType, std::vector<int64_t>>> extras_;  // dtype and dims 1.. per name

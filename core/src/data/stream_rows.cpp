@@ -137,7 +137,13 @@ class JsonlStream final : public SampleStream {
   void open_shard(uint64_t shard, uint64_t offset, uint64_t line) {
     in_ = std::ifstream(shards_[shard], std::ios::binary);
     if (!in_) throw UsageError(ax::str(shards_[shard], ": cannot open the data shard (missing or unreadable)"));
-    // A JSON array has no row boundaries to seek to: refused rather than read whole.
+    // A JSON array has no row boundaries to seek to: refused rather than read whole. Detected as map-style data
+    // detects it (data/jsonl.cpp: after a UTF-8 byte order mark and whitespace).
+    char bom[3] = {};
+    if (!in_.read(bom, 3) || std::string(bom, 3) != "\xEF\xBB\xBF") {
+      in_.clear();
+      in_.seekg(0);
+    }
     char c = 0;
     while (in_.get(c) && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) {}
     if (in_ && c == '[')

@@ -13,6 +13,7 @@
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
+#include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
 #include "models/unfrozen.hpp"
@@ -126,16 +127,27 @@ at::ScalarType checkpoint_dtype(const std::string& model_dir) {
 }
 
 void write_model_dir(const DecoderModel& dm, const std::string& model_dir, const std::string& out_dir, at::ScalarType dtype) {
+  CompositeLayout layout;
+  if (dm.config().text_part) {
+    // A multimodal checkpoint's text part: written under its own names, the rest (vision tower...) as stored.
+    layout.text_name = [](const std::string& n) { return n.rfind("model.", 0) == 0 ? "model.language_model." + n.substr(6) : n; };
+    layout.kept = [](const std::string& n) { return n.rfind("model.language_model.", 0) != 0 && n.rfind("lm_head.", 0) != 0; };
+  }
+  layout.tied = [&model_dir](const nlohmann::json& cfg) { return parse_hf_config(cfg, model_dir + "/config.json").tie_word_embeddings; };
+  write_composite_model_dir(dm, layout, model_dir, out_dir, dtype);
+}
+
+void write_composite_model_dir(const DecoderModel& dm, const CompositeLayout& layout, const std::string& model_dir,
+                               const std::string& out_dir, at::ScalarType dtype) {
   const fs::path d(out_dir);
   const char* w = "model";
   auto merged = dm.merged_state_dict(dtype);
-  if (dm.config().text_part) {
-    // A multimodal checkpoint's text part: written under its own names, the rest (vision tower...) as stored.
+  if (layout.text_name)
+    for (auto& [name, t] : merged) name = layout.text_name(name);
+  if (layout.kept) {
     auto ckpt = safetensors::Checkpoint::open_dir(model_dir);
-    for (auto& [name, t] : merged)
-      if (name.rfind("model.", 0) == 0) name = "model.language_model." + name.substr(6);
     for (const auto& n : ckpt.names())
-      if (n.rfind("model.language_model.", 0) != 0 && n.rfind("lm_head.", 0) != 0) {
+      if (layout.kept(n)) {
         at::Tensor t = ckpt.get(n);
         merged.emplace_back(n, at::isFloatingType(t.scalar_type()) ? t.to(dtype).contiguous() : t);
       }
@@ -146,11 +158,16 @@ void write_model_dir(const DecoderModel& dm, const std::string& model_dir, const
   if (cfg.contains("torch_dtype")) cfg["torch_dtype"] = cfg["dtype"];
   cfg.erase("quantization_config");  // a pre-quantised base was dequantised: the model written is dense
   // A tied config whose checkpoint's own head was kept (models/tied_head.hpp): the model written holds that head.
-  if (!dm.config().tie_word_embeddings && parse_hf_config(cfg, model_dir + "/config.json").tie_word_embeddings)
+  if (!dm.config().tie_word_embeddings && layout.tied(cfg)) {
     cfg["tie_word_embeddings"] = false;
+    if (cfg.contains("text_config") && cfg["text_config"].is_object() && cfg["text_config"].contains("tie_word_embeddings"))
+      cfg["text_config"]["tie_word_embeddings"] = false;
+  }
   safetensors::write_file_atomic((d / "config.json").string(), cfg.dump(2) + "\n", w);
+  // The processor's files too: a merged vision-language model is used with its base's image processor.
   for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                        "chat_template.jinja"}) {
+                        "chat_template.jinja", "chat_template.json", "preprocessor_config.json", "processor_config.json",
+                        "video_preprocessor_config.json"}) {
     fs::path src = fs::path(model_dir) / f;
     if (!fs::exists(src)) continue;
     // fsynced like the rest, unlike a copy; a FIFO is refused, not waited on

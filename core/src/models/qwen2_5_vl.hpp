@@ -21,6 +21,7 @@
 #include "axengine/model.hpp"
 #include "axengine/model_check.hpp"
 #include "axengine/safetensors.hpp"
+#include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
 
@@ -172,7 +173,7 @@ class VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen25VlModel : public Model {
+class Qwen25VlModel : public Model, public CompositeModel {
  public:
   Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                 std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
@@ -187,6 +188,9 @@ class Qwen25VlModel : public Model {
   WeightStats weight_stats() const override { return text_->weight_stats(); }
 
   DecoderModel& text() { return *text_; }
+  DecoderModel& language_model() override { return *text_; }
+  // The base's language model as model.layers.* or model.language_model.* (as stored), its tower kept as stored.
+  CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
   const VlConfig& config() const { return cfg_; }
   // The LoRA sites of the language model, with their transformers 5 module paths for peft.
   std::vector<LoraSite> lora_sites() const { return vl_lora_sites(cfg_.text); }

@@ -1,4 +1,5 @@
 // Qwen2.5-VL: the rope index, the image-token splicing and the model family (models/qwen2_5_vl.hpp).
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -146,6 +147,17 @@ std::vector<std::pair<std::string, at::Tensor>> Qwen25VlModel::named_parameters(
   auto out = text_->named_parameters();
   for (const auto& p : vision_->weights()) out.push_back(p);
   return out;
+}
+
+CompositeLayout Qwen25VlModel::checkpoint_layout(const std::string& model_dir) const {
+  const auto names = safetensors::Checkpoint::open_dir(model_dir).names();
+  const bool nested = std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.rfind("model.language_model.", 0) == 0; });
+  CompositeLayout l;
+  l.text_name = [nested](const std::string& n) { return nested && n.rfind("model.", 0) == 0 ? "model.language_model." + n.substr(6) : n; };
+  l.kept = [](const std::string& n) { return n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0; };
+  const std::string source = (fs::path(model_dir) / "config.json").string();
+  l.tied = [source](const nlohmann::json& cfg) { return parse_qwen2_5_vl_config(cfg, source).text.tie_word_embeddings; };
+  return l;
 }
 
 void Qwen25VlModel::save_adapter(const std::string& dir) const { save_vl_adapter(text_->lora(), dir); }

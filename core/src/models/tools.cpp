@@ -25,6 +25,7 @@
 #include "models/fp8_load.hpp"
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
+#include "models/composite.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/qwen3_vl.hpp"
 #include "models/tied_head.hpp"
@@ -367,7 +368,9 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir_arg, 
   const std::string base_format = model->weight_stats().format;
   models::check_trained_base(plan.record, adapter_dir, model_dir, base_format, "merge-lora");
   auto* dm = dynamic_cast<models::DecoderModel*>(model.get());
-  if (!dm) throw UsageError(str(model_dir, ": merge-lora supports the built-in decoder families only"));
+  auto* composite = dynamic_cast<models::CompositeModel*>(model.get());  // a language model beside a vision tower...
+  if (!dm && !composite)
+    throw UsageError(str(model_dir, ": merge-lora supports the decoder families and the composite ones (models/composite.hpp) only"));
 
   at::ScalarType out_dtype = models::checkpoint_dtype(model_dir);  // as the base checkpoint by default
   if (!dtype.empty()) {
@@ -378,7 +381,8 @@ void merge_lora_dir(const Registry& registry, const std::string& model_dir_arg, 
   AtomicDir out(out_dir, "merged_model");  // appears whole or not at all
   const fs::path d(out.path());
   const char* w = "merged_model";
-  models::write_model_dir(*dm, model_dir, out.path(), out_dtype);
+  if (dm) models::write_model_dir(*dm, model_dir, out.path(), out_dtype);
+  else models::write_composite_model_dir(composite->language_model(), composite->checkpoint_layout(model_dir), model_dir, out.path(), out_dtype);
   json cfg = models::read_json_file((d / "config.json").string());
   safetensors::write_file_atomic((d / models::kMergeRecordFile).string(),
                                  models::merge_record_json(plan, adapter_dir, base_format, cfg["dtype"].get<std::string>()), w);

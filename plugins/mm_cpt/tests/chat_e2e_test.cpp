@@ -103,3 +103,43 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
 TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl on image conversations, loss falls") {
   train_and_check(kQwen3Vl);
 }
+
+// streaming = true over the same conversations: the rows are rendered and their images decoded as training
+// reaches them, and a run resumed from a mid-stream checkpoint continues at its cursor with the uninterrupted
+// run's steps (docs/datasets.md, "Streaming").
+TEST_CASE("chat_template with images e2e, streamed: a run resumed mid-stream trains the uninterrupted run's steps") {
+  const fs::path dir = mm_e2e::scratch("mm_chat_e2e", "stream");
+  make_layout(dir, 24, kQwen25Vl);
+  std::ofstream(dir / "configs/stream.toml") << "[model]\npath = \"../model\"\n[data]\nsequence_len = 512\n"
+                                                "[[datasets]]\ntype = \"chat_template\"\npath = \"../data/vl-chat/train.jsonl\"\n"
+                                                "streaming = true\n[lora]\nr = 8\nalpha = 16\ndropout = 0.0\n"
+                                                "targets = [\"q_proj\", \"v_proj\"]\n[train]\nmax_steps = 6\nmicro_batch_size = 2\n"
+                                                "lr = 3e-3\nwarmup_steps = 2\ncpu_threads = 1\n[checkpoint]\nevery_steps = 3\n"
+                                                "keep_last = 10\n[device]\ntype = \"cpu\"\n";
+  auto run = [&](const std::string& out, const std::string& extra) {
+    const std::string cmd = std::string("AXENGINE_CACHE_DIR=") + (dir / "cache").string() + " " + AXENGINE_BIN + " run --config " +
+                            (dir / "configs/stream.toml").string() + " --set 'run.output_dir=" + (dir / out).string() + "'" +
+                            extra + " > " + (dir / (out + ".log")).string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    INFO(slurp(dir / (out + ".log")));
+    REQUIRE(rc == 0);
+  };
+  run("full", "");
+  run("resumed", " --set 'checkpoint.resume_from=" + (dir / "full/checkpoints/step-00000003").string() + "'");
+  auto ref = mm_e2e::steps_of(dir / "full/metrics.jsonl");
+  auto resumed = mm_e2e::steps_of(dir / "resumed/metrics.jsonl");
+  REQUIRE(ref.size() == 6);
+  REQUIRE(resumed.size() == 3);  // steps 4..6
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(resumed[i]["step"] == ref[i + 3]["step"]);
+    CHECK(resumed[i]["tokens"] == ref[i + 3]["tokens"]);
+    CHECK(resumed[i]["trainable_tokens"] == ref[i + 3]["trainable_tokens"]);
+    CHECK(resumed[i]["loss"].get<double>() == doctest::Approx(ref[i + 3]["loss"].get<double>()).epsilon(1e-5));
+  }
+  auto cursor = [&](const std::string& out) {
+    return json::parse(std::ifstream(dir / out / "checkpoints/step-00000006/trainer_state.json"))["data_stream"]["cursor"];
+  };
+  CHECK(cursor("resumed") == cursor("full"));
+  fs::remove_all(dir);
+}

@@ -19,6 +19,7 @@
 #include "axengine/models.hpp"
 #include "axengine/registry.hpp"
 #include "axengine/selection.hpp"
+#include "axengine/stream.hpp"
 #include "axengine/strings.hpp"
 #include "data/data_config.hpp"
 #include "data/packing.hpp"
@@ -223,6 +224,14 @@ TEST_CASE("chat_template with images: a row whose image tokens pass sequence_len
   CHECK(skipped.train.size() == 1);  // ... and the row is dropped after the cache, counted
   CHECK(skipped.sources.at(0).unfit == 1);
   CHECK(ax::data::describe(skipped).find("1 rows whose images do not fit sequence_len dropped") != std::string::npos);
+  // Streamed, the row is a bad row as it is read.
+  const std::string stream = "streaming = true\n", steps = "[train]\nmax_steps = 2\n";
+  const std::string se = error_of([&] { prepare(dir, S, stream + steps).stream->next_row(); });
+  CHECK(se.find("data.jsonl:2") != std::string::npos);
+  CHECK(se.find(ax::str("past data.sequence_len = ", S)) != std::string::npos);
+  auto streamed = prepare(dir, S, stream + "on_bad_row = \"skip\"\n" + steps);
+  CHECK(streamed.stream->next_row().size() == 1);  // the first row alone: the pass ends after the dropped one
+  CHECK(streamed.stream->skipped_late() == 1);
 
   // A missing image stops before anything is written to the cache; under skip the file's good rows are cached.
   auto bad = corpus("nocache", R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "img/gone.jpg"}]}, {"role": "assistant", "content": "x"}]}
@@ -340,4 +349,46 @@ TEST_CASE("chat_template with images: tiny-qwen2_5-vl gives a packed row of conv
     at += n;
   }
   fs::remove_all(dir);
+}
+
+// streaming = true (core's chat_template stream): the rows read lazily give the prepared samples (ids, labels,
+// pixels and grids), the pixels only when a sample is materialised; a stream seeked to a cursor continues at
+// that row.
+TEST_CASE("chat_template with images streamed: the prepared samples, in order; a seek continues at the cursor's row") {
+  for (const std::string& entry : {std::string("type = \"chat_template\"\npath = \"openai.jsonl\"\nstreaming = true\n"),
+                                   std::string("type = \"chat_template\"\npath = \"sharegpt.jsonl\"\nstreaming = true\n") + kShareGpt}) {
+    CAPTURE(entry);
+    auto prepared = open(entry, kChat);
+    auto type = registry().get<ax::DatasetType>(ax::ProviderKind::dataset, "chat_template");
+    const auto* streaming = dynamic_cast<const ax::StreamingDatasetType*>(type.get());
+    REQUIRE(streaming);
+    const ax::DatasetContext ctx{&tokenizer(), kChat + "/run.toml", kChat, kModel};
+    auto stream = streaming->open_stream(toml::parse(entry), ctx);
+    std::vector<ax::StreamCursor> cursors;
+    std::size_t i = 0, deferred = 0;
+    for (ax::Sample s; cursors.push_back(stream->cursor()), stream->next(s); ++i) {
+      CAPTURE(i);
+      REQUIRE(i < prepared->size());
+      if (s.materialise) {
+        ++deferred;
+        CHECK(s.extras.count("pixel_values") == 0);  // not decoded until the rank training it asks
+        auto make = std::move(s.materialise);
+        s.materialise = nullptr;
+        make(s);
+      }
+      const ax::Sample want = prepared->get(i);
+      CHECK(s.input_ids == want.input_ids);
+      CHECK(s.labels == want.labels);
+      REQUIRE(s.extras.size() == want.extras.size());
+      for (const auto& [name, t] : want.extras) CHECK(at::equal(s.extras.at(name), t));
+    }
+    CHECK(i == prepared->size());
+    CHECK(deferred > 0);
+    const std::size_t k = i / 2;
+    auto resumed = streaming->open_stream(toml::parse(entry), ctx);
+    resumed->seek(cursors[k]);
+    ax::Sample s;
+    REQUIRE(resumed->next(s));
+    CHECK(s.input_ids == prepared->get(k).input_ids);
+  }
 }
