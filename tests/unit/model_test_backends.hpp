@@ -97,6 +97,10 @@ struct NaiveAttention : ops::Attention {
       at::Tensor sc = at::matmul(qb.to(at::kFloat), kb.to(at::kFloat).transpose(1, 2)) * scale;
       at::Tensor i = at::arange(L).unsqueeze(1), j = at::arange(L).unsqueeze(0);
       at::Tensor allowed = a.causal ? (j <= i) : at::ones({L, L}, at::kBool);
+      if (a.groups.defined()) {  // bidirectional groups: a row sees its group's rows wherever they are
+        at::Tensor g = a.groups.to(at::kCPU, at::kLong).narrow(0, s, L);
+        allowed = allowed.logical_or((g.unsqueeze(1) == g.unsqueeze(0)).logical_and(g.unsqueeze(1) >= 0));
+      }
       if (a.window_left >= 0) allowed = allowed.logical_and(j >= i - a.window_left);
       sc = sc.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
       if (a.sinks.defined()) {

@@ -208,6 +208,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-qwen3-next", "models/qwen3-next");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
   init("tiny-qwen3-vl", "models/qwen3-vl");
+  init("tiny-gemma3-mm", "models/gemma3-mm");
   init("tiny-glm4-moe", "models/glm4.5-air");
   init("tiny-deepseek-v3", "models/deepseek-v3");
   // qwen2_5-vl-mm-cpt.toml's image + text rows (../data/mm/train.jsonl) on the mm_cpt plugin's committed images:
@@ -235,6 +236,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       vl << "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\", \"image\": \"images/" << img
          << "\"}, {\"type\": \"text\", \"text\": \"Picture " << i << "?\"}]}, {\"role\": \"assistant\", \"content\": \"" << img << ".\"}]}\n";
   write_file(dir / "data/vl-chat/train.jsonl", vl.str());
+  fs::copy(dir.path / "data/vl-chat", dir.path / "data/gemma3-chat", fs::copy_options::recursive);  // gemma3-4b-chat-lora.toml's
   const std::vector<std::pair<std::string, std::string>> configs = {
       {"quickstart.toml", ""},
       {"qwen3-lora.toml", "models/qwen3"},
@@ -258,6 +260,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-chat-lora.toml", "models/qwen2_5-vl"},
       {"qwen3-vl-chat-lora.toml", "models/qwen3-vl"},
+      {"gemma3-4b-chat-lora.toml", "models/gemma3-mm"},
       {"glm4.5-air-lora.toml", "models/glm4.5-air"},
       {"deepseek-v3-lora.toml", "models/deepseek-v3"},
   };
@@ -282,7 +285,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       continue;
     }
     // The chat config's images are the plugin's to process: without it every row is a bad row naming it.
-    if (!have_mm_cpt && (names_outside_comments(text, "\"mm_cpt\"") || name.find("-vl-chat-lora.toml") != std::string::npos)) {
+    if (!have_mm_cpt && (names_outside_comments(text, "\"mm_cpt\"") || name.find("-vl-chat-lora.toml") != std::string::npos ||
+                         name == "gemma3-4b-chat-lora.toml")) {
       CHECK(v.exit_code == 2);
       CHECK(v.output.find("mm_cpt") != std::string::npos);
       continue;

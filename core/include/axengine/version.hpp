@@ -22,7 +22,8 @@
 //      to_device_async; ModelLoadOptions::expert_parallel and the ExpertComm interface (expert_parallel.hpp).
 // 6.0: Sample::materialise (a streamed sample's costly extras, made by the rank that trains it).
 // 7.0: ModelCheck::ops holds OpCalls (op, weight format, layout) and ModelCheck::quantize is new (model_check.hpp).
-#define AXENGINE_PLUGIN_ABI_MAJOR 7
+// 8.0: AttentionArgs::groups (bidirectional groups: gemma3's image tokens).
+#define AXENGINE_PLUGIN_ABI_MAJOR 8
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

@@ -370,10 +370,12 @@ FileSamples load_file(const DatasetType& type, const std::string& type_name, con
                       SourceReport& report, std::size_t& skipped) {
   std::string key = dataset_cache_key(type_name, entry, ctx.base_dir, *ctx.tokenizer);
   // Files of the model dir a type may read (the chat_template type renders with the model's template; the
-  // mm_cpt plugin's image processor takes its settings from preprocessor_config.json).
+  // mm_cpt plugin's image processor takes its settings from preprocessor_config.json, gemma3's image token count
+  // from config.json).
   if (!ctx.model_dir.empty()) {
     toml::table model_files{{"chat_template.jinja", "chat_template.jinja"}, {"chat_template.json", "chat_template.json"},
-                            {"tokenizer_config.json", "tokenizer_config.json"}, {"preprocessor_config.json", "preprocessor_config.json"}};
+                            {"tokenizer_config.json", "tokenizer_config.json"}, {"preprocessor_config.json", "preprocessor_config.json"},
+                            {"config.json", "config.json"}};
     std::ostringstream os;
     describe_files(model_files, ctx.model_dir, os);
     key += os.str();

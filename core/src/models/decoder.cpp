@@ -522,6 +522,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
+  if (attention_groups_.defined() && !decode_step_) a.groups = attention_groups_.to(at::kInt);  // gemma3's images
   at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
                               : autograd::attention(attention_backend(), std::move(a));
   if (cp_split_ && !decode_step_) o = cp_split_->local(o);  // this rank's rows
@@ -664,7 +665,8 @@ at::Tensor DecoderModel::layer(int64_t i, const at::Tensor& h, const at::Tensor&
 ModelOutput DecoderModel::forward(const Batch& batch, bool want_logits) { return forward_embeds(batch, want_logits, {}, {}); }
 
 ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds,
-                                         const at::Tensor& rope_pos, const LayerHook& after_layer) {
+                                         const at::Tensor& rope_pos, const LayerHook& after_layer,
+                                         const at::Tensor& attention_groups) {
   if (!batch.input_ids.defined() || batch.input_ids.dim() != 2)
     throw UsageError("model forward: input_ids must be [B, S]");
   const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
@@ -731,6 +733,9 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
     throw UsageError("model forward: multimodal RoPE positions must be [3, B*S], for a config with mrope_section");
   // Layers rotate by rope_pos ([3, T]: multimodal RoPE) where given; pos stays the 1-D sample positions (targets).
   const at::Tensor rpos = rope_pos.defined() ? rope_pos.to(device_, at::kLong) : split ? split->local(pos) : pos;
+  if (attention_groups.defined() && (attention_groups.dim() != 1 || attention_groups.size(0) != T))
+    throw UsageError(str("model forward: attention groups must be [B*S] = [", T, "]"));
+  attention_groups_ = attention_groups;
   std::vector<at::Tensor> router_logits;
   const bool recompute = recompute_layers_ && training_ && at::GradMode::is_enabled();
   if (recompute) lora_cast_.clear();
@@ -742,10 +747,11 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
       continue;
     }
     // Everything the layer reads is captured by value: backward runs it again after forward returned.
-    auto outs = autograd::recompute([this, i, rpos, cu, max_len, inv_freq, split](const at::Tensor& x) {
+    auto outs = autograd::recompute([this, i, rpos, cu, max_len, inv_freq, split, groups = attention_groups_](const at::Tensor& x) {
       std::vector<at::Tensor> r;
       cp_split_ = split;  // in backward, after forward returned: the layer's split again
       ResetSplit reset{cp_split_};
+      attention_groups_ = groups;  // backward may run it after another forward
       at::Tensor y = layer(i, x, rpos, cu, max_len, inv_freq, r);
       r.insert(r.begin(), y);
       return r;

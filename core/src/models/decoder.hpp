@@ -59,9 +59,11 @@ class DecoderModel : public Model, public CausalLmDecode {
   // and the RoPE positions: int64 [3, B*S] for multimodal RoPE (cfg.mrope_section), undefined: position_ids.
   // For a family that splices other features into the embeddings (qwen2_5_vl). after_layer(i, h), where
   // given, replaces layer i's output h (qwen3_vl's deepstack adds vision features at the image tokens).
+  // `attention_groups` (int32 [B*S] on the device, or undefined): the attention op's bidirectional groups for
+  // every layer (gemma3's images).
   using LayerHook = std::function<at::Tensor(int64_t layer, const at::Tensor& h)>;
   ModelOutput forward_embeds(const Batch& batch, bool want_logits, const at::Tensor& embeds, const at::Tensor& rope_pos,
-                             const LayerHook& after_layer = {});
+                             const LayerHook& after_layer = {}, const at::Tensor& attention_groups = {});
   at::Tensor embed_tokens(const at::Tensor& ids) const { return embed(ids); }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
@@ -215,6 +217,7 @@ class DecoderModel : public Model, public CausalLmDecode {
   int64_t whole_bytes_ = 0;  // whole_base_bytes()
   at::Tensor inv_freq_;  // every type but dynamic: the one set; dynamic: at lengths up to max_position_embeddings
   at::Tensor inv_freq_local_;  // gemma3_text's sliding layers (cfg_.rope_local)
+  at::Tensor attention_groups_;  // the current forward's (forward_embeds), read by attention()
   LoraSet lora_;
   std::map<std::string, at::Tensor> unfrozen_;  // trainable base parameters by HF name (their master values)
   std::string base_dir_;                        // the model directory, for the full-model export (unfreeze)

@@ -13,6 +13,7 @@
 #include "models/decoder.hpp"
 #include "models/decoder_plan.hpp"
 #include "models/family.hpp"
+#include "models/gemma3_mm.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/qwen3_vl.hpp"
 #include "models/unfrozen.hpp"
@@ -119,6 +120,7 @@ void register_builtin_models(Registry& registry) {
   }
   register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
   register_qwen3_vl(registry);  // models/qwen3_vl_model.cpp
+  register_gemma3_mm(registry);   // models/gemma3_mm.cpp
 }
 
 }  // namespace ax::models

@@ -26,6 +26,7 @@
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/composite.hpp"
+#include "models/gemma3_mm.hpp"
 #include "models/qwen2_5_vl.hpp"
 #include "models/qwen3_vl.hpp"
 #include "models/tied_head.hpp"
@@ -86,6 +87,7 @@ std::vector<std::string> model_presets() {
     for (const auto& p : f->presets) out.push_back(p.name);
   out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
   out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
+  out.push_back("tiny-gemma3-mm");   // models/gemma3_mm_init.cpp
   return out;
 }
 
@@ -93,6 +95,7 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
   if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
   if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
+  if (preset == "tiny-gemma3-mm") return models::init_gemma3_mm_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
@@ -187,8 +190,12 @@ std::string inspect_model_dir(const std::string& dir) {
   // A vision-language model (qwen2_5_vl, qwen3_vl): its language model is a decoder of the built-in families; the
   // vision tower's tensors are listed beside it.
   std::optional<VlSummary> vl = vl_summary(cfg_json, cfg_path);
-  models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
-  auto ckpt = models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
+  // A Gemma 3 multimodal: a gemma3_text decoder, a SigLIP tower and the projector, all listed under the names they load by.
+  std::optional<models::Gemma3MmConfig> g3;
+  if (cfg_json.is_object() && cfg_json.value("model_type", json()) == "gemma3") g3 = models::parse_gemma3_mm_config(cfg_json, cfg_path);
+  models::HfConfig c = vl ? vl->text : g3 ? g3->text : models::parse_hf_config(cfg_json, cfg_path);
+  auto ckpt = g3 ? models::gemma3_view(safetensors::Checkpoint::open_dir(dir))
+                 : models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
   // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
   // refused here, not listed.
   models::check_checkpoint_sizes(c, vl ? models::vl_text_view(ckpt) : ckpt);
@@ -204,7 +211,7 @@ std::string inspect_model_dir(const std::string& dir) {
   if (untied) c.tie_word_embeddings = false;
   std::ostringstream os;
   os << "model dir      " << dir << "\n";
-  os << "architecture   " << (vl ? vl->architecture : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
+  os << "architecture   " << (vl ? vl->architecture : g3 ? "gemma3 (language model gemma3_text)" : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
@@ -253,10 +260,20 @@ std::string inspect_model_dir(const std::string& dir) {
 
   if (vl) os << "               vision tower: " << vl->tower << "\n";
 
+  if (g3)
+    os << "               vision tower: SigLIP, " << g3->vision.num_layers << " layers, hidden " << g3->vision.hidden_size << ", heads "
+       << g3->vision.num_heads << ", image " << g3->vision.image_size << " / patch " << g3->vision.patch_size << "; "
+       << g3->mm_tokens_per_image << " tokens per image\n";
+
   // Parameter counts from the config (what the model holds), checked against the checkpoint below.
   int64_t total = 0;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) total += numel(s);
   std::set<std::string> expected;
+  if (g3)
+    for (const auto& [n, s] : models::gemma3_vision_tensors(*g3)) {
+      total += numel(s);
+      expected.insert(n);
+    }
   if (vl)
     for (const auto& [n, s] : vl->vision) {
       total += numel(s);
@@ -337,7 +354,7 @@ std::string inspect_model_dir(const std::string& dir) {
   }
   for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
   // peft's "all-linear" on this model (models/lora_all_linear.hpp).
-  const models::AllLinear all = models::resolve_all_linear(c.model_type, vl ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
+  const models::AllLinear all = models::resolve_all_linear(c.model_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
   os << "  \"all-linear\": " << join(all.targets, ", ");
   if (!all.not_supported.empty())
     os << "; refused: peft also targets " << all.not_supported.front()

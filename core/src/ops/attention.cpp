@@ -45,6 +45,13 @@ void validate(const AttentionArgs& a) {
     check::dtype(kOp, "sinks", a.sinks, at::kFloat);
     check::same_device(kOp, "sinks", a.sinks, "q", dev);
   }
+  if (a.groups.defined()) {
+    check::rank(kOp, "groups", a.groups, 1);
+    check::shape(kOp, "groups", a.groups, {T});
+    check::dtype(kOp, "groups", a.groups, at::kInt);
+    check::same_device(kOp, "groups", a.groups, "q", dev);
+    if (!a.causal) check::fail(kOp, "groups", "bidirectional groups need causal = true (without it every row sees its sequence)");
+  }
   if (a.check_values) {
     at::Tensor cu = a.cu_seqlens.to(at::kCPU).contiguous();
     const int32_t* c = cu.data_ptr<int32_t>();

@@ -306,6 +306,7 @@ std::string cudnn_attention_unfit(const ops::AttentionArgs& a) {
   if (a.q.scalar_type() != at::kBFloat16 && a.q.scalar_type() != at::kHalf) return "dtype is not bf16/fp16";
   if (a.sinks.defined()) return "attention sinks";
   if (a.window_left >= 0) return "a sliding window";
+  if (a.groups.defined()) return "bidirectional groups";
   const int64_t D = a.q.size(2), Dv = a.v.size(2);
   if (D % 8 != 0 || Dv % 8 != 0 || D > 128 || Dv > 128)
     return str("head dims ", D, "/", Dv, " (this backend takes multiples of 8 up to 128; larger ones, e.g. MLA's 192/128, "

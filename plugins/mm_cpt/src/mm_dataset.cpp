@@ -61,6 +61,8 @@ void bind(TableBinder& t, Options& o) {
 
 }  // namespace
 
+void count_image_decode() { g_decodes.fetch_add(1, std::memory_order_relaxed); }
+
 ProcessorConfig model_processor(const std::string& model_dir) {
   ProcessorConfig p;
   if (model_dir.empty()) return p;

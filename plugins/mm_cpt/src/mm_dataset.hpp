@@ -25,6 +25,7 @@ namespace ax::mm {
 // Images decoded by this process (every decode_image_file of the type): the tests prove that a cached
 // prepare decodes nothing.
 std::uint64_t image_decodes();
+void count_image_decode();  // one more for image_decodes()
 
 // Adds the `mm_cpt` dataset type to `registry` by hand, as the plugin's registration does: for the tests and fuzz
 // harnesses that build a registry (or an engine without plugin discovery) in-process.

@@ -95,28 +95,40 @@ ProcessedImage image_grid(int64_t height, int64_t width, const ProcessorConfig& 
   return out;
 }
 
-ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
+namespace {
+
+// uint8 [1, 3, H, W], contiguous: what the torchvision backend hands to resize (HWC permuted, .contiguous()).
+at::Tensor chw_of(const Image& img) {
   if (img.width <= 0 || img.height <= 0 || img.rgb.size() != static_cast<std::size_t>(img.width * img.height * 3))
     throw UsageError("image processor: an empty or inconsistent image");
+  return at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {1, img.height, img.width, 3}, at::kByte)
+      .permute({0, 3, 1, 2})
+      .contiguous();
+}
+
+// transformers' fused rescale + normalise: mean and std as float32 values times 1 / rescale_factor.
+void fused_mean_std(const std::vector<double>& mean_in, const std::vector<double>& std_in, double rescale, float* mean, float* stdv) {
+  const double inv_rescale = 1.0 / rescale;
+  for (int c = 0; c < 3; ++c) {
+    mean[c] = static_cast<float>(static_cast<float>(mean_in[c]) * inv_rescale);
+    stdv[c] = static_cast<float>(static_cast<float>(std_in[c]) * inv_rescale);
+  }
+}
+
+}  // namespace
+
+ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
+  at::Tensor x = chw_of(img);
   SerialAten serial;  // the caller (a oneTBB task per image) is the parallelism
   const int64_t factor = cfg.patch_size * cfg.merge_size;
   auto [rh, rw] = smart_resize(img.height, img.width, factor, cfg.min_pixels, cfg.max_pixels);
-  // uint8 [1, 3, H, W], contiguous: what the torchvision backend hands to resize (HWC permuted, .contiguous()).
-  at::Tensor x = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {1, img.height, img.width, 3}, at::kByte)
-                     .permute({0, 3, 1, 2})
-                     .contiguous();
   if (rh != img.height || rw != img.width)
     x = at::_upsample_bicubic2d_aa(x, {rh, rw}, /*align_corners=*/false, std::nullopt, std::nullopt);
   x = x.contiguous();
   const std::uint8_t* px = x.data_ptr<std::uint8_t>();
 
-  // Fused rescale + normalise as transformers does it: mean and std as float32 tensors times 1 / (1/255).
   float mean[3], stdv[3];
-  const double inv_rescale = 1.0 / (1.0 / 255.0);
-  for (int c = 0; c < 3; ++c) {
-    mean[c] = static_cast<float>(static_cast<float>(cfg.image_mean[c]) * inv_rescale);
-    stdv[c] = static_cast<float>(static_cast<float>(cfg.image_std[c]) * inv_rescale);
-  }
+  fused_mean_std(cfg.image_mean, cfg.image_std, 1.0 / 255.0, mean, stdv);
   const int64_t P = cfg.patch_size, M = cfg.merge_size, T = cfg.temporal_patch_size;
   const int64_t gh = rh / P, gw = rw / P;
   const int64_t dim = 3 * T * P * P;
@@ -144,6 +156,36 @@ ProcessedImage process_image(const Image& img, const ProcessorConfig& cfg) {
           }
         }
   return out;
+}
+
+std::string Gemma3ProcessorConfig::fingerprint() const {
+  std::ostringstream os;
+  os.precision(17);
+  os << "gemma3_fast v1 " << height << "x" << width << " rescale " << rescale_factor << " mean";
+  for (double m : image_mean) os << ' ' << m;
+  os << " std";
+  for (double s : image_std) os << ' ' << s;
+  return os.str();
+}
+
+void Gemma3ProcessorConfig::validate() const {
+  if (height <= 0 || width <= 0 || height > 8192 || width > 8192)
+    throw UsageError(ax::str("image processor: size must be in [1, 8192] a side, got ", height, "x", width));
+  if (!(rescale_factor > 0)) throw UsageError("image processor: rescale_factor must be positive");
+  if (image_mean.size() != 3 || image_std.size() != 3) throw UsageError("image processor: image_mean and image_std need 3 values (R, G, B)");
+  for (double s : image_std)
+    if (!(s > 0)) throw UsageError("image processor: image_std values must be positive");
+}
+
+at::Tensor process_gemma3_image(const Image& img, const Gemma3ProcessorConfig& cfg) {
+  at::Tensor x = chw_of(img);
+  SerialAten serial;
+  if (cfg.height != img.height || cfg.width != img.width)
+    x = at::_upsample_bilinear2d_aa(x, {cfg.height, cfg.width}, /*align_corners=*/false, std::nullopt, std::nullopt);
+  float mean[3], stdv[3];
+  fused_mean_std(cfg.image_mean, cfg.image_std, cfg.rescale_factor, mean, stdv);
+  at::Tensor m = at::from_blob(mean, {1, 3, 1, 1}, at::kFloat), s = at::from_blob(stdv, {1, 3, 1, 1}, at::kFloat);
+  return ((x.to(at::kFloat) - m) / s).squeeze(0).contiguous();
 }
 
 ProcessedBatch concat(const std::vector<ProcessedImage>& parts, int64_t patch_dim) {

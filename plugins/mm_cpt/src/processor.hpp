@@ -60,4 +60,18 @@ struct ProcessedBatch {
 ProcessedBatch process_images(const std::vector<Image>& images, const ProcessorConfig& cfg);
 ProcessedBatch concat(const std::vector<ProcessedImage>& parts, int64_t patch_dim);
 
+// Gemma 3's image processor (Gemma3ImageProcessor, the torchvision backend; pan-and-scan off): every image resized
+// to height x width (bilinear with antialiasing on the uint8 CHW tensor, at::_upsample_bilinear2d_aa as
+// torchvision runs it), then the same fused rescale-and-normalise (mean and std 0.5 by default).
+struct Gemma3ProcessorConfig {
+  int64_t height = 224, width = 224;
+  double rescale_factor = 1.0 / 255.0;
+  std::vector<double> image_mean{0.5, 0.5, 0.5};  // IMAGENET_STANDARD_MEAN
+  std::vector<double> image_std{0.5, 0.5, 0.5};   // IMAGENET_STANDARD_STD
+  std::string fingerprint() const;
+  void validate() const;
+};
+// One image: float32 [3, height, width]. Safe to call from several threads, as process_image.
+at::Tensor process_gemma3_image(const Image& img, const Gemma3ProcessorConfig& cfg);
+
 }  // namespace ax::mm

@@ -6,6 +6,8 @@
 // j >= i - window_left. out = softmax(scale · q kᵀ + mask) v; rows never attend across sequences.
 // Optional attention sinks (gpt_oss): a per-head logit that joins every row's softmax and is then dropped,
 // so a row's weights sum to less than one. Backends that take them claim the layout "sinks".
+// Optional bidirectional groups (gemma3's images): rows of one sequence with the same group id >= 0 also see
+// each other's later rows; the window still applies. Backends that cannot take them decline such calls.
 #pragma once
 #include <memory>
 #include <optional>
@@ -33,6 +35,10 @@ struct AttentionArgs {
   // lse_f = logaddexp(lse, sink_h) and out = Σ_j exp(S_ij − lse_f) v_j. Only backends claiming the
   // layout "sinks" are selected for such calls (docs/ops/attention.md).
   at::Tensor sinks;
+  // Optional int32 [T] on q's device, with causal = true: query i also sees key j > i (of its sequence) when
+  // groups[i] == groups[j] >= 0 (the tokens of one image, transformers' token_type_ids mask); -1 = no group.
+  // The window still hides keys left of i - window_left. Backends that cannot take them decline the call.
+  at::Tensor groups;
 };
 
 struct AttentionResult {

@@ -89,9 +89,6 @@ const Family& gemma3_text_family() {
     f.reads_attention_bias = true;
     f.reads_hidden_act = false;  // it reads hidden_activation
     f.read = read_gemma3_text;
-    f.refused_types = {{"gemma3", "model_type 'gemma3' is the multimodal Gemma3ForConditionalGeneration, which axengine "
-                                  "does not load; the text-only checkpoints (gemma-3-1b, or a text_config saved as "
-                                  "Gemma3ForCausalLM) have model_type 'gemma3_text'"}};
     f.presets = {{"tiny-gemma3", [](nlohmann::json& c) {
                     // As transformers 5 writes a Gemma3TextConfig: one RoPE per layer type, a sliding and a full layer.
                     c.erase("hidden_act");

@@ -94,6 +94,8 @@ int64_t flash_dim(const AttentionArgs& a) { return (std::max(a.q.size(2), a.v.si
 std::string flash_unfit(const AttentionArgs& a) {
   if (!a.q.is_cuda()) return "not on CUDA";
   if (a.q.scalar_type() != at::kBFloat16 && a.q.scalar_type() != at::kHalf) return "dtype is not bf16/fp16";
+  // Flash's masks are causal / windowed bands only: a group's later rows are not one of them.
+  if (a.groups.defined()) return "bidirectional groups (gemma3's image tokens)";
   if (flash_dim(a) > 256)
     return str("head dims ", a.q.size(2), "/", a.v.size(2), " (flash takes at most 256, padding included)");
   return {};

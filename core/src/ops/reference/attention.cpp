@@ -7,6 +7,7 @@
 // Backward with P = softmax(S), O = P v, G_o = dO:
 //   dV = Pᵀ·dO,  dP = dO·vᵀ,  dS = P∘(dP − rowsum(dO∘O)),  dq = scale·dS·k,  dk = scale·dSᵀ·q
 // dk/dv of a KV head sum over its query heads and over query chunks in a fixed order: deterministic.
+// Bidirectional groups only unmask keys: the same mask formulas, with later keys of the query's group visible.
 // Sinks (a per-head logit s_h in every row's softmax, then dropped): lse_f = logaddexp(lse, s_h) and
 // P = exp(S − lse_f), so rows of P sum to 1 − exp(s_h − lse_f). The formulas above hold with this P (O is
 // still P v, and ∂lse_f/∂S_ij = P_ij); and since ∂O_i/∂s_h = −exp(s_h − lse_f_i)·O_i,
@@ -40,7 +41,7 @@ struct Chunk {
 std::vector<Chunk> chunks(const AttentionArgs& a, int64_t T, int64_t L) {
   const int64_t Hq = a.q.size(1);
   const int64_t back = std::max<int64_t>(L - 1, 0);
-  const int64_t ahead = a.causal ? 0 : back;
+  const int64_t ahead = a.causal && !a.groups.defined() ? 0 : back;  // a group's later rows are visible
   // Queries per chunk: keep the fp32 score block near 2^25 elements (128 MiB) but never below 64 rows.
   const int64_t budget = int64_t{1} << 25;
   int64_t c = 64;
@@ -64,7 +65,14 @@ at::Tensor hidden(const AttentionArgs& a, const at::Tensor& seg, const Chunk& c)
   at::Tensor qi = at::arange(c.q0, c.q1, seg.options()).unsqueeze(1);
   at::Tensor kj = at::arange(c.k0, c.k1, seg.options()).unsqueeze(0);
   at::Tensor m = seg.slice(0, c.q0, c.q1).unsqueeze(1) != seg.slice(0, c.k0, c.k1).unsqueeze(0);
-  if (a.causal) m = m | (kj > qi);
+  if (a.causal) {
+    at::Tensor future = kj > qi;
+    if (a.groups.defined()) {  // a key of the query's own group is visible whatever its position
+      at::Tensor gq = a.groups.slice(0, c.q0, c.q1).unsqueeze(1), gk = a.groups.slice(0, c.k0, c.k1).unsqueeze(0);
+      future = future & ((gq != gk) | (gq < 0));
+    }
+    m = m | future;
+  }
   if (a.window_left >= 0) m = m | (kj < qi - a.window_left);
   return m;
 }
