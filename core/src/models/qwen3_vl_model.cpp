@@ -122,6 +122,9 @@ class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
     out.summary = str("qwen3_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
                       " blocks");
     out.ops = text.calls;
+    // Every batch of this model carries multimodal [3, T] positions, and the fused norm_rope op takes 1-D
+    // ones: the decoder runs the q/k norms as rms_norm calls (in the plan already) and rotates in ATen.
+    std::erase_if(out.ops, [](const auto& c) { return c.op == "norm_rope"; });
     for (const auto& c : Qwen3VisionTower::calls()) out.ops.push_back(c);
     out.ops = ordered_calls(std::move(out.ops));
     out.quantize = text.quantize;

@@ -31,6 +31,19 @@ def lora_inputs(w, dtype, device, batch=(3, 5), rank=4, seed=1, grad=True):
     return rand(*batch, K), rand(N), rand(rank, K), rand(N, rank)
 
 
+
+def _nf4_round_trip_ok(x, back, blocksize):
+    """Whether a dequantised tensor is within NF4's half step of x in every block (the widest gap between
+    adjacent NF4 levels is 0.277 of the block's absmax), with room for the dtype's rounding."""
+    xb = x.float().reshape(-1, blocksize)
+    bound = xb.abs().amax(1, keepdim=True) * 0.15
+    return bool(((back.float().reshape(-1, blocksize) - xb).abs() <= bound).all())
+
+
+def bnb_version():
+    import bitsandbytes
+    return bitsandbytes.__version__
+
 class Dequantize(unittest.TestCase):
     def check_values(self, device):
         for (shape, bs, dq, nbs), dtype in itertools.product(WEIGHTS, DTYPES + (torch.float64,)):
@@ -66,9 +79,15 @@ class Dequantize(unittest.TestCase):
                     if device == "cpu":
                         raise
                     self.skipTest(f"bitsandbytes cannot quantise on {device} here ({e})")
+                back = bnbf.dequantize_4bit(codes, state)
+                if device == "cpu" and not _nf4_round_trip_ok(x, back, bs):
+                    # bitsandbytes 0.50.2's CPU backend: its own dequantize_4bit(quantize_4bit(x)) misses x by far
+                    # more than NF4's step allows (2.1 on randn, where decoding its codes as documented gives the
+                    # usual 0.47), so it is no reference there: say so instead of comparing with it.
+                    self.skipTest(f"bitsandbytes {bnb_version()} on the CPU does not round-trip its own nf4 codes")
                 w = Weight.from_bnb(codes, state)
                 got = ops.nf4_dequantize(dtype=dtype, **w.kwargs())
-                self.assertTrue(torch.equal(got, bnbf.dequantize_4bit(codes, state)), "differs from bitsandbytes")
+                self.assertTrue(torch.equal(got, back), "differs from bitsandbytes")
 
     def test_bad_arguments(self):
         """On CPU (core's validators) and on meta tensors (the Meta kernel: what a trace meets)."""
