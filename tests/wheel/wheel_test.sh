@@ -44,7 +44,9 @@ echo "--- axengine version, plugins list"
 plugins=$("$ax" plugins list 2>&1) || { echo "$plugins"; exit 1; }
 echo "$plugins"
 for so in "$pkg"/bin/plugins/*.so; do
-  echo "$plugins" | grep -qF "$so" || { echo "plugins list does not show $so"; exit 1; }
+  # A here-string, not `echo | grep -q`: under pipefail grep -q's early exit can kill echo with SIGPIPE once
+  # the list outgrows the pipe buffer, failing the check for a line that is there.
+  grep -qF "$so" <<< "$plugins" || { echo "plugins list does not show $so"; exit 1; }
 done
 
 echo "--- the quickstart model, 3 steps"
