@@ -255,11 +255,13 @@ def main():
     steps = args.steps or c["max_steps"] - args.warmup
     n_steps = max(c["max_steps"], args.max_warmup + steps)
     vcfg = json.load(open(os.path.join(c["model"], "config.json")))["vision_config"]
-    res["step_images"], res["step_image_tokens"], res["step_matrix_flops"] = [], [], []
+    for key in ("step_images", "step_image_tokens", "step_label_tokens", "step_matrix_flops"):
+        res[key] = []
     for s in range(n_steps):
         b = batch(s)
         grids = b[5].tolist() if b[5] is not None else []
         res["step_images"].append(len(grids))
+        res["step_label_tokens"].append(int((b[1] != -100).sum()))  # axengine's metrics: trainable_tokens
         res["step_image_tokens"].append(sum(t_ * h * w // 4 for t_, h, w in grids))
         res["step_matrix_flops"].append(flops.step_flops(c["model"], c["targets"], c["r"], spans(b[2][0]),
                                                          c["checkpointing"])["total"] + vision_flops(vcfg, grids))

@@ -14,7 +14,8 @@ written at --chars-per-token characters per token (1.3: the tiny preset's byte-l
 uses; a real Qwen tokenizer makes ~4 characters a token, so the same token counts hold about 3x the words).
 Deterministic for a given --seed; images are drawn in parallel (--jobs).
 
-  make_corpus.py OUT_DIR [--rows 96] [--seed 0] [--min-side 448] [--max-side 1024] [--jobs 0 (all cores)]
+  make_corpus.py OUT_DIR [--rows 160] [--seed 0] [--min-side 448] [--max-side 1024] [--text-scale 1]
+                 [--jobs 0 (all cores)]
 
 writes OUT_DIR/train.jsonl, OUT_DIR/images/*.jpg and OUT_DIR/stats.json (rows, images per row, sizes)."""
 import argparse
@@ -73,16 +74,17 @@ def draw(job):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--rows", type=int, default=96)
+    ap.add_argument("--rows", type=int, default=160)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-side", type=int, default=448)
     ap.add_argument("--max-side", type=int, default=1024)
     ap.add_argument("--chars-per-token", type=float, default=1.3)
+    ap.add_argument("--text-scale", type=float, default=1.0, help="turn lengths times this (TINY=1: short rows)")
     ap.add_argument("--jobs", type=int, default=0)
     a = ap.parse_args()
     if not 16 <= a.min_side <= a.max_side:
         ap.error("need 16 <= --min-side <= --max-side")
-    rng = np.random.default_rng(a.seed)
+    rng, ts = np.random.default_rng(a.seed), a.text_scale
     os.makedirs(os.path.join(a.out, "images"), exist_ok=True)
     rows, jobs = [], []
     for i in range(a.rows):
@@ -94,7 +96,7 @@ def main():
             per_turn[int(rng.integers(0, turns))] += 1
         messages = []
         if rng.random() < 0.3:
-            messages.append({"role": "system", "content": text(rng, 10, 40, a.chars_per_token, "You are a careful visual assistant.")})
+            messages.append({"role": "system", "content": text(rng, 10 * ts, 40 * ts, a.chars_per_token, "You are a careful visual assistant.")})
         k = 0
         for t in range(turns):
             parts = []
@@ -105,9 +107,9 @@ def main():
                 parts.append({"type": "image", "image": name})
                 k += 1
             q = rng.choice(QUESTIONS) + "?" if rng.random() < 0.7 else ""
-            parts.append({"type": "text", "text": text(rng, 15, 120, a.chars_per_token, q)})
+            parts.append({"type": "text", "text": text(rng, 15 * ts, 120 * ts, a.chars_per_token, q)})
             messages.append({"role": "user", "content": parts if per_turn[t] else parts[0]["text"]})
-            messages.append({"role": "assistant", "content": text(rng, 40, 450, a.chars_per_token)})
+            messages.append({"role": "assistant", "content": text(rng, 40 * ts, 450 * ts, a.chars_per_token)})
         rows.append({"messages": messages})
     with Pool(a.jobs or os.cpu_count()) as pool:
         pool.map(draw, jobs, chunksize=4)
