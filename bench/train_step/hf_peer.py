@@ -496,7 +496,6 @@ def run_variants(res, variants, model, params, layers, batch, c, args, device, s
         json.dump(res, open(args.out, "w"), indent=1)  # after each variant: a later one may be cut off
 
 
-
 def system_name(variant, suffix):
     """hf+peft[+bnb][+liger][+compile]"""
     return "hf+peft" + suffix + "".join("+" + part for part in variant.split("+") if part != "eager")

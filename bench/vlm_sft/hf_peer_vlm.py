@@ -67,7 +67,10 @@ def absolute(messages, base):
     for m in messages:
         c = m["content"]
         if isinstance(c, list):
-            c = [dict(p, image=os.path.join(base, p["image"])) if p.get("type") == "image" else p for p in c]
+            if any(p.get("type") not in ("text", "image") or (p["type"] == "image" and "image" not in p) for p in c):
+                sys.exit("hf_peer_vlm: reads make_corpus.py's parts only: {\"type\": \"text\"} and "
+                         "{\"type\": \"image\", \"image\": PATH}")
+            c = [dict(p, image=os.path.join(base, p["image"])) if p["type"] == "image" else p for p in c]
         out.append({"role": m["role"], "content": c})
     return out
 

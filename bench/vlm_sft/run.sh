@@ -10,6 +10,7 @@
 #   bash bench/vlm_sft/run.sh            (~6 min on an H200: model 1-2 min, axengine ~1 min, the peer ~2-3 min)
 # Options (environment): SET="k=v ..." --set overrides for both sides (e.g. SET='train.activation_checkpointing=false');
 # PEER_VARIANTS=eager,compile (default eager); PEER_TIMEOUT (s, default 420); ROWS (conversations, default 160);
+# PROFILE=1 a profiled axengine run too (launches and host syncs per step);
 # AXENGINE_BIN, PYTHON, OUT, AX_BENCH_WORK (default /tmp/ax-vlm-bench: the model and the corpus are reused).
 # TINY=1: the whole pipeline on the CPU with the tiny-qwen3-vl preset's shape, small images and short
 # conversations, a few steps: a test of the scripts, not a benchmark (tests/python/check_vlm_sft_bench.py).
@@ -22,7 +23,8 @@ py=${PYTHON:-python3}
 work=${AX_BENCH_WORK:-/tmp/ax-vlm-bench}
 out=${OUT:-/tmp}; mkdir -p "$out" "$work"
 cfg=$here/qwen3-vl-8b-sft.toml
-command="${TINY:+TINY=$TINY }${SET:+SET='$SET' }${PEER_VARIANTS:+PEER_VARIANTS=$PEER_VARIANTS }bash bench/vlm_sft/run.sh"
+command="${TINY:+TINY=$TINY }${SET:+SET='$SET' }${PEER_VARIANTS:+PEER_VARIANTS=$PEER_VARIANTS }${PROFILE:+PROFILE=$PROFILE }"
+command+="bash bench/vlm_sft/run.sh"
 stamp() { echo "[vlm_sft run.sh $(date +%T)] $*"; }
 device=cuda preset=qwen3-vl-8b warmup=5 corpus=(--rows "${ROWS:-160}")
 sets=(model.path=$work/model run.output_dir=$work/run "datasets[0].path=$work/corpus/train.jsonl")
@@ -49,6 +51,15 @@ rm -rf "$work/run"
   || echo "run.sh: axengine failed (see its log)"
 cp "$work/run/metrics.jsonl" "$logs/metrics.jsonl" 2>/dev/null || true
 
+summary=""
+if [ "${PROFILE:-0}" = 1 ]; then  # separate from the timed run: the profiler's overhead stays out of it
+  stamp "axengine, profiled"
+  rm -rf "$work/run"
+  "$ax" run --config "$cfg" "${sa[@]}" "${ax_extra[@]}" --set train.max_steps=13 --set profile.start_step=10 \
+    --set profile.steps=3 > "$logs/axengine-profile.log" 2>&1 || echo "run.sh: the profiled run failed (see its log)"
+  cp "$work/run/profile/summary.txt" "$logs/profile-summary.txt" 2>/dev/null && summary=$logs/profile-summary.txt
+fi
+
 variants=${PEER_VARIANTS:-eager}
 stamp "HF transformers + peft: $variants"
 PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-420}" "$py" "$here/hf_peer_vlm.py" "$cfg" --out "$logs/peer.json" \
@@ -56,7 +67,8 @@ PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-420}" "$py" "$here/hf_peer_vlm.py" "
   | tee "$logs/peer.log" | grep -E '^(hf_peer|\{)' || echo "run.sh: the peer failed or was cut off (see its log)"
 
 "$py" "$root/bench/train_step/summarize.py" --name vlm-sft --config "$cfg" --ax-log "$logs/axengine.log" \
-  --ax-metrics "$logs/metrics.jsonl" --peer "$logs/peer.json" --warmup "$warmup" --command "$command" \
+  --ax-metrics "$logs/metrics.jsonl" --ax-profile "$summary" --peer "$logs/peer.json" --warmup "$warmup" \
+  --command "$command" \
   --out "$out/vlm-sft-step.json" > "$logs/summary.log"
 "$py" "$here/summarize_vlm.py" "$out/vlm-sft-step.json" "$logs/peer.json" "$work/corpus/stats.json" \
   "$logs/metrics.jsonl"

@@ -68,6 +68,8 @@ def main():
     res["bench"] = (f"vlm_sft step: {shape(peer.get('model'))} (random init, bf16), LoRA r=16 on the language model's "
                     f"attention + MLP, frozen vision tower, image conversations (1-4 JPEGs of "
                     f"{stats['side_px'][0]}-{stats['side_px'][1]} px each) packed into {B} x {S} tokens")
+    if not res["axengine_profile"].get("line") and "not profiled" in res["axengine_profile"].get("note", ""):
+        res["axengine_profile"]["note"] = "not profiled (PROFILE=1 bash bench/vlm_sft/run.sh profiles axengine)"
     res["goals"] = GOALS
     res["workload"] = {
         "corpus": stats, "conversations": peer.get("conversations"), "packed_rows": peer.get("packed_rows"),
