@@ -23,6 +23,39 @@ import sys
 import torch
 
 
+def init_weights(model, hidden, device, seed):
+    """Materialises a meta-device model on `device` and fills it as init-model does: norms 1 (ln_q: the
+    Qwen2.5-VL merger's norm), biases 0, embeddings and lm_head normal(0, 1/sqrt(hidden)), the rest normal(0,
+    0.02); then ties the head if the config says so. Shared with bench/vlm_sft/make_model.py."""
+    model.to_empty(device=device)
+    gen = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or "ln_q" in name:
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            elif "embed_tokens" in name or name == "lm_head.weight":
+                p.normal_(0.0, 1.0 / math.sqrt(hidden), generator=gen)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+        model.tie_weights()
+
+
+def save_model_dir(model, out, tokenizer_from):
+    """save_pretrained into OUT.partial with the tokenizer/processor/template files of tokenizer_from, the
+    .complete marker last, then renamed to OUT: a dir with the marker holds a whole model."""
+    tmp = out.rstrip("/") + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, max_shard_size="5GB")
+    for f in os.listdir(tokenizer_from):
+        if f.startswith(("tokenizer", "preprocessor", "generation", "special_tokens", "chat_template")):
+            shutil.copy(os.path.join(tokenizer_from, f), tmp)
+    open(os.path.join(tmp, ".complete"), "w").close()
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -50,30 +83,8 @@ def main():
     config = Qwen2_5_VLConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
     with torch.device("meta"):
         model = Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16)
-    model.to_empty(device=args.device)
-    gen = torch.Generator(args.device).manual_seed(args.seed)
-    hidden = cfg["text_config"]["hidden_size"]
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name or "ln_q" in name:
-                p.fill_(1.0)
-            elif name.endswith(".bias"):
-                p.zero_()
-            elif "embed_tokens" in name or name == "lm_head.weight":
-                p.normal_(0.0, 1.0 / math.sqrt(hidden), generator=gen)
-            else:
-                p.normal_(0.0, 0.02, generator=gen)
-        model.tie_weights()
-
-    tmp = args.out.rstrip("/") + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, max_shard_size="5GB")
-    for f in os.listdir(args.tokenizer_from):
-        if f.startswith(("tokenizer", "preprocessor", "generation", "special_tokens", "chat_template")):
-            shutil.copy(os.path.join(args.tokenizer_from, f), tmp)
-    open(os.path.join(tmp, ".complete"), "w").close()
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.rename(tmp, args.out)
+    init_weights(model, cfg["text_config"]["hidden_size"], args.device, args.seed)
+    save_model_dir(model, args.out, args.tokenizer_from)
     total = sum(p.numel() for p in model.parameters())
     vis = sum(p.numel() for n_, p in model.named_parameters() if "visual" in n_)
     print(f"make_vl_model: wrote a Qwen2.5-VL-3B-shaped model ({total / 1e9:.2f}B parameters, vision {vis / 1e9:.2f}B) to {args.out}")

@@ -93,8 +93,10 @@ def apply_set(cfg, assignment):
     node[parts[-1]] = value
 
 
-def read_config(path, args):
-    """The axengine config's values the peer needs, with axengine's defaults (core/src/train/*config*)."""
+def read_config(path, args, check_dataset=True):
+    """The axengine config's values the peer needs, with axengine's defaults (core/src/train/*config*).
+    check_dataset: the dataset must be the completion one packed_rows.py mirrors (bench/vlm_sft's peer reads a
+    chat_template one and checks it itself)."""
     cfg = tomllib.load(open(path, "rb"))
     for assignment in args.set:
         apply_set(cfg, assignment)
@@ -103,7 +105,7 @@ def read_config(path, args):
     train, lora, ds = cfg.get("train", {}), cfg.get("lora", {}), cfg["datasets"][0]
     if train.get("grad_accum", 1) != 1 or train.get("schedule", "cosine") != "constant" or train.get("warmup_steps", 0):
         sys.exit("hf_peer: the config must have grad_accum = 1 and a constant lr without warmup")
-    if ds.get("type") != "completion" or not ds.get("eval_path") or ds.get("prompt_field") != "prompt":
+    if check_dataset and (ds.get("type") != "completion" or not ds.get("eval_path") or ds.get("prompt_field") != "prompt"):
         sys.exit("hf_peer: packed_rows.py mirrors a completion dataset with prompt_field = \"prompt\" and eval_path")
     opt = cfg.get("optimizer", {})
     return {
@@ -209,7 +211,10 @@ def apply_liger(is_moe, model_type, experts):
     return patch.__name__
 
 
-def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdpa", liger_experts="liger"):
+def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdpa", liger_experts="liger",
+               auto_class="AutoModelForCausalLM", lora_exclude=None):
+    """The model as the peer trains it. auto_class, lora_exclude: bench/vlm_sft's peer loads a VLM
+    (AutoModelForImageTextToText) with its vision tower kept out of LoRA (peft's exclude_modules)."""
     import transformers
     from peft import get_peft_model
 
@@ -220,7 +225,7 @@ def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdp
     if qlora:
         kw["quantization_config"] = bnb_config(c, double_quant)
     patched = apply_liger(is_moe, mcfg.get("model_type"), liger_experts) if liger else None
-    model = transformers.AutoModelForCausalLM.from_pretrained(
+    model = getattr(transformers, auto_class).from_pretrained(
         c["model"], dtype=c["dtype"], attn_implementation=attn, device_map=device, **kw)
     model.config.use_cache = False
     if c["checkpointing"]:  # per decoder layer, non-reentrant (transformers 5.17's name; later ones renamed it)
@@ -229,7 +234,10 @@ def load_model(c, device, qlora=False, double_quant=True, liger=False, attn="sdp
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = get_peft_model(model, lora_config(c, is_moe))
+    lora = lora_config(c, is_moe)
+    if lora_exclude:
+        lora.exclude_modules = lora_exclude
+    model = get_peft_model(model, lora)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     setup = {"attention": attn, "experts_implementation": kw.get("experts_implementation"),
@@ -250,8 +258,8 @@ class Layers:
     parametrization every forward, so a MoE layer recompiles until that limit leaves those frames eager;
     train() waits that out."""
 
-    def __init__(self, model):
-        self.layers = model.get_base_model().model.layers
+    def __init__(self, model, layers=None):
+        self.layers = layers if layers is not None else model.get_base_model().model.layers
         self.plain = list(self.layers)
         self.compiled = None
 
@@ -267,9 +275,15 @@ def graphs_compiled():
     return counters["stats"]["unique_graphs"]
 
 
-def train(model, params, batch, c, device, warmup, steps, max_warmup):
+def text_inputs(b):
+    """The model's inputs of a packed_rows batch (input_ids, labels, position_ids, real tokens)."""
+    return {"input_ids": b[0], "labels": b[1], "position_ids": b[2]}
+
+
+def train(model, params, batch, c, device, warmup, steps, max_warmup, inputs=text_inputs):
     """At least `warmup` steps, more (up to max_warmup) until one compiles no new graph, then `steps` timed
-    steps, each from the batch copy to the end of its GPU work. Returns step times, losses, warm-up steps and
+    steps, each from the batch copy to the end of its GPU work. inputs(batch(step)): the forward's tensor
+    arguments (copied to the device inside the timed step). Returns step times, losses, warm-up steps and
     graphs compiled while timing (0 unless max_warmup ran out)."""
     opt = torch.optim.AdamW(params, lr=c["lr"], betas=c["betas"], eps=c["eps"], weight_decay=c["weight_decay"],
                             fused=True)
@@ -278,10 +292,10 @@ def train(model, params, batch, c, device, warmup, steps, max_warmup):
     graphs_at_warm = 0
     try:
         while len(times) < steps:
-            ids, labels, pos, _ = batch(step)
+            step_inputs = inputs(batch(step))
             g0, t0 = graphs_compiled(), time.perf_counter()
-            ids, labels, pos = (x.to(device, non_blocking=True) for x in (ids, labels, pos))
-            loss = model(input_ids=ids, labels=labels, position_ids=pos, use_cache=False).loss
+            step_inputs = {k: x.to(device, non_blocking=True) for k, x in step_inputs.items()}
+            loss = model(**step_inputs, use_cache=False).loss
             loss.backward()
             if c["max_grad_norm"] > 0:
                 torch.nn.utils.clip_grad_norm_(params, c["max_grad_norm"])
@@ -393,7 +407,6 @@ def main():
     t = time.perf_counter()
     model, params, is_moe, setup = load_model(c, device, args.qlora, bool(args.double_quant), liger, attn,
                                               args.liger_experts)
-    lora_init = [p.detach().clone() for p in params]
     n_trainable = sum(p.numel() for p in params)
     print(f"hf_peer: loaded {c['model']} in {time.perf_counter() - t:.1f} s; {len(params)} LoRA tensors, "
           f"{n_trainable} parameters; {setup}")
@@ -422,7 +435,18 @@ def main():
                                f"{str(c['dtype']).replace('torch.', '')}; "
                                "no prepare_model_for_kbit_training (it upcasts the rest of the base to fp32)")
         print(f"hf_peer: base {res['base']}")
-    layers = Layers(model)
+    run_variants(res, variants, model, params, Layers(model), batch, c, args, device, suffix, attn, liger)
+
+
+def run_variants(res, variants, model, params, layers, batch, c, args, device, suffix, attn, liger=False,
+                 inputs=text_inputs):
+    """Each variant trained from the same adapter (Layers: compiled or not), its row (ms/step, tokens/s, peak
+    memory, MFU from res["step_matrix_flops"] and res["gemm"], losses, the real tokens of each step: batch(s)[3])
+    appended to res["rows"] and res written to args.out after each; an error (out of memory) is that row's
+    `error` and the next variant runs. Shared with bench/vlm_sft/hf_peer_vlm.py."""
+    cuda = device.startswith("cuda")
+    steps = args.steps or c["max_steps"] - args.warmup
+    lora_init = [p.detach().clone() for p in params]
     for variant in variants:
         name = system_name(variant, suffix)
         if liger and not cuda:
@@ -442,7 +466,7 @@ def main():
         row = {"system": name, "attention": attn}
         try:
             times, losses, warm, late_graphs = train(model, params, batch, c, device, args.warmup, steps,
-                                                     args.max_warmup)
+                                                     args.max_warmup, inputs)
         except Exception as e:  # out of memory above all: the row says so and the next variant runs
             traceback.print_exc()
             row.update(error=f"{type(e).__name__}: {str(e)[:400]}", wall_s=round(time.perf_counter() - t, 1),
