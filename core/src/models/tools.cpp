@@ -87,6 +87,7 @@ std::vector<std::string> model_presets() {
     for (const auto& p : f->presets) out.push_back(p.name);
   out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
   out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
+  out.push_back("tiny-qwen3-vl-moe");  // models/qwen3_vl_moe.cpp
   out.push_back("tiny-gemma3-mm");   // models/gemma3_mm_init.cpp
   return out;
 }
@@ -95,6 +96,7 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
   if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
   if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
+  if (preset == "tiny-qwen3-vl-moe") return models::init_qwen3_vl_moe_dir(out_dir, seed);
   if (preset == "tiny-gemma3-mm") return models::init_gemma3_mm_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
@@ -168,10 +170,11 @@ std::optional<VlSummary> vl_summary(const json& cfg, const std::string& path) {
            v.depth, models::vision_checkpoint_tensors(v)};
     return out;
   }
-  if (type == "qwen3_vl") {
-    const models::Qwen3VlConfig vl = models::parse_qwen3_vl_config(cfg, path);
+  if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
+    const bool moe = type == "qwen3_vl_moe";
+    const models::Qwen3VlConfig vl = moe ? models::parse_qwen3_vl_moe_config(cfg, path) : models::parse_qwen3_vl_config(cfg, path);
     const auto& v = vl.vision;
-    out = {vl.text, "qwen3_vl (language model qwen3)",
+    out = {vl.text, moe ? "qwen3_vl_moe (language model qwen3_moe)" : "qwen3_vl (language model qwen3)",
            str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
                v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
                " learned positions, deepstack blocks ", shape_str(v.deepstack_visual_indexes), "; mrope_section ",
