@@ -232,3 +232,39 @@ TEST_CASE("qwen3_vl_moe on CUDA: image+text logits, loss and LoRA gradients vs t
   check_logits(out.logits.to(at::kCPU), p, *g);
   check_loss_and_grads(out, dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules, *g);
 }
+
+// bf16 on the GPU, where moe.mlp's GPU kernels (scattermoe on sm_80+) take the experts: the logits and the loss
+// near transformers' fp32 ones (bf16's rounding, uncalibrated bound), every LoRA factor gets a finite gradient.
+TEST_CASE("qwen3_vl_moe on CUDA, bf16: the default kernels (moe.mlp) run it near transformers' fp32 logits") {
+  if (!at::hasCUDA()) {
+    MESSAGE("no CUDA device: nothing to compare on this machine");
+    return;
+  }
+  auto g = golden();
+  Packed p = packed_batch(*g);
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  ax::ModelLoadOptions o;
+  o.dir = case_path();
+  o.adapter_dir = case_path() + "/adapter";
+  o.dtype = "bf16";
+  o.device = "cuda:0";
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::detect_device("cuda"));
+  auto model = ax::load_model(reg, o);
+  auto out = model->forward(p.batch.to(at::Device("cuda:0")), true);
+  at::Tensor logits = out.logits.to(at::kCPU, at::kFloat);
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    auto [row, off, len] = p.where[k];
+    CHECK(rel_max(logits[row].narrow(0, off, len), g->get(ax::str("logits.", k))) <= 5e-2);
+  }
+  const double want = g->get("loss").item<double>();
+  CHECK(std::abs(out.loss.item<double>() - want) <= 2e-2 * want);
+  out.loss.backward();
+  for (const auto& m : dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules) {
+    CAPTURE(m.peft_key);
+    REQUIRE(m.a.grad().defined());
+    CHECK(at::isfinite(m.a.grad()).all().item<bool>());
+    CHECK(at::isfinite(m.b.grad()).all().item<bool>());
+  }
+}
