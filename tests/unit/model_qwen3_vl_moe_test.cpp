@@ -14,6 +14,7 @@
 
 #include "axengine/error.hpp"
 #include "axengine/model_check.hpp"
+#include "axengine/models.hpp"
 #include "models/qwen3_vl.hpp"
 #include "unit/model_case_util.hpp"
 #include "unit/test_paths.hpp"
@@ -170,6 +171,10 @@ TEST_CASE("qwen3_vl_moe: LoRA targets as peft takes them on this model, the op p
   bool moe = false;
   for (const auto& c : check.ops) moe |= c.op == "moe.mlp";
   CHECK(moe);
+  // inspect says so too, not qwen3_moe's conversion of gate_proj/up_proj/down_proj to the experts.
+  const std::string report = ax::inspect_model_dir(case_path());
+  CHECK(report.find("note: peft converts no target on this model") != std::string::npos);
+  CHECK(report.find("(as peft does for transformers 5)") == std::string::npos);
 }
 
 TEST_CASE("qwen3_vl_moe: adapters we save reload with the same logits; with AXENGINE_VLM_PEFT_EXPORT_DIR, written for peft") {

@@ -356,18 +356,23 @@ std::string inspect_model_dir(const std::string& dir) {
     if (e.first++ == 0) e.second = s.path;
   }
   for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
-  // peft's "all-linear" on this model (models/lora_all_linear.hpp).
-  const models::AllLinear all = models::resolve_all_linear(c.model_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
+  // peft's "all-linear" on this model (models/lora_all_linear.hpp). A vision-language model's LoRA is planned under
+  // its own model_type, whose targets peft converts for no expert (qwen3_vl_moe: models/qwen3_vl_moe.cpp).
+  const std::string lora_type = vl || g3 ? cfg_json.value("model_type", std::string()) : c.model_type;
+  const models::AllLinear all = models::resolve_all_linear(lora_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
   os << "  \"all-linear\": " << join(all.targets, ", ");
   if (!all.not_supported.empty())
     os << "; refused: peft also targets " << all.not_supported.front()
        << (all.not_supported.size() > 1 ? str(" and ", all.not_supported.size() - 1, " more") : "")
        << ", which axengine puts no LoRA on";
   os << "\n";
-  if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n)
+  if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n && lora_type == c.model_type)
     os << "  note: on this MoE model " << n->gate << "+" << n->up << " / " << n->down
        << " target the fused experts (as peft does for transformers 5): one rank-2r LoRA on gate_up_proj, "
           "and dense MLP layers get none\n";
+  else if (c.num_experts > 0 && lora_type != c.model_type)
+    os << "  note: peft converts no target on this model: gate_up_proj / experts.down_proj target the fused experts "
+          "(peft's target_parameters), gate_proj / up_proj / down_proj the dense MLP layers only\n";
   return os.str();
 }
 
