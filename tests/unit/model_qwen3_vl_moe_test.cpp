@@ -31,6 +31,18 @@ std::shared_ptr<ax::safetensors::File> golden() {
   return ax::safetensors::File::open((ax::test::case_dir("qwen3_vl_moe") / "golden.safetensors").string());
 }
 
+// The golden's model and adapter on the GPU with the default backends for `dtype`.
+std::unique_ptr<ax::Model> load_on_cuda(ax::Registry& reg, const char* dtype) {
+  ax::register_builtins(reg);
+  ax::ModelLoadOptions o;
+  o.dir = case_path();
+  o.adapter_dir = case_path() + "/adapter";
+  o.dtype = dtype;
+  o.device = "cuda:0";
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::detect_device("cuda"));
+  return ax::load_model(reg, o);
+}
+
 }  // namespace
 
 TEST_CASE("qwen3_vl_moe parity: experts and a dense layer under deepstack and interleaved mrope, packed rows vs transformers+peft") {
@@ -215,8 +227,9 @@ TEST_CASE("qwen3_vl_moe: LoRA training on the experts and attention lowers the l
   CHECK(last < first - 0.3);
 }
 
-// The model on CUDA against transformers' logits, fp32, with the default backends (moe.mlp's CUDA kernels among
-// them). Without a CUDA device the case says so and passes; on the GPU machine it is real.
+// The model on CUDA against transformers' logits, fp32, with the default backends for fp32 on CUDA (the host-built
+// rope index, splice positions and deepstack rows moved to the device). Without a CUDA device the case says so and
+// passes; on the GPU machine it is real.
 TEST_CASE("qwen3_vl_moe on CUDA: image+text logits, loss and LoRA gradients vs transformers+peft (fp32)") {
   if (!at::hasCUDA()) {
     MESSAGE("no CUDA device: nothing to compare on this machine");
@@ -225,14 +238,7 @@ TEST_CASE("qwen3_vl_moe on CUDA: image+text logits, loss and LoRA gradients vs t
   auto g = golden();
   Packed p = packed_batch(*g);
   ax::Registry reg;
-  ax::register_builtins(reg);
-  ax::ModelLoadOptions o;
-  o.dir = case_path();
-  o.adapter_dir = case_path() + "/adapter";
-  o.dtype = "fp32";
-  o.device = "cuda:0";
-  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::detect_device("cuda"));
-  auto model = ax::load_model(reg, o);
+  auto model = load_on_cuda(reg, "fp32");
   auto out = model->forward(p.batch.to(at::Device("cuda:0")), true);
   check_logits(out.logits.to(at::kCPU), p, *g);
   check_loss_and_grads(out, dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules, *g);
@@ -248,14 +254,7 @@ TEST_CASE("qwen3_vl_moe on CUDA, bf16: the default kernels (moe.mlp) run it near
   auto g = golden();
   Packed p = packed_batch(*g);
   ax::Registry reg;
-  ax::register_builtins(reg);
-  ax::ModelLoadOptions o;
-  o.dir = case_path();
-  o.adapter_dir = case_path() + "/adapter";
-  o.dtype = "bf16";
-  o.device = "cuda:0";
-  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::detect_device("cuda"));
-  auto model = ax::load_model(reg, o);
+  auto model = load_on_cuda(reg, "bf16");
   auto out = model->forward(p.batch.to(at::Device("cuda:0")), true);
   at::Tensor logits = out.logits.to(at::kCPU, at::kFloat);
   for (int k = 0; k < 3; ++k) {
