@@ -7,6 +7,7 @@
 //   qwen3_vl_vision.cpp  the vision tower: patch embedding + interpolated positions, blocks, merger, deepstack
 //   qwen3_vl_model.cpp   the Model (rope index and splicing shared with qwen2_5_vl) and its family
 //   qwen3_vl_init.cpp    `init-model --preset tiny-qwen3-vl`
+//   qwen3_vl_moe.cpp     the qwen3_vl_moe variant (a qwen3_moe decoder): its config, family and preset
 //
 // The math follows transformers 5.23's modeling_qwen3_vl.py; docs/models.md lists what is supported.
 #pragma once
