@@ -15,7 +15,8 @@ Variants: "class" (the config class instantiated with no arguments: the sizes ar
 "small" (small sizes given, so that derivations like head_dim = hidden_size / heads show), and per family a
 variant that turns on what only then derives (qwen2's sliding layers from max_window_layers). qwen2_5_vl is
 read as Qwen2_5_VLConfig reads it, the text keys nested in text_config (transformers 5) and at the top level
-(transformers 4, "flat").
+(transformers 4, "flat"). qwen3_vl_moe is read as Qwen3VLMoeConfig reads it (text_config, a Qwen3VLMoeTextConfig):
+its language model's keys.
 
 tests/unit/model_config_defaults_test.cpp parses each config with axengine and compares.
 Run with the project venv:  /root/.cache/axengine/venv/bin/python scripts/goldens/make_config_defaults_goldens.py
@@ -27,6 +28,7 @@ import torch
 import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLConfig
+from transformers.models.qwen3_vl_moe.configuration_qwen3_vl_moe import Qwen3VLMoeConfig
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models",
                    "config_defaults.json")
@@ -177,6 +179,16 @@ def expect(family, cfg, tie):
                     int(cfg.rope_interleave)]
         from transformers.models.deepseek_v3.modeling_deepseek_v3 import yarn_apply_mscale
         e["mla_softmax_scale"] = yarn_apply_mscale(cfg.rope_parameters, cfg.qk_head_dim ** -0.5)
+    if family == "qwen3_vl_moe":
+        # Qwen3VLMoeTextTopKRouter always renormalises; Qwen3VLMoeTextDecoderLayer's sparse layers; the dense MLP's
+        # intermediate_size beside the experts'.
+        e["router_aux_loss_coef"] = cfg.router_aux_loss_coef
+        e["output_router_logits"] = cfg.output_router_logits
+        e["norm_topk_prob"] = True
+        e["decoder_sparse_step"] = cfg.decoder_sparse_step
+        e["mlp_only_layers"] = list(cfg.mlp_only_layers)
+        e["moe"] = [cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, 0]
+        e["intermediate_size"] = cfg.intermediate_size
     if family == "qwen2_5_vl":
         # Qwen2_5_VLRotaryEmbedding: config.rope_parameters.get("mrope_section", [16, 24, 24]).
         e["mrope_section"] = list(cfg.rope_parameters.get("mrope_section", [16, 24, 24]))
@@ -216,6 +228,15 @@ def vl_case(variant, sizes, extra=None, flat=False):
             "expect": expect("qwen2_5_vl", cfg.text_config, cfg.tie_word_embeddings)}
 
 
+def vl_moe_case(variant, text):
+    """Qwen3VLMoeConfig with `text` as its text_config (the vision tower's output matched to its hidden size)."""
+    hidden = text.get("hidden_size", Qwen3VLMoeConfig().text_config.hidden_size)
+    config = {"model_type": "qwen3_vl_moe", "text_config": dict(text), "vision_config": {"out_hidden_size": hidden}}
+    cfg = Qwen3VLMoeConfig(text_config=dict(text), vision_config={"out_hidden_size": hidden})
+    return {"name": f"qwen3_vl_moe/{variant}", "config": config,
+            "expect": expect("qwen3_vl_moe", cfg.text_config, cfg.tie_word_embeddings)}
+
+
 def main():
     assert transformers.__version__ == "5.23.0", "pinned peer expected"
     torch.set_grad_enabled(False)
@@ -243,6 +264,12 @@ def main():
     cases.append(vl_case("flat", VL_SMALL, flat=True))
     # Qwen2_5_VLTextConfig's max_window_layers is 80, not Qwen2's 28.
     cases.append(vl_case("sliding", dict(VL_SMALL, num_hidden_layers=82), {"use_sliding_window": True}))
+    # Qwen3-VL-MoE: the classes' own sizes; small ones (head_dim 128 for the default mrope_section, a vocabulary
+    # above the image token ids); a dense layer and every other layer sparse, with a norm_topk_prob the router ignores.
+    cases.append(vl_moe_case("class", {}))
+    vl_moe_small = dict(VL_SMALL, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    cases.append(vl_moe_case("small", vl_moe_small))
+    cases.append(vl_moe_case("sparse", dict(vl_moe_small, decoder_sparse_step=2, mlp_only_layers=[1], norm_topk_prob=False)))
     with open(OUT, "w") as f:
         json.dump(cases, f, indent=1, sort_keys=True)
         f.write("\n")

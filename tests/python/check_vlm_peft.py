@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""HF peft loads the qwen2_5_vl / qwen3_vl LoRA adapters axengine writes, with the same logits on image+text samples.
+"""HF peft loads the qwen2_5_vl / qwen3_vl / qwen3_vl_moe LoRA adapters axengine writes, with the same logits on image+text samples.
 
 Runs the axengine_tests case "<family>: adapters we save*" with AXENGINE_VLM_PEFT_EXPORT_DIR set: it writes
 adapter/ (trained-looking: B random), expected.safetensors (per sample: ids, pixel_values and grid where it
 has images, and axengine's logits from a packed batch) and base_dir.txt. Here transformers loads the base
-(Qwen2_5_VL- / Qwen3VLForConditionalGeneration), peft the adapter, and each sample runs alone.
+(Qwen2_5_VL- / Qwen3VL- / Qwen3VLMoeForConditionalGeneration), peft the adapter, and each sample runs alone.
 
-usage: check_vlm_peft.py AXENGINE_TESTS_BINARY [FAMILY]   (FAMILY: qwen2_5_vl, the default, or qwen3_vl)
+usage: check_vlm_peft.py AXENGINE_TESTS_BINARY [FAMILY]   (FAMILY: qwen2_5_vl, the default, qwen3_vl
+or qwen3_vl_moe)
 """
 import os
 import subprocess
@@ -19,7 +20,8 @@ from peft import PeftModel
 from safetensors.torch import load_file
 
 TOL = 1e-4
-MODEL_CLASS = {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration"}
+MODEL_CLASS = {"qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration", "qwen3_vl": "Qwen3VLForConditionalGeneration",
+               "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
 
 
 def main():

@@ -12,6 +12,7 @@
 
 #include "models/hf_config.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "models/qwen3_vl.hpp"
 #include "unit/model_case_util.hpp"
 
 using nlohmann::json;
@@ -101,11 +102,12 @@ TEST_CASE("hf config: every key a config.json leaves out takes the transformers 
     const std::string name = k["name"].get<std::string>();
     CAPTURE(name);
     const json& config = k["config"];
-    const bool vl = config["model_type"] == "qwen2_5_vl";
+    const bool vl = config["model_type"] == "qwen2_5_vl", vl_moe = config["model_type"] == "qwen3_vl_moe";
     ax::models::HfConfig c;
     try {
-      c = vl ? ax::models::parse_qwen2_5_vl_config(config, name + "/config.json").text
-             : ax::models::parse_hf_config(config, name + "/config.json");
+      c = vl       ? ax::models::parse_qwen2_5_vl_config(config, name + "/config.json").text
+          : vl_moe ? ax::models::parse_qwen3_vl_moe_config(config, name + "/config.json").text
+                   : ax::models::parse_hf_config(config, name + "/config.json");
     } catch (const ax::UsageError& e) {
       FAIL_CHECK(e.what());
       continue;
@@ -116,7 +118,7 @@ TEST_CASE("hf config: every key a config.json leaves out takes the transformers 
   // Every family the parser knows, and the one read through it.
   CHECK(families == std::set<std::string>{"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3_text", "olmoe",
                                           "gpt_oss", "qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen2_5_vl",
-                                          "glm4_moe", "deepseek_v3"});
+                                          "glm4_moe", "deepseek_v3", "qwen3_vl_moe"});
 }
 
 TEST_CASE("hf config: a class default num_key_value_heads that does not divide the heads is named as the class's") {

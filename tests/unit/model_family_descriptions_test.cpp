@@ -71,6 +71,7 @@ TEST_CASE("models: every family's presets and class defaults are its own") {
   // init-model offers exactly the descriptions' presets (and the VL models', which are not decoder families).
   all_presets.push_back("tiny-qwen2_5-vl");
   all_presets.push_back("tiny-qwen3-vl");
+  all_presets.push_back("tiny-qwen3-vl-moe");
   all_presets.push_back("tiny-gemma3-mm");
   CHECK(ax::model_presets() == all_presets);
   CHECK(ax::models::find_family("gemma3") == nullptr);  // the multimodal Gemma 3 is a model of its own (gemma3_mm.cpp)

@@ -310,7 +310,7 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
     ax::init_model_dir(preset, d.string(), 1);
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
       CHECK(fs::exists(d / f));
-    const bool vl = preset == "tiny-qwen2_5-vl" || preset == "tiny-qwen3-vl";
+    const bool vl = preset == "tiny-qwen2_5-vl" || preset == "tiny-qwen3-vl" || preset == "tiny-qwen3-vl-moe";
     if (vl) CHECK(fs::exists(d / "preprocessor_config.json"));  // the mm_cpt processor's settings
     ax::LoraSpec spec;
     spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};  // down_proj: the experts' on MoE presets
@@ -326,8 +326,9 @@ TEST_CASE("init-model presets load and train; inspect reports counts and targets
     std::string report = ax::inspect_model_dir(d.string());
     CHECK(report.find("parameters") != std::string::npos);
     CHECK(report.find(mla ? "q_a_proj" : "q_proj") != std::string::npos);
-    // tiny-qwen3-vl is written in transformers 5's module tree, as the hub's Qwen3-VL checkpoints are.
-    CHECK(report.find(preset == "tiny-qwen3-vl" ? "model.language_model.embed_tokens.weight  F32" : "model.embed_tokens.weight  F32") !=
+    // tiny-qwen3-vl(-moe) is written in transformers 5's module tree, as the hub's Qwen3-VL checkpoints are.
+    const bool module_tree = preset == "tiny-qwen3-vl" || preset == "tiny-qwen3-vl-moe";
+    CHECK(report.find(module_tree ? "model.language_model.embed_tokens.weight  F32" : "model.embed_tokens.weight  F32") !=
           std::string::npos);
     if (vl) CHECK(report.find("(not used)") == std::string::npos);
     ax::test::remove_tree(d);

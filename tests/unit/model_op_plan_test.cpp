@@ -300,7 +300,8 @@ void check_plan_is_what_runs(const PlanCase& c) {
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"tiny-llama",   "tiny-qwen2",  "tiny-mistral", "tiny-qwen3",   "tiny-qwen3-moe",
                                              "tiny-mixtral", "tiny-gemma3", "tiny-olmoe",   "tiny-gpt-oss", "tiny-qwen3_5", "tiny-qwen3_5-moe", "tiny-qwen3-next",
-                                             "tiny-glm4-moe", "tiny-deepseek-v3", "tiny-qwen2_5-vl", "tiny-qwen3-vl", "tiny-gemma3-mm"};
+                                             "tiny-glm4-moe", "tiny-deepseek-v3", "tiny-qwen2_5-vl", "tiny-qwen3-vl", "tiny-qwen3-vl-moe",
+                                             "tiny-gemma3-mm"};
   return p;
 }
 

@@ -159,18 +159,7 @@ TEST_CASE("qwen3_vl: adapters we save reload with the same logits; with AXENGINE
   auto again = load(case_path(), "reference", (dir / "adapter").string());
   CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
   if (env) {  // tests/python/check_vlm_peft.py: peft's logits of each sample alone against ours
-    std::vector<std::pair<std::string, at::Tensor>> expected;
-    for (int k = 0; k < 3; ++k) {
-      auto [row, off, len] = p.where[k];
-      expected.emplace_back(ax::str("ids.", k), g->get(ax::str("ids.", k)));
-      expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
-      if (g->find(ax::str("grid.", k))) {
-        expected.emplace_back(ax::str("pixel_values.", k), g->get(ax::str("pixel_values.", k)));
-        expected.emplace_back(ax::str("grid.", k), g->get(ax::str("grid.", k)));
-      }
-    }
-    ax::safetensors::save((dir / "expected.safetensors").string(), expected);
-    std::ofstream(dir / "base_dir.txt") << case_path();
+    write_peft_check(dir, p, logits, *g, case_path());
   } else {
     ax::test::remove_tree(dir);
   }

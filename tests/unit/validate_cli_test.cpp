@@ -208,6 +208,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   init("tiny-qwen3-next", "models/qwen3-next");
   init("tiny-qwen2_5-vl", "models/qwen2_5-vl");
   init("tiny-qwen3-vl", "models/qwen3-vl");
+  init("tiny-qwen3-vl-moe", "models/qwen3-vl-moe");
   init("tiny-gemma3-mm", "models/gemma3-mm");
   init("tiny-glm4-moe", "models/glm4.5-air");
   init("tiny-deepseek-v3", "models/deepseek-v3");
@@ -224,8 +225,8 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
   // rendered with each model's template.
   write_file(dir / "models/qwen2_5-vl/chat_template.jinja",
              read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen2.5-VL-7B-Instruct.jinja"));
-  write_file(dir / "models/qwen3-vl/chat_template.jinja",
-             read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen3-VL-8B-Instruct.jinja"));
+  for (const char* m : {"models/qwen3-vl/chat_template.jinja", "models/qwen3-vl-moe/chat_template.jinja"})
+    write_file(dir / m, read_file(std::string(AXENGINE_TEST_DATA_DIR) + "/chat_templates/Qwen-Qwen3-VL-8B-Instruct.jinja"));
   fs::create_directories(dir.path / "data/vl-chat");
   fs::copy(dir.path / "data/mm/images", dir.path / "data/vl-chat/images");
   std::ostringstream vl;
@@ -260,6 +261,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
       {"qwen2_5-vl-mm-cpt-streaming.toml", "models/qwen2_5-vl"},
       {"qwen2_5-vl-chat-lora.toml", "models/qwen2_5-vl"},
       {"qwen3-vl-chat-lora.toml", "models/qwen3-vl"},
+      {"qwen3-vl-moe-chat-lora.toml", "models/qwen3-vl-moe"},
       {"gemma3-4b-chat-lora.toml", "models/gemma3-mm"},
       {"glm4.5-air-lora.toml", "models/glm4.5-air"},
       {"deepseek-v3-lora.toml", "models/deepseek-v3"},
@@ -286,7 +288,7 @@ TEST_CASE("validate cli: every shipped config validates against a tiny model of 
     }
     // The chat config's images are the plugin's to process: without it every row is a bad row naming it.
     if (!have_mm_cpt && (names_outside_comments(text, "\"mm_cpt\"") || name.find("-vl-chat-lora.toml") != std::string::npos ||
-                         name == "gemma3-4b-chat-lora.toml")) {
+                         name == "qwen3-vl-moe-chat-lora.toml" || name == "gemma3-4b-chat-lora.toml")) {
       CHECK(v.exit_code == 2);
       CHECK(v.output.find("mm_cpt") != std::string::npos);
       continue;

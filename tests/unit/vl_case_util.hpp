@@ -1,10 +1,13 @@
-// What the vision-language parity tests share (model_qwen2_5_vl_test.cpp, model_qwen3_vl_test.cpp): the goldens
+// What the vision-language parity tests share (model_qwen2_5_vl_test.cpp, model_qwen3_vl_test.cpp,
+// model_qwen3_vl_moe_test.cpp): the goldens
 // of scripts/goldens/make_vlm_goldens.py (three samples: two images; one or two images; text only) packed into
 // two rows, and the tolerances' measures.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,14 +116,53 @@ int check_loss_and_grads(const ax::ModelOutput& out, const Modules& modules, con
   for (const auto& m : modules) {
     CAPTURE(m.peft_key);
     REQUIRE(m.a.grad().defined());
-    CHECK(rel_norm(m.a.grad(), g.get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
-    CHECK(rel_norm(m.b.grad(), g.get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
+    at::Tensor ga = m.a.grad().to(at::kCPU), gb = m.b.grad().to(at::kCPU);
+    if (m.site.experts) {  // to peft's lora_B column order (j·E + e): qwen3_vl_moe's fused experts
+      const int64_t E = m.site.num_experts;
+      gb = gb.view({gb.size(0), E, m.r}).permute({0, 2, 1}).reshape({gb.size(0), m.r * E});
+    }
+    CHECK(rel_norm(ga, g.get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
+    CHECK(rel_norm(gb, g.get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
     checked += 2;
   }
   int golden_grads = 0;
   for (const auto& t : g.tensors()) golden_grads += t.name.rfind("grad.", 0) == 0;
   CHECK(checked == golden_grads);
   return checked;
+}
+
+// `steps` plain SGD steps (lr 0.05) of `model`'s trainable parameters on `p`: the first and the last step's loss.
+inline std::pair<double, double> sgd_losses(ax::Model& model, const Packed& p, int steps) {
+  std::vector<at::Tensor> params;
+  for (const auto& [n, t] : model.trainable_parameters()) params.push_back(t);
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    auto out = model.forward(p.batch, false);
+    for (auto& t : params) t.mutable_grad() = at::Tensor();
+    out.loss.backward();
+    at::NoGradGuard ng;
+    for (auto& t : params) t.sub_(t.grad() * 0.05);
+    (step == 0 ? first : last) = out.loss.item<double>();
+  }
+  return {first, last};
+}
+
+// For tests/python/check_vlm_peft.py: each sample's ids, images and our `logits` (of the packed batch) in
+// dir/expected.safetensors, the base model's dir in dir/base_dir.txt.
+inline void write_peft_check(const std::filesystem::path& dir, const Packed& p, const at::Tensor& logits,
+                             const ax::safetensors::File& g, const std::string& base_dir) {
+  std::vector<std::pair<std::string, at::Tensor>> expected;
+  for (int k = 0; k < 3; ++k) {
+    auto [row, off, len] = p.where[k];
+    expected.emplace_back(ax::str("ids.", k), g.get(ax::str("ids.", k)));
+    expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
+    if (g.find(ax::str("grid.", k))) {
+      expected.emplace_back(ax::str("pixel_values.", k), g.get(ax::str("pixel_values.", k)));
+      expected.emplace_back(ax::str("grid.", k), g.get(ax::str("grid.", k)));
+    }
+  }
+  ax::safetensors::save((dir / "expected.safetensors").string(), expected);
+  std::ofstream(dir / "base_dir.txt") << base_dir;
 }
 
 }  // namespace ax::test::vl

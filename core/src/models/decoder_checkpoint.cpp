@@ -54,6 +54,17 @@ void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const 
                          " (set it to match, or leave weight_format unset to take the checkpoint as stored)"));
 }
 
+// Qwen3-VL-MoE (models/qwen3_vl.hpp; the one multimodal-RoPE decoder with experts): the hub's checkpoints hold the
+// fused experts transposed, gate_up_proj [E, H, 2I] and down_proj [E, I, H], save_pretrained writes them as the
+// module holds them; transformers' conversion for qwen3_vl_moe (Transpose with check_dims) transposes a stored
+// tensor unless it already has the module's shape. Both layouts load (and per-expert tensors, as for qwen3_moe).
+bool experts_maybe_transposed(const HfConfig& c) { return c.num_experts > 0 && !c.mrope_section.empty(); }
+
+std::vector<int64_t> swapped_last(std::vector<int64_t> s) {
+  std::swap(s[s.size() - 2], s[s.size() - 1]);
+  return s;
+}
+
 }  // namespace
 
 safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensors::Checkpoint& ckpt, int64_t* left_out) {
@@ -161,6 +172,10 @@ TensorShapes expected_checkpoint_tensors(const HfConfig& c) {
       out.push_back({name, shape});
       continue;
     }
+    if (experts_maybe_transposed(c)) {  // fused, as its save_pretrained writes them
+      out.push_back({name, shape});
+      continue;
+    }
     std::string p = name.substr(0, name.find("mlp."));
     ExpertKeys k = expert_keys(c, p, true);
     const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
@@ -201,6 +216,10 @@ TensorSource tensor_source(const HfConfig& c, const safetensors::Checkpoint& ckp
   if (router || ckpt.has(name)) {
     s.keys = {{key, shape}};
     s.bnb = c.quant.present && bnb_packed(ckpt, key);
+    if (!router && experts_maybe_transposed(c) && ckpt.info(name).shape != shape && !s.bnb) {
+      s.transposed = true;  // read as [E, H, 2I] / [E, I, H], transposed at load (the header check names that shape)
+      s.keys = {{key, swapped_last(shape)}};
+    }
     return s;
   }
   s.per_expert = true;

@@ -7,6 +7,7 @@
 //   qwen3_vl_vision.cpp  the vision tower: patch embedding + interpolated positions, blocks, merger, deepstack
 //   qwen3_vl_model.cpp   the Model (rope index and splicing shared with qwen2_5_vl) and its family
 //   qwen3_vl_init.cpp    `init-model --preset tiny-qwen3-vl`
+//   qwen3_vl_moe.cpp     the qwen3_vl_moe variant (a qwen3_moe decoder): its config, family and preset
 //
 // The math follows transformers 5.23's modeling_qwen3_vl.py; docs/models.md lists what is supported.
 #pragma once
@@ -60,6 +61,31 @@ struct Qwen3VlConfig {
 // Throws UsageError naming `source` and the key.
 Qwen3VlConfig parse_qwen3_vl_config(const nlohmann::json& j, const std::string& source);
 
+// A Qwen3-VL variant's language model: the top-level model_type, the decoder family its text_config is read as,
+// and the text config class's value of each key text_config leaves out (null: one the class derives).
+struct Qwen3VlTextClass {
+  std::string model_type, decoder_type;
+  nlohmann::json defaults;
+};
+Qwen3VlConfig parse_qwen3_vl_config(const nlohmann::json& j, const std::string& source, const Qwen3VlTextClass& cls);
+
+// Qwen3-VL-MoE (model_type "qwen3_vl_moe", Qwen3VLMoeForConditionalGeneration; models/qwen3_vl_moe.cpp): the same
+// tower, deepstack and interleaved mrope, with a qwen3_moe decoder (Qwen3VLMoeTextConfig's defaults; the router
+// always renormalises its top-k weights). Its checkpoints hold the fused experts transposed (gate_up_proj
+// [E, H, 2I], down_proj [E, I, H]): the decoder's checkpoint map reads them so (models/decoder_checkpoint.cpp).
+Qwen3VlConfig parse_qwen3_vl_moe_config(const nlohmann::json& j, const std::string& source);
+void register_qwen3_vl_moe(Registry& registry);
+// `axengine init-model --preset tiny-qwen3-vl-moe`: tiny-qwen3-vl with a 2-layer MoE decoder (the second layer
+// dense through mlp_only_layers).
+void init_qwen3_vl_moe_dir(const std::string& out_dir, uint64_t seed);
+
+// The family of a Qwen3-VL variant (models/qwen3_vl_model.cpp): its name, config parser and summary.
+struct Qwen3VlVariant {
+  std::string name, summary;
+  Qwen3VlConfig (*parse)(const nlohmann::json& j, const std::string& source) = nullptr;
+};
+void register_qwen3_vl_variant(Registry& registry, const Qwen3VlVariant& variant);
+
 // Qwen3VLTextRotaryEmbedding's interleaved layout of the head_dim/2 frequencies: frequency j rotates by the
 // height position when j % 3 == 1 and j < 3·section[1], by the width position when j % 3 == 2 and
 // j < 3·section[2], else by the temporal one. Written as the contiguous sections the decoder's multimodal RoPE
@@ -68,6 +94,13 @@ std::vector<int64_t> interleaved_sections(const std::vector<int64_t>& section, i
 
 // `axengine init-model --preset tiny-qwen3-vl` (models/qwen3_vl_init.cpp): a tiny random Qwen3-VL in `out_dir`.
 void init_qwen3_vl_dir(const std::string& out_dir, uint64_t seed);
+// The tiny preset of a variant: tiny-qwen3-vl's tower and decoder with `text_keys` added to its text_config.
+struct Qwen3VlPresetSpec {
+  std::string preset, model_type, architecture;
+  nlohmann::json text_keys;
+  Qwen3VlConfig (*parse)(const nlohmann::json& j, const std::string& source) = nullptr;
+};
+void init_qwen3_vl_variant_dir(const std::string& out_dir, uint64_t seed, const Qwen3VlPresetSpec& spec);
 
 // The tower's checkpoint tensors (names without the "visual." prefix) and their shapes under `v`.
 std::vector<std::pair<std::string, std::vector<int64_t>>> qwen3_vision_tensors(const Qwen3VisionConfig& v);

@@ -90,13 +90,27 @@ Qwen3VisionConfig parse_vision(const json& vj, const std::string& source) {
 
 }  // namespace
 
+const Qwen3VlTextClass& qwen3_vl_text_class() {
+  // Qwen3VLTextConfig's defaults (not Qwen3Config's: rope_theta 500000, max_position_embeddings 128000).
+  static const Qwen3VlTextClass cls{"qwen3_vl", "qwen3",
+                                    {{"vocab_size", 151936}, {"hidden_size", 4096}, {"intermediate_size", 22016},
+                                     {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
+                                     {"head_dim", 128}, {"rms_norm_eps", 1e-6}, {"max_position_embeddings", 128000},
+                                     {"rope_theta", 500000.0}, {"attention_bias", false}, {"hidden_act", "silu"}}};
+  return cls;
+}
+
 Qwen3VlConfig parse_qwen3_vl_config(const json& j, const std::string& source) {
+  return parse_qwen3_vl_config(j, source, qwen3_vl_text_class());
+}
+
+Qwen3VlConfig parse_qwen3_vl_config(const json& j, const std::string& source, const Qwen3VlTextClass& cls) {
   if (!j.is_object()) throw UsageError(str(source, ": not a JSON object"));
   Qwen3VlConfig c;
   c.source = source;
   Reader top{j, source};
-  if (top.string_or("model_type", "") != "qwen3_vl")
-    throw top.bad("model_type", str("must be \"qwen3_vl\", got ", j.value("model_type", json()).dump()));
+  if (top.string_or("model_type", "") != cls.model_type)
+    throw top.bad("model_type", str("must be \"", cls.model_type, "\", got ", j.value("model_type", json()).dump()));
   c.vision = parse_vision(top.has("vision_config") ? j["vision_config"] : json::object(), source);
   auto token = [&](const char* k, int64_t def) {
     if (!top.has(k)) return def;
@@ -108,20 +122,20 @@ Qwen3VlConfig parse_qwen3_vl_config(const json& j, const std::string& source) {
   c.vision_start_token_id = token("vision_start_token_id", c.vision_start_token_id);
   c.vision_end_token_id = token("vision_end_token_id", c.vision_end_token_id);
 
-  // The language model: a qwen3 decoder read by parse_hf_config, with Qwen3VLTextConfig's defaults for what
-  // text_config leaves out (not Qwen3Config's: rope_theta 500000, max_position_embeddings 128000).
+  // The language model: a decoder of cls.decoder_type read by parse_hf_config, with the text config class's
+  // defaults for what text_config leaves out. A null num_key_value_heads is num_attention_heads (the class's
+  // __post_init__); a null default is one the class derives (parse_hf_config derives it alike).
   if (top.has("text_config") && !j["text_config"].is_object()) throw top.bad("text_config", "must be an object");
   json t = top.has("text_config") ? j["text_config"] : json::object();
   const std::string text_source = source + " (text_config)";
-  for (const auto& [key, value] : {std::pair<const char*, json>{"vocab_size", 151936}, {"hidden_size", 4096},
-                                   {"intermediate_size", 22016}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
-                                   {"head_dim", 128}, {"rms_norm_eps", 1e-6}, {"max_position_embeddings", 128000},
-                                   {"rope_theta", 500000.0}, {"attention_bias", false}, {"hidden_act", "silu"}})
+  for (const auto& [key, value] : cls.defaults.items()) {
+    if (key == "num_key_value_heads" && t.contains(key) && t[key].is_null()) continue;
     if (!t.contains(key) || t[key].is_null()) t[key] = value;
-  if (!t.contains("num_key_value_heads")) t["num_key_value_heads"] = 32;
-  if (t["num_key_value_heads"].is_null()) t["num_key_value_heads"] = t["num_attention_heads"];
+    if (t[key].is_null()) t.erase(key);
+  }
+  if (t.contains("num_key_value_heads") && t["num_key_value_heads"].is_null()) t["num_key_value_heads"] = t["num_attention_heads"];
   t["tie_word_embeddings"] = top.boolean_or("tie_word_embeddings", false);
-  t["model_type"] = "qwen3";
+  t["model_type"] = cls.decoder_type;
   // mrope_section (default [24, 20, 20]) and mrope_interleaved sit in the rope dict. transformers 5.23 always
   // interleaves (Qwen3VLTextRotaryEmbedding ignores the flag): false would mean a layout it never runs.
   std::vector<int64_t> section{24, 20, 20};
@@ -144,7 +158,7 @@ Qwen3VlConfig parse_qwen3_vl_config(const json& j, const std::string& source) {
     break;
   }
   c.text = parse_hf_config(t, text_source);
-  c.text.model_type = "qwen3";
+  c.text.model_type = cls.decoder_type;
   if (c.text.rope.type != "default")
     throw UsageError(str(text_source, ": rope type '", c.text.rope.type, "' is not supported with multimodal RoPE (only default)"));
   const int64_t half = c.text.head_dim / 2;

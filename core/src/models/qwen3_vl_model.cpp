@@ -91,10 +91,15 @@ void refuse_vision_targets(const LoraSpec& spec) {
                              "applies to the language model only)"));
 }
 
+// One class for the variants (qwen3_vl, qwen3_vl_moe): they differ in the decoder their config parser builds.
+// LoRA is planned under the variant's name: no decoder family of ours converts its expert targets, as peft
+// converts none on these models (its MoE conversion maps no qwen3_vl_moe).
 class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
  public:
+  explicit Qwen3VlFamily(Qwen3VlVariant v) : v_(std::move(v)) {}
+
   std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    Qwen3VlConfig cfg = parse_qwen3_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
+    Qwen3VlConfig cfg = v_.parse(hf_config, (fs::path(o.dir) / "config.json").string());
     const auto dtype = vl_model_dtype(o);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     if (o.lora) refuse_vision_targets(*o.lora);
@@ -102,15 +107,15 @@ class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
     auto model = std::make_unique<Qwen3VlModel>(cfg, ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
     model->text().set_activation_checkpointing(o.activation_checkpointing);
-    attach_vl_lora(model->text(), Qwen25VlModel::vl_lora_sites(cfg.text), "qwen3", "qwen3_vl", o, dtype);
-    log::info(str("loaded qwen3_vl model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
+    attach_vl_lora(model->text(), Qwen25VlModel::vl_lora_sites(cfg.text), v_.name, v_.name, o, dtype);
+    log::info(str("loaded ", v_.name, " model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
                   "; vision ", cfg.vision.depth, " blocks, hidden ", cfg.vision.hidden_size, ", deepstack ",
                   cfg.vision.deepstack_visual_indexes.size(), ")"));
     return model;
   }
 
   ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    Qwen3VlConfig cfg = parse_qwen3_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
+    Qwen3VlConfig cfg = v_.parse(hf_config, (fs::path(o.dir) / "config.json").string());
     const auto dtype = vl_model_dtype(o);
     auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
     // What the model's load checks and resolves, in its order: the tower, then the language model.
@@ -118,8 +123,8 @@ class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
     const DecoderPlan text = plan_decoder(cfg.text, vl_text_view(ckpt), o.weights);
     if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
     ModelCheck out;
-    out.family = "qwen3_vl";
-    out.summary = str("qwen3_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
+    out.family = v_.name;
+    out.summary = str(v_.name, ": ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
                       " blocks");
     out.ops = text.calls;
     // Every batch of this model carries multimodal [3, T] positions, and the fused norm_rope op takes 1-D
@@ -129,20 +134,28 @@ class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
     out.ops = ordered_calls(std::move(out.ops));
     out.quantize = text.quantize;
     if (o.lora) refuse_vision_targets(*o.lora);
-    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), "qwen3", "qwen3_vl", o, dtype);
+    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), v_.name, v_.name, o, dtype);
     return out;
   }
+
+ private:
+  Qwen3VlVariant v_;
 };
 
 }  // namespace
 
-void register_qwen3_vl(Registry& registry) {
+void register_qwen3_vl_variant(Registry& registry, const Qwen3VlVariant& variant) {
   Provider p;
   p.info.kind = ProviderKind::model;
-  p.info.name = "qwen3_vl";
-  p.info.summary = "Qwen3-VL (vision tower with learned positions + deepstack, qwen3 decoder with interleaved multimodal RoPE)";
-  p.object = std::shared_ptr<ModelFamily>(std::make_shared<Qwen3VlFamily>());
+  p.info.name = variant.name;
+  p.info.summary = variant.summary;
+  p.object = std::shared_ptr<ModelFamily>(std::make_shared<Qwen3VlFamily>(variant));
   registry.add(std::move(p));
+}
+
+void register_qwen3_vl(Registry& registry) {
+  register_qwen3_vl_variant(registry, {"qwen3_vl", "Qwen3-VL (vision tower with learned positions + deepstack, qwen3 decoder "
+                                       "with interleaved multimodal RoPE)", &parse_qwen3_vl_config});
 }
 
 }  // namespace ax::models

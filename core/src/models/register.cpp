@@ -120,6 +120,7 @@ void register_builtin_models(Registry& registry) {
   }
   register_qwen2_5_vl(registry);  // models/qwen2_5_vl_model.cpp
   register_qwen3_vl(registry);  // models/qwen3_vl_model.cpp
+  register_qwen3_vl_moe(registry);  // models/qwen3_vl_moe.cpp
   register_gemma3_mm(registry);   // models/gemma3_mm.cpp
 }
 

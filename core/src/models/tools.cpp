@@ -87,6 +87,7 @@ std::vector<std::string> model_presets() {
     for (const auto& p : f->presets) out.push_back(p.name);
   out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
   out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
+  out.push_back("tiny-qwen3-vl-moe");  // models/qwen3_vl_moe.cpp
   out.push_back("tiny-gemma3-mm");   // models/gemma3_mm_init.cpp
   return out;
 }
@@ -95,6 +96,7 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
   if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
   if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
+  if (preset == "tiny-qwen3-vl-moe") return models::init_qwen3_vl_moe_dir(out_dir, seed);
   if (preset == "tiny-gemma3-mm") return models::init_gemma3_mm_dir(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
@@ -168,10 +170,11 @@ std::optional<VlSummary> vl_summary(const json& cfg, const std::string& path) {
            v.depth, models::vision_checkpoint_tensors(v)};
     return out;
   }
-  if (type == "qwen3_vl") {
-    const models::Qwen3VlConfig vl = models::parse_qwen3_vl_config(cfg, path);
+  if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
+    const bool moe = type == "qwen3_vl_moe";
+    const models::Qwen3VlConfig vl = moe ? models::parse_qwen3_vl_moe_config(cfg, path) : models::parse_qwen3_vl_config(cfg, path);
     const auto& v = vl.vision;
-    out = {vl.text, "qwen3_vl (language model qwen3)",
+    out = {vl.text, moe ? "qwen3_vl_moe (language model qwen3_moe)" : "qwen3_vl (language model qwen3)",
            str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
                v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
                " learned positions, deepstack blocks ", shape_str(v.deepstack_visual_indexes), "; mrope_section ",
@@ -353,18 +356,23 @@ std::string inspect_model_dir(const std::string& dir) {
     if (e.first++ == 0) e.second = s.path;
   }
   for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
-  // peft's "all-linear" on this model (models/lora_all_linear.hpp).
-  const models::AllLinear all = models::resolve_all_linear(c.model_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
+  // peft's "all-linear" on this model (models/lora_all_linear.hpp). A vision-language model's LoRA is planned under
+  // its own model_type, whose targets peft converts for no expert (qwen3_vl_moe: models/qwen3_vl_moe.cpp).
+  const std::string lora_type = vl || g3 ? cfg_json.value("model_type", std::string()) : c.model_type;
+  const models::AllLinear all = models::resolve_all_linear(lora_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
   os << "  \"all-linear\": " << join(all.targets, ", ");
   if (!all.not_supported.empty())
     os << "; refused: peft also targets " << all.not_supported.front()
        << (all.not_supported.size() > 1 ? str(" and ", all.not_supported.size() - 1, " more") : "")
        << ", which axengine puts no LoRA on";
   os << "\n";
-  if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n)
+  if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n && lora_type == c.model_type)
     os << "  note: on this MoE model " << n->gate << "+" << n->up << " / " << n->down
        << " target the fused experts (as peft does for transformers 5): one rank-2r LoRA on gate_up_proj, "
           "and dense MLP layers get none\n";
+  else if (c.num_experts > 0 && lora_type != c.model_type)
+    os << "  note: peft converts no target on this model: gate_up_proj / experts.down_proj target the fused experts "
+          "(peft's target_parameters), gate_proj / up_proj / down_proj the dense MLP layers only\n";
   return os.str();
 }
 

@@ -158,7 +158,7 @@ std::shared_ptr<const ChatImageProcessor> gemma3_chat_images(const ChatImageOpti
 
 }  // namespace
 
-std::vector<std::string> MmCptType::chat_image_families() const { return {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3"}; }
+std::vector<std::string> MmCptType::chat_image_families() const { return {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3"}; }
 
 std::shared_ptr<const ChatImageProcessor> MmCptType::chat_image_processor(const std::string& model_type,
                                                                           const ChatImageOptions& options,

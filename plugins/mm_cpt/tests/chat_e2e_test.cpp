@@ -31,6 +31,8 @@ struct Family {
 };
 constexpr Family kQwen25Vl{"tiny-qwen2_5-vl", "Qwen-Qwen2.5-VL-7B-Instruct.jinja", "qwen2_5-vl-chat-lora.toml", "qwen2_5-vl-chat-lora"};
 constexpr Family kQwen3Vl{"tiny-qwen3-vl", "Qwen-Qwen3-VL-8B-Instruct.jinja", "qwen3-vl-chat-lora.toml", "qwen3-vl-chat-lora"};
+constexpr Family kQwen3VlMoe{"tiny-qwen3-vl-moe", "Qwen-Qwen3-VL-8B-Instruct.jinja", "qwen3-vl-moe-chat-lora.toml",
+                             "qwen3-vl-moe-chat-lora"};
 
 void make_layout(const fs::path& dir, int rows, const Family& f) {
   const std::string cmd = std::string(MM_CPT_PYTHON) + " " + AXENGINE_SOURCE_DIR + "/scripts/make-mm-corpus.py " +
@@ -102,6 +104,10 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
 
 TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl on image conversations, loss falls") {
   train_and_check(kQwen3Vl);
+}
+
+TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl-moe on image conversations, loss falls") {
+  train_and_check(kQwen3VlMoe);
 }
 
 // streaming = true over the same conversations: the rows are rendered and their images decoded as training

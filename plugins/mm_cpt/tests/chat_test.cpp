@@ -117,6 +117,19 @@ TEST_CASE("chat_template with images: ids, labels and grids equal transformers' 
   check_chat_goldens(kData + "/chat_qwen3_vl", kData + "/chat_qwen3_vl/model", 3 * 2 * 16 * 16);
 }
 
+// Qwen3-VL-MoE's processor is Qwen3-VL's (transformers' AutoProcessor maps qwen3_vl_moe to Qwen3VLProcessor) and
+// its chat template Qwen3-VL's: the same goldens, through a model dir whose config.json says qwen3_vl_moe.
+TEST_CASE("chat_template with images: ids, labels and grids of a qwen3_vl_moe model equal transformers' Qwen3-VL processor's") {
+  const fs::path model = mm_e2e::scratch("mm_chat", "qwen3_vl_moe_model");
+  for (const auto& e : fs::directory_iterator(kData + "/chat_qwen3_vl/model")) fs::copy_file(e.path(), model / e.path().filename());
+  json cfg = json::parse(std::ifstream(model / "config.json"));
+  cfg["model_type"] = "qwen3_vl_moe";
+  cfg["architectures"] = {"Qwen3VLMoeForConditionalGeneration"};
+  std::ofstream(model / "config.json") << cfg.dump(2);
+  check_chat_goldens(kData + "/chat_qwen3_vl", model.string(), 3 * 2 * 16 * 16);
+  fs::remove_all(model);
+}
+
 TEST_CASE("chat_template with images: a missing or corrupt image, an http URL, placeholders that miss: named, on_bad_row decides") {
   auto dir = corpus("bad", R"({"messages": [{"role": "user", "content": [{"type": "image", "image": "img/a.jpg"}, {"type": "text", "text": "ok?"}]}, {"role": "assistant", "content": "fine"}]}
 {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": [{"type": "text", "text": "and"}, {"type": "image", "image": "img/none.png"}]}, {"role": "assistant", "content": "no"}]}
