@@ -79,7 +79,7 @@ TEST_CASE("context parallel: 2 ranks splitting every row train what 1 process tr
                   {"run.output_dir=two", "distributed.context_parallel=2"}, "two.log") == 0);
   const std::string two = slurp(dir / "two.log");
   INFO(two);
-  CHECK(two.find("context parallel: group 0 (ranks 0..1), tokens block 0 of 2 of every row") != std::string::npos);
+  CHECK(two.find("context parallel: group 0 (ranks 0..1), chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
   check_same_run(dir / "two", dir / "one");
   ax::test::remove_tree(dir);
 }
@@ -93,7 +93,7 @@ TEST_CASE("context parallel: 4 ranks as 2 data-parallel x 2 context-parallel tra
                   "four.log") == 0);
   const std::string four = slurp(dir / "four.log");
   INFO(four);
-  CHECK(four.find("context parallel: group 0 (ranks 0..1), tokens block 0 of 2 of every row") != std::string::npos);
+  CHECK(four.find("context parallel: group 0 (ranks 0..1), chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
   check_same_run(dir / "four", dir / "one");
   ax::test::remove_tree(dir);
 }
@@ -121,10 +121,11 @@ TEST_CASE("context parallel: the key is checked against the world, the row lengt
   };
   CHECK(error_of("moe", 2, 4, 64).empty());  // MoE: its aux loss over the gathered router logits
   CHECK(error_of("moe", 3, 4, 66).rfind("run.toml:4:20: 'distributed.context_parallel' = 3: it must divide the world size 4", 0) == 0);
-  CHECK(error_of("moe", 4, 4, 66).find("it must divide data.sequence_len = 66") != std::string::npos);
+  CHECK(error_of("moe", 4, 4, 66).find("2 x N must divide data.sequence_len = 66") != std::string::npos);
+  CHECK(error_of("moe", 2, 4, 66).find("2 x N must divide data.sequence_len = 66") != std::string::npos);  // 2 chunks each
   CHECK(error_of("moe", 2, 4, 64, "expert_parallel = 2\n").find("not together with expert_parallel = 2") != std::string::npos);
   CHECK(error_of("moe", 2, 4, 64, "shard_base = true\n").find("not together with shard_base") != std::string::npos);
-  CHECK(error_of("mla", 2, 2, 64).find("multi-head latent attention is not split") != std::string::npos);
+  CHECK(error_of("mla", 2, 2, 64).empty());  // MLA's per-head k and v go through the ring as any attention's
   CHECK(error_of("gdn", 2, 2, 64).find("linear-attention (Gated DeltaNet) layers") != std::string::npos);
   CHECK(error_of("vl", 2, 2, 64).find("(qwen2_5_vl): a vision-language model splices vision features") != std::string::npos);
   CHECK(error_of("moe", 0, 2, 64).rfind("run.toml:4:20: 'distributed.context_parallel'", 0) == 0);
