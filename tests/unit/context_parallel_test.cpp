@@ -239,9 +239,9 @@ TEST_CASE("context parallel: N ranks of one group give the single-process losses
 
 // Ring attention against the attention op (reference backend) over the whole rows, on 2 rows of 24 tokens packing
 // samples across the chunks: out and dq, dk, dv (and dsinks) of every rank's tokens, GQA with Dv != D, with a
-// sliding window, with sinks. With a broken ring (a
-// rank gets its own block back at every step) the same comparison fails.
-double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken) {
+// sliding window, with sinks (differences relative to the larger of 1 and the tensor's largest magnitude). With a
+// broken ring (a rank gets its own block back at every step) the same comparison fails.
+double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken, at::TensorOptions opts = at::kFloat) {
   static ax::Registry reg = [] {
     ax::Registry r;
     ax::ops::register_reference_kernels(r);
@@ -249,10 +249,11 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken) {
   }();
   const int64_t B = 2, S = 24, Hq = 4, Hkv = 2, D = 6, Dv = 5;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-  const at::Tensor q = at::randn({B * S, Hq, D}, gen), k = at::randn({B * S, Hkv, D}, gen), v = at::randn({B * S, Hkv, Dv}, gen);
-  const at::Tensor sink = at::randn({Hq}, gen), dout = at::randn({B * S, Hq, Dv}, gen);
+  const at::Tensor q = at::randn({B * S, Hq, D}, gen).to(opts), k = at::randn({B * S, Hkv, D}, gen).to(opts),
+                   v = at::randn({B * S, Hkv, Dv}, gen).to(opts);
+  const at::Tensor sink = at::randn({Hq}, gen).to(opts.dtype(at::kFloat)), dout = at::randn({B * S, Hq, Dv}, gen).to(opts);
   ax::ops::AttentionArgs a;
-  a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt);
+  a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt).to(opts.device());
   a.max_seqlen = 17;
   a.softmax_scale = 0.7;
   a.window_left = window;
@@ -278,8 +279,11 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken) {
       leaves(mine, split.local(q), split.local(k), split.local(v));
       at::Tensor out = ax::models::ring_attention(split, mine);
       (out * split.local(dout)).sum().backward();
-      double e = 0;
-      auto diff = [&](const at::Tensor& x, const at::Tensor& y) { e = std::max(e, (x - y).abs().max().item<double>()); };
+      double e = 0;  // the largest difference, relative to the larger of 1 and the tensor's largest magnitude
+      auto diff = [&](const at::Tensor& x, const at::Tensor& y) {
+        const double scale = std::max(1.0, y.abs().max().item<double>());
+        e = std::max(e, (x - y).abs().max().item<double>() / scale);
+      };
       diff(out, split.local(want));
       diff(mine.q.grad(), split.local(whole.q.grad()));
       diff(mine.k.grad(), split.local(whole.k.grad()));
@@ -288,7 +292,8 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken) {
       if (sinks) {  // each rank's dsinks is its queries' share: the shares sum to the whole
         at::Tensor g = mine.sinks.grad().clone();
         comm.all_reduce_sum(g);
-        err[static_cast<std::size_t>(r)] = std::max(e, (g - whole.sinks.grad()).abs().max().item<double>());
+        diff(g, whole.sinks.grad());
+        err[static_cast<std::size_t>(r)] = e;
       }
     });
   for (auto& t : threads) t.join();
@@ -306,6 +311,26 @@ TEST_CASE("ring attention: every rank's out and gradients are the attention op's
         CHECK(ring_vs_op(n, window, sinks, false) <= 1e-5);
       }
   CHECK(ring_vs_op(2, -1, false, true) > 1e-2);  // the planted bug is seen
+}
+
+TEST_CASE("ring attention in bf16 (CPU, and CUDA where there is one): the attention op's out and gradients") {
+  at::set_num_threads(1);
+  // bf16 inputs, fp32 math on both sides: the outputs differ by their bf16 rounding (the op's bf16 tolerances).
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  else MESSAGE("no CUDA device: the CPU only");
+  for (const auto& dev : devices)
+    for (int64_t n : {2, 4})
+      for (int64_t window : {-1, 2})
+        for (bool sinks : {false, true}) {
+          CAPTURE(dev);
+          CAPTURE(n);
+          CAPTURE(window);
+          CAPTURE(sinks);
+          const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(dev);
+          CHECK(ring_vs_op(n, window, sinks, false, opts) <= 3e-2);
+          if (n == 2 && window < 0 && !sinks) CHECK(ring_vs_op(n, window, sinks, true, opts) > 1e-1);
+        }
 }
 
 TEST_CASE("context parallel: with tiled_mlp, and a forward asked for logits runs whole rows on each rank") {
