@@ -7,6 +7,7 @@
 // group (train/dist_context.cpp); a model sees only this.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <ATen/core/Tensor.h>
@@ -25,6 +26,13 @@ class ContextComm {
   // One step of the ring: `in` (contiguous, one shape on all ranks) goes to rank + 1, and what rank - 1 sent
   // (mod size) comes back.
   virtual at::Tensor ring_pass(const at::Tensor& in) = 0;
+  // The same step started: the returned function waits for it and gives what rank - 1 sent, so a ring can
+  // compute on the block it holds while the next one travels. `in` must not change before the wait. By default
+  // the blocking ring_pass (no overlap).
+  virtual std::function<at::Tensor()> ring_pass_start(const at::Tensor& in) {
+    at::Tensor got = ring_pass(in);
+    return [got] { return got; };
+  }
 };
 
 // One forward's split: `rows` packed rows of `seq` tokens, flattened [rows·seq, ...] as the decoder holds them.

@@ -1,6 +1,7 @@
 #include "models/ring_attention.hpp"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -108,6 +109,9 @@ struct RingFn : torch::autograd::Function<RingFn> {
     std::vector<at::Tensor> held{kl, vl};  // the block of rank s = r - t at step t
     for (int64_t t = 0; t < G.N; ++t) {
       const int64_t s = (G.r - t + G.N) % G.N;
+      // The held block travels on while this step computes on it.
+      std::function<at::Tensor()> next;
+      if (t + 1 < G.N) next = G.split.comm->ring_pass_start(pack(held));
       for (int64_t j = 0; j < 2; ++j)
         for (int64_t jk = 0; jk < 2; ++jk) {
           const at::Tensor m = G.mask(G.split.chunk_of(G.r, j), G.split.chunk_of(s, jk));
@@ -124,7 +128,7 @@ struct RingFn : torch::autograd::Function<RingFn> {
             lo.copy_(ln);
           });
         }
-      if (t + 1 < G.N) held = unpack(G.split.comm->ring_pass(pack(held)), held);
+      if (next) held = unpack(next(), held);
     }
     if (st->sinks.defined()) {  // the sink joins each row's softmax as one more logit (docs/ops/attention.md)
       const at::Tensor sink = st->sinks.view({1, G.Hkv, G.g, 1});
@@ -155,11 +159,14 @@ struct RingFn : torch::autograd::Function<RingFn> {
       dq.push_back(at::zeros_like(qh[j]));
     }
     const auto f32 = q.options().dtype(at::kFloat);
-    // The held block and its gradient so far (fp32), which travel together.
-    std::vector<at::Tensor> held{kl, vl, at::zeros(kl.sizes(), f32), at::zeros(vl.sizes(), f32)};
+    // The held block and its gradient so far (fp32), which follow it: the block travels on while this step
+    // computes on it, the gradient once this step has added to it.
+    std::vector<at::Tensor> held{kl, vl}, grad{at::zeros(kl.sizes(), f32), at::zeros(vl.sizes(), f32)};
     for (int64_t t = 0; t < G.N; ++t) {
       const int64_t s = (G.r - t + G.N) % G.N;
-      const at::Tensor dk = held[2].view({G.B, 2, G.c, G.Hkv, G.D}), dv = held[3].view({G.B, 2, G.c, G.Hkv, G.Dv});
+      std::function<at::Tensor()> next;
+      if (t + 1 < G.N) next = G.split.comm->ring_pass_start(pack(held));
+      const at::Tensor dk = grad[0].view({G.B, 2, G.c, G.Hkv, G.D}), dv = grad[1].view({G.B, 2, G.c, G.Hkv, G.Dv});
       for (int64_t j = 0; j < 2; ++j)
         for (int64_t jk = 0; jk < 2; ++jk) {
           const at::Tensor m = G.mask(G.split.chunk_of(G.r, j), G.split.chunk_of(s, jk));
@@ -174,16 +181,16 @@ struct RingFn : torch::autograd::Function<RingFn> {
             dk.select(1, jk).add_(at::matmul(ds.transpose(-1, -2), qp).sum(2).permute({0, 2, 1, 3}), G.scale);
           });
         }
-      // The block moves on with its gradient; after the last step only the gradient, which reaches its owner.
-      if (t + 1 < G.N) held = unpack(G.split.comm->ring_pass(pack(held)), held);
-      else held = unpack(G.split.comm->ring_pass(pack({held[2], held[3]})), {held[2], held[3]});
+      // After the last step's pass the gradient has reached its block's owner.
+      grad = unpack(G.split.comm->ring_pass(pack(grad)), grad);
+      if (next) held = unpack(next(), held);
     }
     at::Tensor dsinks;
     if (st->sinks_grad) {  // -Σ_i exp(s_h - lse_i) · rowsum(dO_i ∘ O_i) over this rank's rows
       const at::Tensor sink = st->sinks.view({1, G.Hkv, G.g, 1});
       dsinks = -((at::exp(sink - l[0]) * Dd[0]).sum(at::IntArrayRef{0, 3}) + (at::exp(sink - l[1]) * Dd[1]).sum(at::IntArrayRef{0, 3})).reshape({G.Hq});
     }
-    return {G.tokens(dq[0], dq[1]).to(q.scalar_type()), held[0].to(kl.scalar_type()), held[1].to(vl.scalar_type()),
+    return {G.tokens(dq[0], dq[1]).to(q.scalar_type()), grad[0].to(kl.scalar_type()), grad[1].to(vl.scalar_type()),
             dsinks, at::Tensor()};
   }
 };

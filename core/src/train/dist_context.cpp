@@ -21,15 +21,20 @@ class ContextGroupComm : public models::ContextComm {
   at::Tensor all_gather(const at::Tensor& in) override { return g_->all_gather(in); }
   void all_reduce_sum(at::Tensor& t) override { g_->all_reduce_sum(t); }
   // The ring step as an all-to-all in which each rank sends to rank + 1 only (and so receives from rank - 1 only).
-  at::Tensor ring_pass(const at::Tensor& in) override {
+  // Started and not waited for: NCCL runs it on the group's stream while the compute stream goes on.
+  std::function<at::Tensor()> ring_pass_start(const at::Tensor& in) override {
     const int64_t N = g_->world(), r = g_->rank(), n = in.numel();
     std::vector<int64_t> to(static_cast<std::size_t>(N), 0), from(static_cast<std::size_t>(N), 0);
     to[static_cast<std::size_t>((r + 1) % N)] = n;
     from[static_cast<std::size_t>((r + N - 1) % N)] = n;
     at::Tensor src = in.contiguous().view({-1}), out = at::empty_like(src);
-    g_->all_to_all(out, src, from, to);
-    return out.view(in.sizes());
+    std::shared_ptr<DistWork> work = g_->all_to_all_async(out, src, from, to);
+    return [work, src, out, sizes = in.sizes().vec()] {
+      work->wait();
+      return out.view(sizes);
+    };
   }
+  at::Tensor ring_pass(const at::Tensor& in) override { return ring_pass_start(in)(); }
 
  private:
   DistGroup* g_;  // owned by ContextParallelGroups::group, which outlives the model (run.cpp)
