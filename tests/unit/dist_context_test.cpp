@@ -1,7 +1,8 @@
 // Context parallelism end to end on Gloo ([distributed] context_parallel, docs/distributed.md): 2 ranks splitting
 // every row train what one process trains (a llama, and a deepseek_v3 with MLA), and 4 ranks as 2 data-parallel x
 // 2 context-parallel train what one process with grad_accum 2 trains (losses and grad norms to 1e-6, the adapter as
-// the data-parallel tests compare it); and the key's checks at validate. In-process gradient equality per tensor: context_parallel_test.cpp.
+// the data-parallel tests compare it); and the key's checks at validate. In-process gradient equality per tensor:
+// context_parallel_test.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>

@@ -188,7 +188,8 @@ struct RingFn : torch::autograd::Function<RingFn> {
     at::Tensor dsinks;
     if (st->sinks_grad) {  // -Σ_i exp(s_h - lse_i) · rowsum(dO_i ∘ O_i) over this rank's rows
       const at::Tensor sink = st->sinks.view({1, G.Hkv, G.g, 1});
-      dsinks = -((at::exp(sink - l[0]) * Dd[0]).sum(at::IntArrayRef{0, 3}) + (at::exp(sink - l[1]) * Dd[1]).sum(at::IntArrayRef{0, 3})).reshape({G.Hq});
+      const std::vector<int64_t> rows{0, 3};  // batch rows and tokens
+      dsinks = -((at::exp(sink - l[0]) * Dd[0]).sum(rows) + (at::exp(sink - l[1]) * Dd[1]).sum(rows)).reshape({G.Hq});
     }
     return {G.tokens(dq[0], dq[1]).to(q.scalar_type()), grad[0].to(kl.scalar_type()), grad[1].to(vl.scalar_type()),
             dsinks, at::Tensor()};
