@@ -1,10 +1,12 @@
 // Context parallelism ([distributed] context_parallel, models/context_parallel.hpp) inside one process: N models,
-// one per thread, joined by an in-memory group (barriers; sums in rank order), each running its 1/N of every
-// packed row, give the single-process losses and (their LoRA gradients summed, as the trainer's reduction leaves
-// them) its LoRA gradients to 1e-6 of the largest magnitude, step by step over SGD steps, on rows packing several samples
-// whose boundaries fall inside and across the ranks' token blocks. The families cover RoPE with q/k norms
-// (qwen3), MoE with the router aux loss in the loss (mixtral), sliding-window layers with sandwich norms
-// (gemma3) and attention sinks (gpt_oss). The multi-process runs over Gloo are in dist_context_test.cpp.
+// one per thread, joined by an in-memory group (barriers; sums in rank order), each running its zig-zag 1/N of
+// every packed row with ring attention (models/ring_attention.hpp), give the single-process losses and (their LoRA
+// gradients summed, as the trainer's reduction leaves them) its LoRA gradients to 1e-6 of the largest magnitude,
+// step by step over SGD steps, on rows packing several samples whose boundaries fall inside and across the ranks'
+// chunks. The families cover plain RoPE with llama3 scaling and biases (llama), RoPE with q/k norms (qwen3), MoE
+// with the router aux loss in the loss (mixtral), sliding-window layers of 3 tokens with sandwich norms (gemma3:
+// chunk pairs beyond the window skipped), attention sinks (gpt_oss) and multi-head latent attention with qk 10 /
+// v 5 head dims and a shared rope key (deepseek_v3). The multi-process runs over Gloo are in dist_context_test.cpp.
 #include <doctest/doctest.h>
 
 #include <barrier>
@@ -20,9 +22,12 @@
 #include "axengine/builtins.hpp"
 #include "axengine/models.hpp"
 #include "axengine/selection.hpp"
+#include "models/autograd_ops.hpp"
 #include "models/context_parallel.hpp"
 #include "models/decoder.hpp"
+#include "models/ring_attention.hpp"
 #include "models/tiled_mlp.hpp"
+#include "ops/reference/register.hpp"
 #include "unit/test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -40,6 +45,7 @@ struct Shared {
   std::vector<at::Tensor> slots;
   std::barrier<> sync;
   int64_t gathers = 0;  // collectives run (rank 0 counts)
+  bool broken_ring = false;  // planted bug: a ring step hands each rank its own block back
 };
 
 class ThreadComm : public ax::models::ContextComm {
@@ -59,6 +65,13 @@ class ThreadComm : public ax::models::ContextComm {
     for (int64_t r = 1; r < s_.size; ++r) sum += s_.slots[static_cast<std::size_t>(r)];
     s_.sync.arrive_and_wait();
     t.copy_(sum);
+  }
+  at::Tensor ring_pass(const at::Tensor& in) override {
+    post(in);
+    const int64_t from = s_.broken_ring ? rank_ : (rank_ + s_.size - 1) % s_.size;
+    at::Tensor out = s_.slots[static_cast<std::size_t>(from)].clone();
+    s_.sync.arrive_and_wait();
+    return out;
   }
 
  private:
@@ -81,6 +94,8 @@ std::unique_ptr<ax::Model> load(const std::string& name, bool checkpointing) {
   ax::LoraSpec spec;
   spec.targets = moe ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"}
                      : std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
+  if (name == "deepseek_v3")  // MLA's projections, the dense layer's and the experts' MLPs
+    spec.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   at::manual_seed(7);  // every model the same LoRA
   ax::ModelLoadOptions o;
   o.dir = case_dir(name).string();
@@ -96,23 +111,23 @@ std::unique_ptr<ax::Model> load(const std::string& name, bool checkpointing) {
   return m;
 }
 
-// 2 rows of 12 tokens: row 0 packs samples of 5, 4 and 3 tokens, row 1 one of 12; labels everywhere but the
-// first sample's first two tokens.
+// 2 rows of 24 tokens (chunks of 6, 4 and 3 tokens for N = 2, 3, 4): row 0 packs samples of 5, 4, 3, 7 and 5
+// tokens, row 1 of 17 and 7; labels everywhere but the first sample's first two tokens.
 ax::Batch packed_batch(const std::string& name) {
   std::ifstream f(case_dir(name) / "config.json");
   const int64_t vocab = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   ax::Batch b;
-  b.input_ids = at::randint(vocab, {2, 12}, gen, at::kLong);
+  b.input_ids = at::randint(vocab, {2, 24}, gen, at::kLong);
   b.labels = b.input_ids.clone();
   b.labels[0][0] = -100;
   b.labels[0][1] = -100;
   std::vector<int64_t> pos;
-  for (int64_t len : {5, 4, 3, 12})
+  for (int64_t len : {5, 4, 3, 7, 5, 17, 7})
     for (int64_t i = 0; i < len; ++i) pos.push_back(i);
-  b.position_ids = at::tensor(pos, at::kLong).view({2, 12});
-  b.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 24}, at::kInt);
-  b.max_seqlen = 12;
+  b.position_ids = at::tensor(pos, at::kLong).view({2, 24});
+  b.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt);
+  b.max_seqlen = 17;
   return b;
 }
 
@@ -202,7 +217,7 @@ void check_close(const Trace& got, const Trace& want) {
 
 TEST_CASE("context parallel: N ranks of one group give the single-process losses and LoRA grads to 1e-6 (CPU)") {
   at::set_num_threads(1);
-  for (const char* name : {"qwen3", "mixtral", "gemma3", "gpt_oss"}) {
+  for (const char* name : {"llama", "qwen3", "mixtral", "gemma3", "gpt_oss", "deepseek_v3"}) {
     for (bool ckpt : {false, true}) {
       CAPTURE(name);
       CAPTURE(ckpt);
@@ -210,16 +225,112 @@ TEST_CASE("context parallel: N ranks of one group give the single-process losses
       std::vector<std::unique_ptr<ax::Model>> one;
       one.push_back(load(name, ckpt));
       const Trace want = train(one, b, 3);
-      for (int64_t n : {2, 3, 4}) {  // blocks of 6, 4 and 3 tokens: boundaries inside and between samples
+      for (int64_t n : {2, 3, 4}) {  // chunks of 6, 4 and 3 tokens: boundaries inside and between samples
         CAPTURE(n);
         std::vector<std::unique_ptr<ax::Model>> group;
         for (int64_t r = 0; r < n; ++r) group.push_back(load(name, ckpt));
         int64_t collectives = 0;
         check_close(train(group, b, 3, &want, &collectives), want);
-        CHECK(collectives > 0);  // the group did gather
+        CHECK(collectives > 0);  // the group did pass blocks
       }
     }
   }
+}
+
+// Ring attention against the attention op (reference backend) over the whole rows, on 2 rows of 24 tokens packing
+// samples across the chunks: out and dq, dk, dv (and dsinks) of every rank's tokens, GQA with Dv != D, with a
+// sliding window, with sinks (differences relative to the larger of 1 and the tensor's largest magnitude). With a
+// broken ring (a rank gets its own block back at every step) the same comparison fails.
+double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken, at::TensorOptions opts = at::kFloat) {
+  static ax::Registry reg = [] {
+    ax::Registry r;
+    ax::ops::register_reference_kernels(r);
+    return r;
+  }();
+  const int64_t B = 2, S = 24, Hq = 4, Hkv = 2, D = 6, Dv = 5;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor q = at::randn({B * S, Hq, D}, gen).to(opts), k = at::randn({B * S, Hkv, D}, gen).to(opts),
+                   v = at::randn({B * S, Hkv, Dv}, gen).to(opts);
+  const at::Tensor sink = at::randn({Hq}, gen).to(opts.dtype(at::kFloat)), dout = at::randn({B * S, Hq, Dv}, gen).to(opts);
+  ax::ops::AttentionArgs a;
+  a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt).to(opts.device());
+  a.max_seqlen = 17;
+  a.softmax_scale = 0.7;
+  a.window_left = window;
+  auto leaves = [&](ax::ops::AttentionArgs& x, const at::Tensor& qq, const at::Tensor& kk, const at::Tensor& vv) {
+    x.q = qq.detach().requires_grad_(true);
+    x.k = kk.detach().requires_grad_(true);
+    x.v = vv.detach().requires_grad_(true);
+    if (sinks) x.sinks = sink.detach().requires_grad_(true);
+  };
+  ax::ops::AttentionArgs whole = a;
+  leaves(whole, q, k, v);
+  at::Tensor want = ax::autograd::attention(reg.kernel<ax::ops::Attention>("reference"), whole);
+  (want * dout).sum().backward();
+  Shared shared(N);
+  shared.broken_ring = broken;
+  std::vector<double> err(static_cast<std::size_t>(N));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(shared, r);
+      const ax::models::ContextSplit split{&comm, B, S};
+      ax::ops::AttentionArgs mine = a;
+      leaves(mine, split.local(q), split.local(k), split.local(v));
+      at::Tensor out = ax::models::ring_attention(split, mine);
+      (out * split.local(dout)).sum().backward();
+      double e = 0;  // the largest difference, relative to the larger of 1 and the tensor's largest magnitude
+      auto diff = [&](const at::Tensor& x, const at::Tensor& y) {
+        const double scale = std::max(1.0, y.abs().max().item<double>());
+        e = std::max(e, (x - y).abs().max().item<double>() / scale);
+      };
+      diff(out, split.local(want));
+      diff(mine.q.grad(), split.local(whole.q.grad()));
+      diff(mine.k.grad(), split.local(whole.k.grad()));
+      diff(mine.v.grad(), split.local(whole.v.grad()));
+      err[static_cast<std::size_t>(r)] = e;
+      if (sinks) {  // each rank's dsinks is its queries' share: the shares sum to the whole
+        at::Tensor g = mine.sinks.grad().clone();
+        comm.all_reduce_sum(g);
+        diff(g, whole.sinks.grad());
+        err[static_cast<std::size_t>(r)] = e;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return *std::max_element(err.begin(), err.end());
+}
+
+TEST_CASE("ring attention: every rank's out and gradients are the attention op's over the whole rows") {
+  at::set_num_threads(1);
+  for (int64_t n : {2, 3, 4})
+    for (int64_t window : {-1, 2, 7})
+      for (bool sinks : {false, true}) {
+        CAPTURE(n);
+        CAPTURE(window);
+        CAPTURE(sinks);
+        CHECK(ring_vs_op(n, window, sinks, false) <= 1e-5);
+      }
+  CHECK(ring_vs_op(2, -1, false, true) > 1e-2);  // the planted bug is seen
+}
+
+TEST_CASE("ring attention in bf16 (CPU, and CUDA where there is one): the attention op's out and gradients") {
+  at::set_num_threads(1);
+  // bf16 inputs, fp32 math on both sides: the outputs differ by their bf16 rounding (the op's bf16 tolerances).
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  else MESSAGE("no CUDA device: the CPU only");
+  for (const auto& dev : devices)
+    for (int64_t n : {2, 4})
+      for (int64_t window : {-1, 2})
+        for (bool sinks : {false, true}) {
+          CAPTURE(dev);
+          CAPTURE(n);
+          CAPTURE(window);
+          CAPTURE(sinks);
+          const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(dev);
+          CHECK(ring_vs_op(n, window, sinks, false, opts) <= 3e-2);
+          if (n == 2 && window < 0 && !sinks) CHECK(ring_vs_op(n, window, sinks, true, opts) > 1e-1);
+        }
 }
 
 TEST_CASE("context parallel: with tiled_mlp, and a forward asked for logits runs whole rows on each rank") {
@@ -240,11 +351,11 @@ TEST_CASE("context parallel: with tiled_mlp, and a forward asked for logits runs
   dynamic_cast<ax::models::DecoderModel&>(*m).set_context_parallel(std::make_shared<ThreadComm>(shared, 0));
   at::NoGradGuard ng;
   auto out = m->forward(b, true);
-  CHECK(out.logits.size(1) == 12);
+  CHECK(out.logits.size(1) == 24);
   CHECK(shared.gathers == 0);
 }
 
-TEST_CASE("context parallel: a row length the group does not divide is refused by name") {
+TEST_CASE("context parallel: a row length 2N does not divide is refused by name") {
   auto m = load("qwen3", false);
   Shared shared(5);
   dynamic_cast<ax::models::DecoderModel&>(*m).set_context_parallel(std::make_shared<ThreadComm>(shared, 0));
@@ -252,6 +363,6 @@ TEST_CASE("context parallel: a row length the group does not divide is refused b
     m->forward(packed_batch("qwen3"), false);
     FAIL("no error");
   } catch (const ax::UsageError& e) {
-    CHECK(std::string(e.what()).find("context_parallel = 5 does not divide the row length 12") != std::string::npos);
+    CHECK(std::string(e.what()).find("2 x context_parallel = 10 does not divide the row length 24") != std::string::npos);
   }
 }

@@ -1,7 +1,8 @@
 // Context parallelism end to end on Gloo ([distributed] context_parallel, docs/distributed.md): 2 ranks splitting
-// every row train what one process trains, and 4 ranks as 2 data-parallel x 2 context-parallel train what one
-// process with grad_accum 2 trains (losses and grad norms to 1e-6, the adapter as the data-parallel tests compare
-// it); and the key's checks at validate. In-process gradient equality per tensor: context_parallel_test.cpp.
+// every row train what one process trains (a llama, and a deepseek_v3 with MLA), and 4 ranks as 2 data-parallel x
+// 2 context-parallel train what one process with grad_accum 2 trains (losses and grad norms to 1e-6, the adapter as
+// the data-parallel tests compare it); and the key's checks at validate. In-process gradient equality per tensor:
+// context_parallel_test.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -79,7 +80,7 @@ TEST_CASE("context parallel: 2 ranks splitting every row train what 1 process tr
                   {"run.output_dir=two", "distributed.context_parallel=2"}, "two.log") == 0);
   const std::string two = slurp(dir / "two.log");
   INFO(two);
-  CHECK(two.find("context parallel: group 0 (ranks 0..1), tokens block 0 of 2 of every row") != std::string::npos);
+  CHECK(two.find("context parallel: group 0 (ranks 0..1), chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
   check_same_run(dir / "two", dir / "one");
   ax::test::remove_tree(dir);
 }
@@ -93,8 +94,29 @@ TEST_CASE("context parallel: 4 ranks as 2 data-parallel x 2 context-parallel tra
                   "four.log") == 0);
   const std::string four = slurp(dir / "four.log");
   INFO(four);
-  CHECK(four.find("context parallel: group 0 (ranks 0..1), tokens block 0 of 2 of every row") != std::string::npos);
+  CHECK(four.find("context parallel: group 0 (ranks 0..1), chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
   check_same_run(dir / "four", dir / "one");
+  ax::test::remove_tree(dir);
+}
+
+TEST_CASE("context parallel: 2 ranks train what 1 process trains on a multi-head latent attention model (deepseek_v3)") {
+  // The MLA blocks (qk and v head dims differ, the shared rope key split with the tokens) through the ring.
+  auto dir = ax::test::setup_run("dist_cp_mla", "");
+  REQUIRE(ax::test::run({"init-model", "--preset", "tiny-deepseek-v3", "--out", (dir / "mla").string()}, dir / "init.log") == 0);
+  const std::string cfg = (dir / "run.toml").string();
+  const std::vector<std::string> mla{"model.path=mla", "lora.targets=[\"q_a_proj\", \"kv_b_proj\", \"o_proj\"]"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), mla.begin(), mla.end());
+    return sets;
+  };
+  REQUIRE(run_cli(dir, {"run", "--config", cfg}, with({"run.output_dir=one"}), "one.log") == 0);
+  REQUIRE(run_cli(dir, {"launch", "--nproc", "2", "--", "run", "--config", cfg},
+                  with({"run.output_dir=two", "distributed.context_parallel=2"}), "two.log") == 0);
+  const std::string two = slurp(dir / "two.log");
+  INFO(two);
+  CHECK(two.find("loaded deepseek_v3 model") != std::string::npos);
+  CHECK(two.find("chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
+  check_same_run(dir / "two", dir / "one");
   ax::test::remove_tree(dir);
 }
 
@@ -121,10 +143,11 @@ TEST_CASE("context parallel: the key is checked against the world, the row lengt
   };
   CHECK(error_of("moe", 2, 4, 64).empty());  // MoE: its aux loss over the gathered router logits
   CHECK(error_of("moe", 3, 4, 66).rfind("run.toml:4:20: 'distributed.context_parallel' = 3: it must divide the world size 4", 0) == 0);
-  CHECK(error_of("moe", 4, 4, 66).find("it must divide data.sequence_len = 66") != std::string::npos);
+  CHECK(error_of("moe", 4, 4, 66).find("2 x N must divide data.sequence_len = 66") != std::string::npos);
+  CHECK(error_of("moe", 2, 4, 66).find("2 x N must divide data.sequence_len = 66") != std::string::npos);  // 2 chunks each
   CHECK(error_of("moe", 2, 4, 64, "expert_parallel = 2\n").find("not together with expert_parallel = 2") != std::string::npos);
   CHECK(error_of("moe", 2, 4, 64, "shard_base = true\n").find("not together with shard_base") != std::string::npos);
-  CHECK(error_of("mla", 2, 2, 64).find("multi-head latent attention is not split") != std::string::npos);
+  CHECK(error_of("mla", 2, 2, 64).empty());  // MLA's per-head k and v go through the ring as any attention's
   CHECK(error_of("gdn", 2, 2, 64).find("linear-attention (Gated DeltaNet) layers") != std::string::npos);
   CHECK(error_of("vl", 2, 2, 64).find("(qwen2_5_vl): a vision-language model splices vision features") != std::string::npos);
   CHECK(error_of("moe", 0, 2, 64).rfind("run.toml:4:20: 'distributed.context_parallel'", 0) == 0);

@@ -16,10 +16,10 @@ struct SplitState : torch::CustomClassHolder {
   ContextSplit split;
 };
 
-// [rows·seq, ...] viewed as [rows, size, block, ...]: rank r's tokens of every row are [:, r].
-std::vector<int64_t> blocked_shape(const at::Tensor& full, const ContextSplit& s) {
-  std::vector<int64_t> shape{s.rows, s.comm->size(), s.block()};
-  for (int64_t d = 1; d < full.dim(); ++d) shape.push_back(full.size(d));
+// [rows·seq, ...] viewed as [rows, 2·size, chunk, ...]: rank r's tokens of every row are chunks r and 2·size-1-r.
+std::vector<int64_t> chunked_shape(const at::Tensor& t, int64_t rows, int64_t chunks, int64_t chunk) {
+  std::vector<int64_t> shape{rows, chunks, chunk};
+  for (int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
   return shape;
 }
 
@@ -29,16 +29,23 @@ std::vector<int64_t> flat_shape(const at::Tensor& t, int64_t n) {
   return shape;
 }
 
-// The gather as an autograd node: forward all-gathers the local rows (each rank's [rows, block, ...] stacked
-// in rank order) and interleaves them row by row; backward is the reduce-scatter: the whole-batch gradient
+// The gather as an autograd node: forward all-gathers the local rows (each rank's [rows, 2, chunk, ...] stacked
+// in rank order) and puts every chunk back at its place in its row; backward is the reduce-scatter: the whole-batch gradient
 // summed over the group (every rank's attention contributed to every rank's k and v), this rank's rows kept.
 struct GatherFn : torch::autograd::Function<GatherFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, c10::intrusive_ptr<SplitState> st) {
     const ContextSplit& s = st->split;
+    const int64_t N = s.comm->size();
     at::Tensor all = s.comm->all_gather(local.detach().contiguous());  // [size·rows·block, ...]
-    std::vector<int64_t> shape{s.comm->size(), s.rows, s.block()};
+    std::vector<int64_t> shape{N, s.rows, 2 * s.chunk()};
     for (int64_t d = 1; d < local.dim(); ++d) shape.push_back(local.size(d));
-    at::Tensor full = all.view(shape).transpose(0, 1).reshape(flat_shape(local, s.rows * s.seq));
+    // [rows, size·2, chunk, ...]: rank-major chunks; row chunk c is rank c's first (c < size) or rank
+    // 2·size-1-c's second.
+    at::Tensor by_rank = all.view(shape).transpose(0, 1).reshape(chunked_shape(local, s.rows, 2 * N, s.chunk()));
+    std::vector<int64_t> order;
+    for (int64_t c = 0; c < 2 * N; ++c) order.push_back(c < N ? 2 * c : 2 * (2 * N - 1 - c) + 1);
+    at::Tensor full = by_rank.index_select(1, at::tensor(order, at::kLong).to(local.device()))
+                          .reshape(flat_shape(local, s.rows * s.seq));
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     return full;
   }
@@ -63,11 +70,15 @@ struct LossSumFn : torch::autograd::Function<LossSumFn> {
 }  // namespace
 
 int64_t ContextSplit::block() const { return seq / comm->size(); }
+int64_t ContextSplit::chunk() const { return seq / (2 * comm->size()); }
+int64_t ContextSplit::chunk_of(int64_t r, int64_t j) const { return j == 0 ? r : 2 * comm->size() - 1 - r; }
 
 at::Tensor ContextSplit::local(const at::Tensor& full) const {
   if (full.size(0) != rows * seq)
     throw RuntimeError(str("context parallel: a whole-batch tensor has ", full.size(0), " rows, not ", rows * seq));
-  return full.reshape(blocked_shape(full, *this)).select(1, comm->rank()).reshape(flat_shape(full, rows * block()));
+  const int64_t r = comm->rank();
+  at::Tensor c = full.reshape(chunked_shape(full, rows, 2 * comm->size(), chunk()));
+  return at::stack({c.select(1, chunk_of(r, 0)), c.select(1, chunk_of(r, 1))}, 1).reshape(flat_shape(full, rows * block()));
 }
 
 at::Tensor ContextSplit::gather(const at::Tensor& local) const {

@@ -1,12 +1,13 @@
 // Context parallelism ([distributed] context_parallel = N, docs/distributed.md "Context parallelism"): the ranks
-// of one CP group train the same micro-batch, each holding a contiguous 1/N of every packed row's tokens
-// through the decoder layers (embeddings, projections, norms, MLP / MoE, LM head and loss), so activations
-// shrink N-fold. Attention needs the whole row: each layer all-gathers q, k and v over the group and runs the
-// attention op over the whole packed rows (the batch's own cu_seqlens: sample boundaries respected), keeping its
-// own rows of the output. The gradient of the gather is the reduce-scatter (sum over the group, own rows).
-// The trainer implements the collectives over a c10d sub group (train/dist_context.cpp); a model sees only this.
+// of one CP group train the same micro-batch, each holding 1/N of every packed row's tokens through the decoder
+// layers (embeddings, projections, norms, MLP / MoE, LM head and loss), so activations shrink N-fold. The row is
+// cut in 2N chunks and rank r holds chunks r and 2N-1-r (the zig-zag split: under the causal mask every rank then
+// has the same attention work). Attention runs as a ring (models/ring_attention.hpp): K/V blocks travel from
+// rank to rank, each rank attends its own queries only. The trainer implements the collectives over a c10d sub
+// group (train/dist_context.cpp); a model sees only this.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <ATen/core/Tensor.h>
@@ -16,12 +17,22 @@ namespace ax::models {
 class ContextComm {
  public:
   virtual ~ContextComm() = default;
-  virtual int64_t rank() const = 0;  // position in the CP group: rows' token block rank·S/N .. (rank+1)·S/N
+  virtual int64_t rank() const = 0;  // position in the CP group: rows' chunks rank and 2·size-1-rank
   virtual int64_t size() const = 0;
   // Every rank's `in` (one shape on all ranks) concatenated along dim 0 in rank order.
   virtual at::Tensor all_gather(const at::Tensor& in) = 0;
   // Sum over the group, in place.
   virtual void all_reduce_sum(at::Tensor& t) = 0;
+  // One step of the ring: `in` (contiguous, one shape on all ranks) goes to rank + 1, and what rank - 1 sent
+  // (mod size) comes back.
+  virtual at::Tensor ring_pass(const at::Tensor& in) = 0;
+  // The same step started: the returned function waits for it and gives what rank - 1 sent, so a ring can
+  // compute on the block it holds while the next one travels. `in` must not change before the wait. By default
+  // the blocking ring_pass (no overlap).
+  virtual std::function<at::Tensor()> ring_pass_start(const at::Tensor& in) {
+    at::Tensor got = ring_pass(in);
+    return [got] { return got; };
+  }
 };
 
 // One forward's split: `rows` packed rows of `seq` tokens, flattened [rows·seq, ...] as the decoder holds them.
@@ -29,7 +40,11 @@ struct ContextSplit {
   ContextComm* comm = nullptr;
   int64_t rows = 0, seq = 0;
   int64_t block() const;  // tokens of a row on each rank: seq / size
-  // This rank's tokens of a whole-batch tensor [rows·seq, ...]: [rows·block, ...], row by row.
+  int64_t chunk() const;  // tokens of a zig-zag chunk: seq / (2·size)
+  // The row chunk (0 .. 2·size-1) that rank `r` holds as its j-th (0, 1): r, then 2·size-1-r.
+  int64_t chunk_of(int64_t r, int64_t j) const;
+  // This rank's tokens of a whole-batch tensor [rows·seq, ...]: [rows·block, ...], row by row, each row's two
+  // chunks in order.
   at::Tensor local(const at::Tensor& full) const;
   // The inverse, across the group and differentiable: every rank's local rows [rows·block, ...] into the
   // whole batch [rows·seq, ...]; backward sums the whole-batch gradient over the group and keeps this rank's rows.

@@ -24,6 +24,7 @@
 #include "models/parts/mla_layer.hpp"
 #include "models/parts/shared_expert.hpp"
 #include "models/recompute.hpp"
+#include "models/ring_attention.hpp"
 #include "models/storage_set.hpp"
 #include "models/tied_head.hpp"
 #include "models/tiled_mlp.hpp"
@@ -497,16 +498,6 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
     q = rot(q);
     k = rot(k);
   }
-  if (cp_split_ && !decode_step_) {
-    // Context parallelism: the whole rows' q, k and v from the group (one gather; its backward sums the
-    // gradients over the group), so each sample's queries see all of its keys whichever rank holds them.
-    const int64_t nq = Hq * D, nk = Hkv * D, nv = v.size(1) * v.size(2);
-    at::Tensor all = cp_split_->gather(at::cat({q.reshape({T, nq}), k.reshape({T, nk}), v.reshape({T, nv})}, 1));
-    const int64_t Tw = all.size(0);
-    q = all.narrow(1, 0, nq).reshape({Tw, Hq, D});
-    k = all.narrow(1, nq, nk).reshape({Tw, Hkv, D});
-    v = all.narrow(1, nq + nk, nv).reshape({Tw, Hkv, nv / Hkv});
-  }
   ops::AttentionArgs a;
   a.q = q.contiguous();
   a.k = k.contiguous();
@@ -523,9 +514,10 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
   if (attention_groups_.defined() && !decode_step_) a.groups = attention_groups_.to(at::kInt);  // gemma3's images
+  // Context parallelism: this rank's queries over every rank's keys, K/V going around the ring.
   at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
+                 : cp_split_  ? ring_attention(*cp_split_, a)
                               : autograd::attention(attention_backend(), std::move(a));
-  if (cp_split_ && !decode_step_) o = cp_split_->local(o);  // this rank's rows
   o = o.reshape({T, Hq * D});
   if (gate.defined()) o = o * at::sigmoid(gate);
   return linear(o, p + "o_proj");
@@ -716,11 +708,12 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
   // Context parallelism: a training forward runs this rank's tokens of every row (models/context_parallel.hpp).
   cp_split_.reset();
   if (cp_ && cp_->size() > 1 && !want_logits && !decode_step_ && batch.labels.defined()) {
-    if (embeds.defined() || rope_pos.defined() || cfg_.is_mla() || !cfg_.linear_layers.empty())
+    if (embeds.defined() || rope_pos.defined() || attention_groups.defined() || !cfg_.linear_layers.empty())
       throw UsageError(str("model forward: context parallelism does not split ", cfg_.model_type,
-                           " (given embeddings, multimodal RoPE, MLA or linear-attention layers)"));
-    if (S % cp_->size() != 0)
-      throw UsageError(str("model forward: context_parallel = ", cp_->size(), " does not divide the row length ", S));
+                           " (given embeddings, multimodal RoPE, attention groups or linear-attention layers)"));
+    if (S % (2 * cp_->size()) != 0)
+      throw UsageError(str("model forward: 2 x context_parallel = ", 2 * cp_->size(),
+                           " does not divide the row length ", S, " (each rank holds 2 chunks of every row)"));
     cp_split_ = ContextSplit{cp_.get(), B, S};
   }
   struct ResetSplit {

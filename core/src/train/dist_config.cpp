@@ -21,11 +21,12 @@ void bind_distributed(TableBinder& t, DistributedConfig& c) {
             "MoE models: ranks per expert-parallel group; each holds (and trains the LoRA of) 1/N of every MoE layer's "
             "experts, tokens travel to them by all-to-all. Must divide the world size and the number of experts");
   t.bounded("context_parallel", c.context_parallel, 1, 1 << 20,
-            "ranks per context-parallel group: they train the same micro-batches, each holding a contiguous 1/N of "
-            "every packed row's tokens through the layers (all-gathered q/k/v for attention over the whole rows); "
-            "world = data-parallel x context_parallel. Must divide the world size and data.sequence_len. Dense and "
-            "MoE attention families; not MLA, linear-attention hybrids or vision-language models, not with expert_parallel > 1 or "
-            "shard_base; docs/distributed.md, \"Context parallelism\"");
+            "ranks per context-parallel group: they train the same micro-batches, each holding 1/N of every packed "
+            "row's tokens through the layers (zig-zag chunks r and 2N-1-r of 2N; ring attention: K/V blocks travel "
+            "between the ranks, each attends its own queries); world = data-parallel x context_parallel. Must divide "
+            "the world size, and 2N must divide data.sequence_len. Dense, MoE and MLA attention families; not "
+            "linear-attention hybrids or vision-language models, not with expert_parallel > 1 or shard_base; "
+            "docs/distributed.md, \"Context parallelism\"");
   t.field("shard_base", c.shard_base,
           "each rank keeps 1/world of every decoder layer's frozen weights (dense or packed) and all-gathers a layer "
           "just before it runs, in forward and again in backward (the layer is recomputed: implies activation "

@@ -20,6 +20,21 @@ class ContextGroupComm : public models::ContextComm {
   int64_t size() const override { return g_->world(); }
   at::Tensor all_gather(const at::Tensor& in) override { return g_->all_gather(in); }
   void all_reduce_sum(at::Tensor& t) override { g_->all_reduce_sum(t); }
+  // The ring step as an all-to-all in which each rank sends to rank + 1 only (and so receives from rank - 1 only).
+  // Started and not waited for: NCCL runs it on the group's stream while the compute stream goes on.
+  std::function<at::Tensor()> ring_pass_start(const at::Tensor& in) override {
+    const int64_t N = g_->world(), r = g_->rank(), n = in.numel();
+    std::vector<int64_t> to(static_cast<std::size_t>(N), 0), from(static_cast<std::size_t>(N), 0);
+    to[static_cast<std::size_t>((r + 1) % N)] = n;
+    from[static_cast<std::size_t>((r + N - 1) % N)] = n;
+    at::Tensor src = in.contiguous().view({-1}), out = at::empty_like(src);
+    std::shared_ptr<DistWork> work = g_->all_to_all_async(out, src, from, to);
+    return [work, src, out, sizes = in.sizes().vec()] {
+      work->wait();
+      return out.view(sizes);
+    };
+  }
+  at::Tensor ring_pass(const at::Tensor& in) override { return ring_pass_start(in)(); }
 
  private:
   DistGroup* g_;  // owned by ContextParallelGroups::group, which outlives the model (run.cpp)
@@ -38,8 +53,8 @@ ContextParallelGroups make_context_parallel(DistGroup& world, int64_t size) {
   ContextParallelGroups out;
   out.group = world.subgroup(ranks, ax::str("cp", size, "/group", g));
   out.comm = std::make_shared<ContextGroupComm>(out.group.get());
-  log::info(ax::str("context parallel: group ", g, " (ranks ", ranks.front(), "..", ranks.back(), "), tokens block ",
-                    R % size, " of ", size, " of every row"));
+  log::info(ax::str("context parallel: group ", g, " (ranks ", ranks.front(), "..", ranks.back(), "), chunks ",
+                    R % size, " and ", 2 * size - 1 - R % size, " of ", 2 * size, " of every row (ring attention)"));
   return out;
 }
 
@@ -50,8 +65,9 @@ void check_context_parallel(const RunConfig& config, const DistributedConfig& d,
     config_fail(config.file, d.context_parallel_at, ax::str("'distributed.context_parallel' = ", N, ": ", why));
   };
   if (env.world % N != 0) fail(ax::str("it must divide the world size ", env.world, " (ranks form groups of N)"));
-  if (sequence_len % N != 0)
-    fail(ax::str("it must divide data.sequence_len = ", sequence_len, " (each rank holds sequence_len / N tokens of a row)"));
+  if (sequence_len % (2 * N) != 0)
+    fail(ax::str("2 x N must divide data.sequence_len = ", sequence_len,
+                 " (each rank holds 2 zig-zag chunks of sequence_len / 2N tokens of every row)"));
   if (d.expert_parallel > 1) fail(ax::str("not together with expert_parallel = ", d.expert_parallel, " (choose one)"));
   if (d.shard_base) fail("not together with shard_base = true (choose one)");
   const std::string cfg_path = (std::filesystem::path(config.model.path) / "config.json").string();
@@ -66,7 +82,6 @@ void check_context_parallel(const RunConfig& config, const DistributedConfig& d,
   } catch (const std::exception& e) {
     fail(ax::str(cfg_path, " (", type, ") is not a built-in decoder family that splits its rows: ", e.what()));
   }
-  if (hf.is_mla()) fail(ax::str(cfg_path, " (", type, "): multi-head latent attention is not split over ranks yet"));
   if (!hf.linear_layers.empty())
     fail(ax::str(cfg_path, " (", type, "): its linear-attention (Gated DeltaNet) layers carry a recurrent state along the "
                  "row, which a rank holding a later block of tokens would need from the one before; not split"));

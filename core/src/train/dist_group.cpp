@@ -205,11 +205,18 @@ std::unique_ptr<DistGroup> DistGroup::subgroup(const std::vector<int64_t>& ranks
 
 void DistGroup::all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
                            const std::vector<int64_t>& in_splits) {
+  all_to_all_async(out, in, out_splits, in_splits)->wait();
+}
+
+std::unique_ptr<DistWork> DistGroup::all_to_all_async(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                                                      const std::vector<int64_t>& in_splits) {
+  c10::intrusive_ptr<c10d::Work> w;
   collective(*this, impl_->timeout_s, "all-to-all", [&] {
-    std::vector<int64_t> o = out_splits, i = in_splits;
+    std::vector<int64_t> o = out_splits, i = in_splits;  // the work keeps copies of the splits
     at::Tensor src = in;  // alltoall_base takes non-const references; it only reads the input
-    impl_->backend->alltoall_base(out, src, o, i)->wait();
+    w = impl_->backend->alltoall_base(out, src, o, i);
   });
+  return std::make_unique<C10dWork>(*this, impl_->timeout_s, std::move(w), "all-to-all");
 }
 
 at::Tensor DistGroup::all_gather(const at::Tensor& in) {

@@ -64,6 +64,9 @@ class DistGroup {
   // preallocated) receives theirs. Tensors on the backend's device, contiguous.
   void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
                   const std::vector<int64_t>& in_splits);
+  // The same, started and not waited for (as all_reduce_sum_async): `out` holds the result after wait().
+  std::unique_ptr<DistWork> all_to_all_async(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                                             const std::vector<int64_t>& in_splits);
   // Every rank's `in` (one shape on all ranks) concatenated along dim 0 in rank order.
   at::Tensor all_gather(const at::Tensor& in);
 
