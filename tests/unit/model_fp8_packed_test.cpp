@@ -13,6 +13,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "axengine/builtins.hpp"
+#include "axengine/device.hpp"
 #include "axengine/error.hpp"
 #include "axengine/strings.hpp"
 #include "axengine/models.hpp"
@@ -39,11 +40,14 @@ struct Env {
   ax::Registry reg;
   Env() { ax::register_builtins(reg); }
   std::unique_ptr<ax::Model> load(const fs::path& dir, const std::string& format, const std::string& dtype = "fp32",
-                                  std::optional<ax::LoraSpec> lora = {}, std::vector<std::string> skip = {}) {
+                                  std::optional<ax::LoraSpec> lora = {}, std::vector<std::string> skip = {},
+                                  const std::string& device = "cpu") {
     ax::ModelLoadOptions o;
     o.dir = dir.string();
     o.dtype = dtype;
-    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+    o.device = device == "cpu" ? "cpu" : "cuda:0";
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{},
+                                                device == "cpu" ? ax::DeviceInfo{} : ax::detect_device("cuda"));
     o.lora = std::move(lora);
     o.weights.format = format;
     o.weights.skip_modules = std::move(skip);
@@ -152,6 +156,26 @@ TEST_CASE("fp8 packed: DeepSeek-V3 and GLM-4.5 FP8 checkpoints kept packed at ~1
       REQUIRE(tp.size() == td.size());
       for (std::size_t i = 0; i < tp.size(); ++i) CHECK(at::equal(tp[i].second, td[i].second));
     }
+  }
+}
+
+TEST_CASE("fp8 packed: on CUDA (bf16: aten linear.lora, the experts' reference) packed equals dequantised bit for bit") {
+  if (!at::hasCUDA()) {
+    MESSAGE("skipped: needs a CUDA device (no CUDA device present)");
+    return;
+  }
+  Env env;
+  for (const std::string c : {"deepseek_v3_fp8", "glm4_moe_fp8"}) {
+    CAPTURE(c);
+    auto dense = env.load(ax::test::case_dir(c), "dense", "bf16", lora_for(c), {}, "cuda");
+    auto packed = env.load(ax::test::case_dir(c), "fp8", "bf16", lora_for(c), {}, "cuda");
+    draw_lora_b(*dense);
+    draw_lora_b(*packed);
+    ax::Batch b = batch(ax::test::config_of(c)["vocab_size"].get<int64_t>());
+    b = b.to(at::Device(at::kCUDA, 0));
+    CHECK(at::equal(packed->forward(b, true).logits.cpu(), dense->forward(b, true).logits.cpu()));
+    const auto lp = train(*packed, b, 2), ld = train(*dense, b, 2);
+    for (std::size_t s = 0; s < lp.size(); ++s) CHECK(at::equal(lp[s].cpu(), ld[s].cpu()));
   }
 }
 
