@@ -279,9 +279,9 @@ WeightTensor quantize_nvfp4(const at::Tensor& w, int64_t axis, bool per_expert_g
 namespace {
 
 // fp8 values [..., R, C] times their block's scale ([..., ceil(R/br), ceil(C/bc)]) in fp32. Whole blocks are
-// a broadcast view; ragged edges (R or C not a multiple of the block) repeat each scale over its block and
-// cut the grid at R x C, so edge blocks take their block's scale (DeepSeek's weight_dequant). The product of
-// each element is the same fp32 multiply either way.
+// a broadcast view; ragged edges (R or C not a multiple of the block) gather each element's block scale, so edge
+// blocks take their block's scale (DeepSeek's weight_dequant). The product of each element is the same fp32
+// multiply either way.
 at::Tensor fp8_decode(const at::Tensor& codes, const at::Tensor& scales, int64_t br, int64_t bc) {
   const int64_t R = codes.size(-2), C = codes.size(-1);
   at::Tensor v = codes.to(at::kFloat);
@@ -293,7 +293,12 @@ at::Tensor fp8_decode(const at::Tensor& codes, const at::Tensor& scales, int64_t
     for (int64_t d : {R / br, int64_t(1), C / bc, int64_t(1)}) sc.push_back(d);
     return (v.reshape(blk) * scales.reshape(sc)).reshape(codes.sizes());
   }
-  return v * scales.repeat_interleave(br, -2).narrow(-2, 0, R).repeat_interleave(bc, -1).narrow(-1, 0, C);
+  // Each row's and column's block by index_select, not repeat_interleave: that one reads its output size back
+  // from the device (a host sync: linear.lora's aten backend is graph-safe).
+  auto block_of = [&](int64_t n, int64_t b) {
+    return at::arange(n, scales.options().dtype(at::kLong)).div(b, "floor");
+  };
+  return v * scales.index_select(-2, block_of(R, br)).index_select(-1, block_of(C, bc));
 }
 
 }  // namespace
