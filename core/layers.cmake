@@ -24,8 +24,8 @@ set(AX_LAYER_BUILTINS_FILES builtins.cpp engine.cpp)
 #   data/stream_rows.cpp     — the JSON Lines shard stream of stream.hpp, which plugin types (mm_cpt) stream through;
 #   data/chat_media.cpp      — the key functions of chat_media.hpp's interfaces, which plugin types (mm_cpt) implement;
 #   train/optimizer_step.cpp — Optimizer::step(lr, found_inf) (optimizer.hpp), the default of a virtual;
-#   ops/quant/quant.cpp      — the weight formats in code (ops/quant.hpp): nf4 / mxfp4 / nvfp4 packing and
-#                              decoding, used by plugins (their tests, packed-weight backends), conformance,
+#   ops/quant/quant.cpp      — the weight formats in code (ops/quant.hpp, ops/fp8.hpp): nf4 / mxfp4 / nvfp4
+#                              packing and decoding, fp8 decoding and quantize_fp8_blocks, used by plugins (their tests, packed-weight backends), conformance,
 #                              the reference backends and the model loaders alike; and the helpers of the
 #                              Quantizer interface (quantize_misfit, weight_bytes of ops/quantizer.hpp).
 #                              ops/quant/quantizer.cpp, the reference quantizer, stays a built-in.

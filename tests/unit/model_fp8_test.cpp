@@ -14,6 +14,7 @@
 #include "axengine/safetensors.hpp"
 #include "models/fp8_load.hpp"
 #include "models/hf_config.hpp"
+#include "unit/fp8_case_util.hpp"
 #include "unit/model_case_util.hpp"
 #include "unit/model_hybrid_checks.hpp"
 #include "unit/test_paths.hpp"
@@ -41,23 +42,7 @@ std::string load_error(const ax::Registry& reg, const fs::path& dir) {
   return what;
 }
 
-// The FP8 case with its tensors edited by `edit` and its config by `cfg_edit`, in a scratch dir.
-struct EditedFp8 {
-  fs::path dir;
-  template <class TensorEdit, class ConfigEdit>
-  EditedFp8(TensorEdit edit, ConfigEdit cfg_edit) : dir(ax::test::scratch_dir("fp8_edit")) {
-    auto ckpt = ax::safetensors::Checkpoint::open_dir(ax::test::case_dir("deepseek_v3_fp8").string());
-    std::vector<std::pair<std::string, at::Tensor>> t;
-    for (const auto& n : ckpt.names()) t.emplace_back(n, ckpt.get(n));
-    edit(t);
-    ax::safetensors::save((dir / "model.safetensors").string(), t);
-    nlohmann::json cfg = ax::test::config_of("deepseek_v3_fp8");
-    cfg_edit(cfg);
-    std::ofstream(dir / "config.json") << cfg.dump();
-  }
-  ~EditedFp8() { ax::test::remove_tree(dir); }
-};
-
+using ax::test::EditedFp8;
 using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
 const std::string kKvB = "model.layers.1.self_attn.kv_b_proj.weight";
 
@@ -74,8 +59,8 @@ TEST_CASE("fp8: a DeepSeek-V3 FP8 checkpoint loads dequantised and gives transfo
   CHECK(ax::test::rel_max(m->forward(b, true).logits, golden->get("logits")) <= 1e-5);
   // inspect: the FP8 weights and their scales are used (38 projections in 2 layers), nothing is left over.
   const std::string info = ax::inspect_model_dir(dir.string());
-  CHECK(info.find("weights        fp8 e4m3, blocks 8 x 16: 38 tensors with their weight_scale_inv, dequantised at load") !=
-        std::string::npos);
+  CHECK(info.find("weights        fp8 e4m3, blocks 8 x 16: 38 tensors with their weight_scale_inv, dequantised at load "
+                  "(model.weight_format = \"fp8\" keeps them: ") != std::string::npos);
   CHECK(info.find("(not used)") == std::string::npos);
   // bf16 (the FP8 releases' compute dtype): the dequantised values rounded once more.
   auto m16 = load(reg, dir, "bf16");

@@ -84,7 +84,7 @@ TEST_CASE("op spec: core registers its eleven ops as OpSpecs with their referenc
                        ax::UsageError);
   const ax::Provider* ref = registry.find(ax::ProviderKind::kernel, "dequant", "reference");
   REQUIRE(ref);
-  CHECK(ref->info.needs.formats == std::vector<std::string>{"nf4", "mxfp4", "nvfp4"});
+  CHECK(ref->info.needs.formats == std::vector<std::string>{"nf4", "mxfp4", "nvfp4", "fp8"});
   CHECK(ref->info.plugin == "builtin");
 }
 

@@ -28,14 +28,14 @@ TEST_CASE("reference backends: one per known op, builtin origin, selected for ev
   cuda.type = DeviceInfo::Type::cuda;
   cuda.arch = 90;
   for (const DeviceInfo& dev : {DeviceInfo{}, cuda})
-    for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4"})
+    for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4", "fp8"})
       for (std::string layout : {"EKN", "ENK"}) {
         Resolution r = resolve_backend(reg, prefs, "moe.experts", KernelQuery{dev, "bf16", fmt, layout});
         CHECK(r.chosen == "reference");
       }
   // linear.lora is not listed: bf16 goes to core's production `aten`, fp32 to the reference (packed weights
   // are dequantised inside the call by both)
-  for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4"}) {
+  for (std::string fmt : {"dense", "nf4", "mxfp4", "nvfp4", "fp8"}) {
     CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "bf16", fmt, ""}).chosen == "aten");
     CHECK(resolve_backend(reg, prefs, "linear.lora", KernelQuery{DeviceInfo{}, "fp32", fmt, ""}).chosen == "reference");
   }

@@ -171,10 +171,11 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "280/8: kind@0 op@8 name@40 needs@72 plugin@176 origin@208 summary@240 graph_safe@272");
   CHECK(AX_LAYOUT(Staged, AX_FIELD(kind) AX_FIELD(op) AX_FIELD(name) AX_FIELD(object)) ==
         "88/8: kind@0 op@8 name@40 object@72");
-  CHECK(AX_LAYOUT(WeightTensor, AX_FIELD(format) AX_FIELD(shape) AX_FIELD(values) AX_FIELD(codes) AX_FIELD(scales)
-                                    AX_FIELD(blocksize) AX_FIELD(axis) AX_FIELD(nested_scales) AX_FIELD(nested_code)
-                                        AX_FIELD(nested_offset) AX_FIELD(nested_blocksize) AX_FIELD(global_scale)) ==
-        "112/8: format@0 shape@8 values@32 codes@40 scales@48 blocksize@56 axis@64 nested_scales@72 "
+  CHECK(AX_LAYOUT(WeightTensor, AX_FIELD(format) AX_FIELD(block_rows) AX_FIELD(shape) AX_FIELD(values) AX_FIELD(codes)
+                                    AX_FIELD(scales) AX_FIELD(blocksize) AX_FIELD(axis) AX_FIELD(nested_scales)
+                                        AX_FIELD(nested_code) AX_FIELD(nested_offset) AX_FIELD(nested_blocksize)
+                                            AX_FIELD(global_scale)) ==
+        "112/8: format@0 block_rows@4 shape@8 values@32 codes@40 scales@48 blocksize@56 axis@64 nested_scales@72 "
         "nested_code@80 nested_offset@88 nested_blocksize@96 global_scale@104");
   CHECK(AX_LAYOUT(MoeRouting, AX_FIELD(sorted_expert_idxs) AX_FIELD(sorted_scattered_idxs) AX_FIELD(expert_offsets)
                                   AX_FIELD(top_k)) ==

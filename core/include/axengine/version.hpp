@@ -23,7 +23,8 @@
 // 6.0: Sample::materialise (a streamed sample's costly extras, made by the rank that trains it).
 // 7.0: ModelCheck::ops holds OpCalls (op, weight format, layout) and ModelCheck::quantize is new (model_check.hpp).
 // 8.0: AttentionArgs::groups (bidirectional groups: gemma3's image tokens).
-#define AXENGINE_PLUGIN_ABI_MAJOR 8
+// 9.0: WeightTensor::block_rows and WeightFormat::fp8 (block-scaled FP8 weights kept packed).
+#define AXENGINE_PLUGIN_ABI_MAJOR 9
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

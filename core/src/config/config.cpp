@@ -167,10 +167,12 @@ void bind_all(const toml::table* doc, RunConfig& c, const BindContext& ctx, cons
     TableBinder t = root.sub("model", "the base model");
     t.field("path", c.model.path, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json), relative to the config file; or a hub ID (\"Qwen/Qwen3-8B\", \"org/name@revision\") found offline in the Hugging Face hub cache (docs/models.md)");
     t.choice("dtype", c.model.dtype, {"auto", "fp32", "bf16", "fp16"}, "compute dtype; auto = bf16 on CUDA, fp32 on CPU; fp16 trains with dynamic loss scaling on fp32 LoRA factors (docs/training.md)");
-    t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4"},
+    t.choice("weight_format", c.model.weight_format, {"dense", "nf4", "mxfp4", "nvfp4", "fp8"},
              "format the frozen base projections are packed into at load (QLoRA when not dense); embeddings, lm_head, "
              "routers and norms stay in the compute dtype; a pre-quantised (bitsandbytes nf4) checkpoint loads packed as "
-             "stored under dense or nf4 (docs/weights.md)");
+             "stored under dense or nf4; fp8 keeps a fine-grained FP8 checkpoint's projections as stored (e4m3 + block "
+             "scales, decoded on use; dense dequantises them at load) and is refused for any other checkpoint "
+             "(docs/weights.md)");
     t.field("skip_modules", c.model.skip_modules,
             "projections kept in the compute dtype although weight_format packs the rest: module names matched as "
             "dotted segments of the path (\"o_proj\", \"experts\", \"layers.0\"); each must match a module");

@@ -32,6 +32,9 @@ std::vector<Layout> layouts_for(const std::string& variant, bool quick) {
   if (f == "nf4") {
     l = {{{8, 64, 96}, -1}, {{1, 64, 3}, -1}, {{130, 64}, -1}, {{5, 17, 64}, -1}};
     if (!quick) l.push_back({{16, 256, 130}, -1});
+  } else if (f == "fp8") {  // blocks of the last two dims, any sizes (edge blocks are cut)
+    l = {{{8, 65, 40}, -1}, {{1, 3, 16}, -1}, {{130, 64}, -1}, {{5, 17, 33}, -1}};
+    if (!quick) l.push_back({{4, 300, 260}, -1});
   } else {
     const int64_t b = f == "mxfp4" ? 32 : 16;
     l = {{{8, 65, 2 * b}, -1}, {{6, 3 * b, 17}, 1}, {{1, 3, b}, -1}, {{130, 4 * b}, -1}};
@@ -153,14 +156,15 @@ void large_case(Suite& suite, const std::string& dtype) {
 void dequant_problems(Suite& suite) {
   weight_cache().clear();
   std::vector<std::string> variants;
-  for (const char* v : {"nf4", "nf4-dq", "nf4-b16", "nf4-dq-b32", "mxfp4", "nvfp4", "nvfp4-pe"})
+  for (const char* v : {"nf4", "nf4-dq", "nf4-b16", "nf4-dq-b32", "mxfp4", "nvfp4", "nvfp4-pe", "fp8", "fp8-b8x16"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   for (const auto& dtype : suite.dtypes()) {
     for (const auto& variant : variants) {
       const std::vector<Layout> layouts = layouts_for(variant, suite.quick());
       for (std::size_t i = 0; i < layouts.size(); ++i)
         for (const char* mode : {"whole", "selective", "selective_empty", "out"}) {
-          if (std::string(mode) != "whole" && layouts[i].shape.size() < 2) continue;
+          // Selecting experts needs a dim before the blocked ones: 2 for fp8 (its blocks span the last two).
+          if (std::string(mode) != "whole" && layouts[i].shape.size() < (base_format(variant) == "fp8" ? 3u : 2u)) continue;
           Problem p = problem(suite, dtype, variant, layouts[i], mode);
           p.graph = i == 0 && (std::string(mode) == "whole" || std::string(mode) == "selective");
           suite.accuracy(p);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "axengine/ops/fp8.hpp"
 #include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
 
@@ -185,6 +186,7 @@ std::string GuardedOut::check(const std::string& what, const at::Tensor& returne
 
 std::string base_format(const std::string& v) { return v.substr(0, v.find('-')); }
 
+
 ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& v, int64_t axis, at::ScalarType dtype) {
   if (v == "dense") return ops::WeightTensor::dense(w32.to(dtype));
   if (v == "nf4") return ops::quantize_nf4(w32, 64, false);
@@ -195,6 +197,8 @@ ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& v, int64
   if (v == "mxfp4") return ops::quantize_mxfp4(w32, axis);
   if (v == "nvfp4") return ops::quantize_nvfp4(w32, axis, false);
   if (v == "nvfp4-pe") return ops::quantize_nvfp4(w32, axis, true);
+  if (v == "fp8") return ops::quantize_fp8_blocks(w32, 128, 128);    // the releases' blocks
+  if (v == "fp8-b8x16") return ops::quantize_fp8_blocks(w32, 8, 16);  // many blocks per weight, ragged edges
   throw std::invalid_argument(ax::str("conformance: unknown weight variant '", v, "'"));
 }
 

@@ -122,7 +122,8 @@ class GuardedOut {
 
 // A weight in one of the formats the suite tests, from an fp32 master. `variant`: "dense", "nf4",
 // "nf4-dq" (double-quantised absmax), "nf4-b16" / "nf4-dq-b32" (blocksize 16 / 32 instead of 64),
-// "mxfp4", "nvfp4", "nvfp4-pe" (per-expert global scale);
+// "mxfp4", "nvfp4", "nvfp4-pe" (per-expert global scale), "fp8" (fine-grained FP8, 128 x 128 blocks of the last
+// two dims) and "fp8-b8x16" (8 x 16 blocks, ragged edges);
 // `axis` is the blocked (reduction) axis for mxfp4/nvfp4. Dense weights are cast to `dtype`.
 ops::WeightTensor make_weight(const at::Tensor& w32, const std::string& variant, int64_t axis, at::ScalarType dtype);
 std::string base_format(const std::string& variant);  // "nf4-dq" -> "nf4"

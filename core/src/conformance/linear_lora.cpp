@@ -167,7 +167,7 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype, c
 
 void linear_lora_problems(Suite& suite) {
   std::vector<std::string> variants;
-  for (const char* v : {"dense", "nf4", "nf4-dq", "nf4-b16", "nf4-dq-b32", "mxfp4", "nvfp4"})
+  for (const char* v : {"dense", "nf4", "nf4-dq", "nf4-b16", "nf4-dq-b32", "mxfp4", "nvfp4", "fp8", "fp8-b8x16"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   const std::vector<Variant> vs = {{.lora = true, .bias = true}, {.lora = false, .bias = true}, {.lora = true},
                                    {.lora = true, .bias = true, .noncontig = true, .out = true}};

@@ -431,7 +431,7 @@ void moe_experts_problems(Suite& suite) {
   };
   const std::vector<Shape> big = {{16, 4, 130, 256, 96, 8}, {32, 8, 65, 128, 130, 16}};
   std::vector<std::string> variants;
-  for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe"})
+  for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4", "nvfp4-pe", "fp8", "fp8-b8x16"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   std::vector<ExpertLayout> layouts;
   for (ExpertLayout l : {ExpertLayout::EKN, ExpertLayout::ENK})

@@ -453,7 +453,7 @@ void moe_mlp_problems(Suite& suite) {
   };
   auto tile_aligned = [](const Shape& s) { return s.H % 64 == 0 && s.I % 64 == 0; };
   std::vector<std::string> variants;
-  for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4"})
+  for (const char* v : {"dense", "nf4", "nf4-dq", "mxfp4", "nvfp4", "fp8", "fp8-b8x16"})
     if (suite.claims_format(base_format(v))) variants.push_back(v);
   std::vector<ExpertLayout> layouts;
   for (ExpertLayout l : {ExpertLayout::EKN, ExpertLayout::ENK})

@@ -135,11 +135,13 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   // Resident bytes, counted as tensors are kept; the peak adds the dense tensor being converted or packed.
   int64_t resident = 0;
   StorageSet packed_storages;  // a quantizer may share a field (the double-quant code) between weights
+  std::string fp8_why;  // weight_format fp8: why the projection being held is not kept in FP8 (fp8_kept_why)
   auto hold = [&](const std::string& name, at::Tensor raw, int64_t transient) {
     stats_.params += raw.numel();
     std::string why;
     const ops::QuantizeSpec spec = plan.spec_for(name, raw.sizes().vec(), why);
     if (bnb.present) why = "stored unpacked in the pre-quantised checkpoint";
+    if (!fp8_why.empty()) why = fp8_why;
     if (why.empty()) {
       ops::WeightTensor q = quantizer->quantize(raw, spec);
       int64_t b = 0;
@@ -178,8 +180,10 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
   };
   auto hold_packed = [&](const std::string& name, ops::WeightTensor q) {
     if (ep_ && name.find("mlp.experts.") != std::string::npos)
-      throw UsageError(str(ckpt.source(), ": '", name, "' is stored packed (bitsandbytes nf4 / mxfp4); [distributed] "
-                           "expert_parallel splits dense expert weights only (quantise at load with model.weight_format)"));
+      throw UsageError(str(ckpt.source(), ": '", name, "' is stored packed (", ops::to_string(q.format), "); [distributed] "
+                           "expert_parallel splits dense expert weights only (quantise at load with model.weight_format",
+                           q.format == ops::WeightFormat::fp8 ? ", or leave it unset to dequantise the FP8 checkpoint" : "",
+                           ")"));
     const int64_t numel = q.numel();
     stats_.params += numel;
     std::string skip;
@@ -199,7 +203,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
       if (!nested_code_dev.defined()) nested_code_dev = q.nested_code;
       q.nested_code = nested_code_dev;
     }
-    if (name.find("mlp.experts.") != std::string::npos && (numel / q.shape[0]) % q.blocksize != 0)
+    if (q.format == ops::WeightFormat::nf4 && name.find("mlp.experts.") != std::string::npos && (numel / q.shape[0]) % q.blocksize != 0)
       throw UsageError(str(ckpt.source(), ": '", name, "': an expert's ", numel / q.shape[0],
                            " elements are not a multiple of its blocksize ", q.blocksize, " (moe.experts dequantises per expert)"));
     int64_t b = 0;
@@ -246,6 +250,25 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     if (src.bnb && !src.per_expert) {
       hold_packed(name, read_packed(src.keys[0].first, shape));
       continue;
+    }
+    fp8_why.clear();
+    if (plan.format() == ops::WeightFormat::fp8 && is_projection(name)) {
+      // weight_format fp8: the projection as stored (fp8 bytes and scales), unless fp8_kept_why says why not; then
+      // it reads dequantised below, as without the key.
+      fp8_why = fp8_kept_why(cfg_, ckpt, plan, name, src);
+      if (fp8_why.empty()) {
+        const int64_t per = src.per_expert ? static_cast<int64_t>(src.keys.size()) / cfg_.num_experts : 1;
+        std::vector<ops::WeightTensor> parts;
+        for (int64_t i = src.per_expert ? ep_first_ * per : 0; i < (src.per_expert ? (ep_first_ + ep_local_) * per : 1); ++i) {
+          const auto& [key, key_shape] = src.keys[static_cast<std::size_t>(i)];
+          check_tensor_header(cfg_, ckpt, key, key_shape);
+          used.insert(key);
+          used.insert(fp8_scale_key(key));
+          parts.push_back(read_fp8_packed(cfg_.fp8, cfg_.source, ckpt, key));
+        }
+        hold_packed(name, src.per_expert ? stack_fp8_experts(parts, per) : parts.front());
+        continue;
+      }
     }
     if (src.bnb) {
       // Per-expert weights packed by bitsandbytes: one nf4 weight of the fused shape, in the same order as the
@@ -306,6 +329,7 @@ DecoderModel::DecoderModel(HfConfig cfg, const safetensors::Checkpoint& ckpt, at
     whole_bytes_ = stats_.bytes;
   }
   stats_.format = bnb.present ? (stats_.packed_params > 0 ? "nf4" : "dense")
+                 : policy.format == "fp8" && stats_.packed_params == 0 ? "dense"
                  : cfg_.mxfp4_experts && policy.format == "dense" ? "mxfp4" : policy.format;
   if (stats_.format != "dense") {
     log::info(str("base weights: ", stats_.packed_params, " of ", stats_.params, " parameters in ", stats_.format, " (",

@@ -334,7 +334,20 @@ WeightPlan weight_plan(const HfConfig& c, const WeightPolicy& policy) {
   // A bitsandbytes 4-bit checkpoint (docs/weights.md, "Pre-quantised checkpoints") is taken as it is stored:
   // its packed projections stay nf4 whatever the policy, and nothing else is packed at load.
   if (c.quant.present) check_prequantised_policy(policy, c.quant, c.source);
+  if (plan.format() == ops::WeightFormat::fp8 && !c.fp8.present)
+    throw UsageError(str("model.weight_format = \"fp8\" keeps a fine-grained FP8 checkpoint's weights as stored, but ",
+                         c.source, " has no quantization_config with quant_method fp8 (nothing quantises to fp8 at load: "
+                         "use nf4, mxfp4 or nvfp4 for QLoRA of this model)"));
   return plan;
+}
+
+std::string fp8_kept_why(const HfConfig& c, const safetensors::Checkpoint& ckpt, const WeightPlan& plan, const std::string& name,
+                         const TensorSource& s) {
+  if (name == "lm_head.weight") return "lm_head stays in the compute dtype";
+  for (const auto& entry : plan.policy().skip_modules)
+    if (skip_entry_matches(module_path(name), entry)) return str("skip_modules '", entry, "', dequantised");
+  const int64_t per = s.per_expert ? static_cast<int64_t>(s.keys.size()) / c.num_experts : 1;
+  return fp8_unpackable(c.fp8, ckpt, s.keys, per);
 }
 
 std::map<std::string, ops::WeightFormat> held_formats(const HfConfig& c, const WeightPlan& plan,
@@ -348,6 +361,10 @@ std::map<std::string, ops::WeightFormat> held_formats(const HfConfig& c, const W
       bool skip = false;
       for (const auto& entry : plan.policy().skip_modules) skip = skip || skip_entry_matches(module_path(name), entry);
       out[name] = skip ? ops::WeightFormat::dense : s.mxfp4 ? ops::WeightFormat::mxfp4 : ops::WeightFormat::nf4;
+      continue;
+    }
+    if (plan.format() == ops::WeightFormat::fp8) {  // an FP8 checkpoint's projections as stored, where they can be
+      out[name] = fp8_kept_why(c, ckpt, plan, name, s).empty() ? ops::WeightFormat::fp8 : ops::WeightFormat::dense;
       continue;
     }
     // Stored dense: packed at load where the plan admits it; a pre-quantised checkpoint packs nothing more.

@@ -70,6 +70,11 @@ void check_checkpoint(const HfConfig& c, const safetensors::Checkpoint& ckpt);
 // a pre-quantised checkpoint's quantization_config (weight_format unset or nf4 with matching keys).
 WeightPlan weight_plan(const HfConfig& c, const WeightPolicy& policy);
 
+// weight_format = "fp8": why projection `name` (read from `s`) is not held as stored in FP8 but dequantised at load
+// (lm_head, skip_modules, not FP8 in the checkpoint, per-expert pieces off the block grid), or "" when it is.
+std::string fp8_kept_why(const HfConfig& c, const safetensors::Checkpoint& ckpt, const WeightPlan& plan, const std::string& name,
+                         const TensorSource& s);
+
 // The format load holds each frozen projection in (keyed by internal name: ...q_proj.weight,
 // ...mlp.experts.gate_up_proj, lm_head.weight), from the headers and the weight plan: a packed checkpoint
 // tensor (bitsandbytes nf4, gpt_oss's MXFP4 experts) stays packed unless skip_modules names it (lm_head is

@@ -69,7 +69,9 @@ std::vector<OpCall> decoder_calls(const HfConfig& c, const std::map<std::string,
 }
 
 std::string quantize_format(const HfConfig& c, const WeightPlan& plan) {
-  return plan.format() != ops::WeightFormat::dense && !c.quant.present ? ops::to_string(plan.format()) : "";
+  // fp8 packs nothing at load: it keeps an FP8 checkpoint's bytes (decoder_checkpoint.cpp, fp8_kept_why).
+  const bool packs = plan.format() != ops::WeightFormat::dense && plan.format() != ops::WeightFormat::fp8;
+  return packs && !c.quant.present ? ops::to_string(plan.format()) : "";
 }
 
 DecoderPlan plan_decoder(const HfConfig& c, const safetensors::Checkpoint& ckpt, const WeightPolicy& policy) {

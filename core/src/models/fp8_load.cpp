@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axengine/error.hpp"
+#include "axengine/ops/quant.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::models {
@@ -108,20 +109,60 @@ void check_fp8_weight(const Fp8Config& c, const std::string& config_source, cons
                          shape_str(want)));
 }
 
+ops::WeightTensor fp8_weight(const at::Tensor& w, const at::Tensor& scale_inv, int64_t block_rows, int64_t block_cols) {
+  ops::WeightTensor out;
+  out.format = ops::WeightFormat::fp8;
+  out.shape = w.sizes().vec();
+  out.block_rows = static_cast<int32_t>(block_rows);
+  out.blocksize = block_cols;
+  out.codes = w;
+  out.scales = scale_inv.to(at::kFloat);  // bf16 scales are exact in fp32
+  return out;
+}
+
 at::Tensor fp8_dequantize(const at::Tensor& w, const at::Tensor& scale_inv, int64_t block_rows, int64_t block_cols) {
-  const int64_t rows = w.size(-2), cols = w.size(-1);
-  at::Tensor s = scale_inv.to(at::kFloat)
-                     .repeat_interleave(block_rows, -2)
-                     .narrow(-2, 0, rows)
-                     .repeat_interleave(block_cols, -1)
-                     .narrow(-1, 0, cols);
-  return w.to(at::kFloat) * s;
+  return ops::dequantize(fp8_weight(w, scale_inv, block_rows, block_cols), at::kFloat);
 }
 
 at::Tensor read_fp8_dequantized(const Fp8Config& c, const std::string& config_source, const safetensors::Checkpoint& ckpt,
                                 const std::string& key) {
   check_fp8_weight(c, config_source, ckpt, key);
   return fp8_dequantize(ckpt.get(key), ckpt.get(fp8_scale_key(key)), c.block_rows, c.block_cols);
+}
+
+ops::WeightTensor read_fp8_packed(const Fp8Config& c, const std::string& config_source, const safetensors::Checkpoint& ckpt,
+                                  const std::string& key) {
+  check_fp8_weight(c, config_source, ckpt, key);
+  return fp8_weight(ckpt.get(key), ckpt.get(fp8_scale_key(key)), c.block_rows, c.block_cols);
+}
+
+std::string fp8_unpackable(const Fp8Config& c, const safetensors::Checkpoint& ckpt,
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& keys, int64_t per) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& [key, shape] = keys[i];
+    if (!ckpt.has(key) || !fp8_stored(ckpt, key)) return "not stored in FP8 in the checkpoint";
+    // Every piece but an expert's last one must end on a block boundary of the fused rows.
+    if (per > 1 && (i + 1) % static_cast<std::size_t>(per) != 0 && shape.size() == 2 && shape[0] % c.block_rows != 0)
+      return str("its per-expert pieces have ", shape[0], " rows, not a multiple of weight_block_size's ", c.block_rows,
+                 ": fused, one block would hold two pieces (dequantised at load)");
+  }
+  return "";
+}
+
+ops::WeightTensor stack_fp8_experts(const std::vector<ops::WeightTensor>& parts, int64_t per) {
+  std::vector<at::Tensor> codes, scales, c_piece, s_piece;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    c_piece.push_back(parts[i].codes.view(at::kByte));  // bytes: cat and stack need no fp8 kernels
+    s_piece.push_back(parts[i].scales);
+    if (static_cast<int64_t>(c_piece.size()) == per) {
+      codes.push_back(at::cat(c_piece, 0));
+      scales.push_back(at::cat(s_piece, 0));
+      c_piece.clear();
+      s_piece.clear();
+    }
+  }
+  return fp8_weight(at::stack(codes, 0).view(at::kFloat8_e4m3fn), at::stack(scales, 0), parts.front().block_rows,
+                    parts.front().blocksize);
 }
 
 }  // namespace ax::models

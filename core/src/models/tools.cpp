@@ -1,5 +1,6 @@
 // The model-directory tools behind `axengine init-model`, `inspect` and `merge-lora`.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -332,14 +333,24 @@ std::string inspect_model_dir(const std::string& dir) {
     os << "\n";
   }
   if (c.fp8.present) {  // fine-grained FP8 (models/fp8_load.hpp): the weights with a scale, and the scales
-    int64_t fp8 = 0;
+    int64_t fp8 = 0, params = 0, bytes = 0;  // bytes as stored: the e4m3 weights and their scales
     for (const auto& [n, s] : models::expected_checkpoint_tensors(c))
       if (ckpt.has(n) && models::fp8_stored(ckpt, n)) {
         ++fp8;
-        expected.insert(models::fp8_scale_key(n));
+        const std::string sk = models::fp8_scale_key(n);
+        expected.insert(sk);
+        int64_t numel = 1, scales = 1;
+        for (auto d : ckpt.info(n).shape) numel *= d;
+        if (ckpt.has(sk))
+          for (auto d : ckpt.info(sk).shape) scales *= d;
+        params += numel;
+        bytes += numel + scales * 4;  // fp32 scales as held (a bf16 scale widens exactly)
       }
+    char bpp[32];
+    std::snprintf(bpp, sizeof bpp, "%.4f", params ? double(bytes) / double(params) : 0.0);
     os << "weights        fp8 e4m3, blocks " << c.fp8.block_rows << " x " << c.fp8.block_cols << ": " << fp8
-       << " tensors with their weight_scale_inv, dequantised at load\n";
+       << " tensors with their weight_scale_inv, dequantised at load (model.weight_format = \"fp8\" keeps them: "
+       << params << " parameters at " << bpp << " bytes/param incl. scales)\n";
   }
   os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
   for (const auto& n : ckpt.names()) {

@@ -41,7 +41,7 @@ bool skip_entry_matches(const std::string& path, const std::string& entry) {
 
 WeightPlan::WeightPlan(WeightPolicy policy, const std::vector<std::string>& module_paths) : policy_(std::move(policy)) {
   auto f = ops::parse_weight_format(policy_.format);
-  if (!f) throw UsageError(str("model.weight_format '", policy_.format, "' is not one of dense, nf4, mxfp4, nvfp4"));
+  if (!f) throw UsageError(str("model.weight_format '", policy_.format, "' is not one of dense, nf4, mxfp4, nvfp4, fp8"));
   format_ = *f;
   for (const auto& entry : policy_.skip_modules) {
     bool hit = false;
@@ -65,6 +65,7 @@ ops::QuantizeSpec WeightPlan::spec_for(const std::string& name, const std::vecto
   s.per_expert_scale = shape.size() == 3;          // nvfp4 experts: one global scale per expert
   why.clear();
   if (format_ == ops::WeightFormat::dense) why = "weight_format dense";
+  else if (format_ == ops::WeightFormat::fp8) why = "not stored in FP8 in the checkpoint";  // fp8 only keeps, never packs
   else if (!is_projection(name)) why = "not a projection";
   else if (name == "lm_head.weight") why = "lm_head stays in the compute dtype";
   else {

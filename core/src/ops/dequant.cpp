@@ -20,7 +20,9 @@ void validate(const DequantArgs& a) {
     check::dtype(op, "experts", a.experts, at::kLong);
     check::same_device(op, "experts", a.experts, "weight", dev);
     if (a.weight.dim() < 2) check::fail(op, "experts", str("needs a weight of >= 2 dims, got ", a.weight.describe()));
-    if (a.weight.format != WeightFormat::nf4) {
+    if (a.weight.format == WeightFormat::fp8) {
+      if (a.weight.dim() < 3) check::fail(op, "experts", str("an fp8 weight's blocks span its last two dims: selecting needs an expert dim before them, got ", a.weight.describe()));
+    } else if (a.weight.format != WeightFormat::nf4) {
       const int64_t axis = a.weight.axis < 0 ? a.weight.axis + a.weight.dim() : a.weight.axis;
       if (axis == 0) check::fail(op, "experts", "the weight's blocked axis is dim 0, the expert dim");
     } else if ((a.weight.numel() / shape[0]) % a.weight.blocksize != 0) {

@@ -14,12 +14,13 @@ const char* to_string(WeightFormat format) {
     case WeightFormat::nf4: return "nf4";
     case WeightFormat::mxfp4: return "mxfp4";
     case WeightFormat::nvfp4: return "nvfp4";
+    case WeightFormat::fp8: return "fp8";
   }
   return "?";
 }
 
 std::optional<WeightFormat> parse_weight_format(std::string_view name) {
-  for (auto f : {WeightFormat::dense, WeightFormat::nf4, WeightFormat::mxfp4, WeightFormat::nvfp4})
+  for (auto f : {WeightFormat::dense, WeightFormat::nf4, WeightFormat::mxfp4, WeightFormat::nvfp4, WeightFormat::fp8})
     if (name == to_string(f)) return f;
   return std::nullopt;
 }
@@ -72,7 +73,8 @@ at::Device WeightTensor::device() const {
 std::string WeightTensor::describe() const {
   std::string s = str(to_string(format), check::shape_str(shape));
   if (format == WeightFormat::dense && values.defined()) s += " " + check::dtype_str(values.scalar_type());
-  if (format != WeightFormat::dense) s += str(" blocksize ", blocksize);
+  if (format == WeightFormat::fp8) s += str(" blocks ", block_rows, "x", blocksize);
+  else if (format != WeightFormat::dense) s += str(" blocksize ", blocksize);
   if (format == WeightFormat::mxfp4 || format == WeightFormat::nvfp4) s += str(" axis ", axis);
   if (double_quant()) s += " double-quant";
   return s;
@@ -127,6 +129,19 @@ void validate_weight(const WeightTensor& w, const std::string& what) {
   const int64_t n = w.numel();
   if (n == 0) bad(what, "shape", str("is empty: ", check::shape_str(w.shape)));
 
+  if (w.format == WeightFormat::fp8) {
+    if (w.dim() < 2) bad(what, "shape", str("an fp8 weight has at least 2 dims (block rows x columns), got ", check::shape_str(w.shape)));
+    if (w.block_rows < 1 || w.block_rows > 65536) bad(what, "block_rows", str("must be in 1..65536, got ", w.block_rows));
+    if (w.blocksize < 1 || w.blocksize > 65536) bad(what, "blocksize", str("must be in 1..65536, got ", w.blocksize));
+    need(what, "codes", w.codes, at::kFloat8_e4m3fn, -1, dev);
+    need_shape(what, "codes", w.codes, w.shape);
+    std::vector<int64_t> grid = w.shape;
+    grid[grid.size() - 2] = (grid[grid.size() - 2] + w.block_rows - 1) / w.block_rows;
+    grid.back() = (grid.back() + w.blocksize - 1) / w.blocksize;
+    need(what, "scales", w.scales, at::kFloat, -1, dev);
+    need_shape(what, "scales", w.scales, grid);
+    return;
+  }
   if (w.format == WeightFormat::nf4) {
     const int64_t bs = w.blocksize;
     if (bs < 16 || bs > 4096 || (bs & (bs - 1)) != 0)

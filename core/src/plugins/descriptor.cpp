@@ -94,7 +94,8 @@ std::optional<std::vector<std::string>> layouts_of(const std::string& op) {
 
 std::vector<std::string> format_names() {
   std::vector<std::string> out;
-  for (auto f : {ops::WeightFormat::dense, ops::WeightFormat::nf4, ops::WeightFormat::mxfp4, ops::WeightFormat::nvfp4})
+  for (auto f : {ops::WeightFormat::dense, ops::WeightFormat::nf4, ops::WeightFormat::mxfp4, ops::WeightFormat::nvfp4,
+                 ops::WeightFormat::fp8})
     out.push_back(to_string(f));
   return out;
 }

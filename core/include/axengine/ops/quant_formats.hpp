@@ -1,4 +1,5 @@
-// Weight tensors as the kernel ops receive them: dense, or quantised to nf4 / mxfp4 / nvfp4.
+// Weight tensors as the kernel ops receive them: dense, or quantised to nf4 / mxfp4 / nvfp4, or block-scaled
+// fp8 as fine-grained FP8 checkpoints store it.
 //
 // The bit-level definition of every format (nibble order, scale encodings, block order) is written in
 // docs/ops/dequant.md; the comments here only say which field holds what. One struct covers all formats
@@ -14,9 +15,9 @@
 
 namespace ax::ops {
 
-enum class WeightFormat { dense, nf4, mxfp4, nvfp4 };
+enum class WeightFormat { dense, nf4, mxfp4, nvfp4, fp8 };
 
-// "dense", "nf4", "mxfp4", "nvfp4" — the names Requirements::formats and KernelQuery::format use.
+// "dense", "nf4", "mxfp4", "nvfp4", "fp8" — the names Requirements::formats and KernelQuery::format use.
 const char* to_string(WeightFormat format);
 std::optional<WeightFormat> parse_weight_format(std::string_view name);
 
@@ -42,15 +43,22 @@ std::optional<at::ScalarType> parse_dtype(std::string_view name);
 //   nvfp4 : NVIDIA NVFP4. As mxfp4 but blocks of 16 and scales are float8_e4m3fn (dtype Float8_e4m3fn, or
 //           uint8 holding the same bits), times `global_scale`, fp32 — a scalar, or [shape[0]] (one per
 //           expert) — value = E2M1[code] * float(scale) * global_scale.
+//   fp8   : fine-grained FP8 (DeepSeek-V3 / GLM-4.5 "-FP8" checkpoints, kept as stored). codes: float8_e4m3fn,
+//           the logical shape [..., R, C]; scales: fp32 [..., ceil(R/block_rows), ceil(C/blocksize)], one per
+//           block_rows x blocksize block of the last two dims (edge blocks take their block's scale);
+//           value = float(code) * scale.
 struct WeightTensor {
   WeightFormat format = WeightFormat::dense;
+  // fp8: rows (dim -2) per scale; 0 for the other formats. Declared here, in the padding after `format`, so the
+  // struct's size and every other offset stay those of ABI 8.
+  int32_t block_rows = 0;
   std::vector<int64_t> shape;  // logical shape
 
   at::Tensor values;  // dense only
 
-  at::Tensor codes;   // nf4/mxfp4/nvfp4: uint8, two 4-bit codes per byte
-  at::Tensor scales;  // nf4: absmax (fp32, or uint8 when double-quantised); mxfp4: E8M0 uint8; nvfp4: E4M3
-  int64_t blocksize = 0;  // nf4: 64 (bitsandbytes allows 32..4096, power of two); mxfp4: 32; nvfp4: 16
+  at::Tensor codes;   // nf4/mxfp4/nvfp4: uint8, two 4-bit codes per byte; fp8: float8_e4m3fn, one per element
+  at::Tensor scales;  // nf4: absmax (fp32, or uint8 when double-quantised); mxfp4: E8M0 uint8; nvfp4: E4M3; fp8: fp32
+  int64_t blocksize = 0;  // nf4: 64 (bitsandbytes allows 32..4096, power of two); mxfp4: 32; nvfp4: 16; fp8: columns per scale
   int64_t axis = -1;      // mxfp4/nvfp4: the blocked axis of the logical shape (negative counts from the end)
 
   // nf4 double quantisation (all empty / 0 when not double-quantised)

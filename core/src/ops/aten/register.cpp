@@ -38,7 +38,7 @@ void register_aten_kernels(Registry& registry) {
     p.info.graph_safe = true;  // no host sync, nothing read at capture time (conformance cuda_graph check)
     p.info.needs.devices = {"cpu", "cuda"};
     p.info.needs.dtypes = {"bf16", "fp16"};
-    p.info.needs.formats = {"dense", "nf4", "mxfp4", "nvfp4"};
+    p.info.needs.formats = {"dense", "nf4", "mxfp4", "nvfp4", "fp8"};
     p.info.summary =
         "production: ATen GEMMs in the compute dtype (cuBLAS, fp32 accumulation), LoRA added by an in-place "
         "addmm; a packed W is dequantised to the compute dtype per call, never kept";

@@ -2,6 +2,7 @@
 // the same order, so the same fp32 roundings): bitsandbytes' CPU/default quantize_4bit and
 // quantize_blockwise, torchao's to_mx (FLOOR) and nvfp4_quantize. tests/data/quant/ pins them.
 #include "axengine/ops/quant.hpp"
+#include "axengine/ops/fp8.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -275,6 +276,58 @@ WeightTensor quantize_nvfp4(const at::Tensor& w, int64_t axis, bool per_expert_g
   return out;
 }
 
+namespace {
+
+// fp8 values [..., R, C] times their block's scale ([..., ceil(R/br), ceil(C/bc)]) in fp32. Whole blocks are
+// a broadcast view; ragged edges (R or C not a multiple of the block) gather each element's block scale, so edge
+// blocks take their block's scale (DeepSeek's weight_dequant). The product of each element is the same fp32
+// multiply either way.
+at::Tensor fp8_decode(const at::Tensor& codes, const at::Tensor& scales, int64_t br, int64_t bc) {
+  const int64_t R = codes.size(-2), C = codes.size(-1);
+  at::Tensor v = codes.to(at::kFloat);
+  if (R % br == 0 && C % bc == 0) {
+    auto lead = codes.sizes().vec();
+    lead.resize(lead.size() - 2);
+    auto blk = lead, sc = lead;
+    for (int64_t d : {R / br, br, C / bc, bc}) blk.push_back(d);
+    for (int64_t d : {R / br, int64_t(1), C / bc, int64_t(1)}) sc.push_back(d);
+    return (v.reshape(blk) * scales.reshape(sc)).reshape(codes.sizes());
+  }
+  // Each row's and column's block by index_select, not repeat_interleave: that one reads its output size back
+  // from the device (a host sync: linear.lora's aten backend is graph-safe).
+  auto block_of = [&](int64_t n, int64_t b) {
+    return at::arange(n, scales.options().dtype(at::kLong)).div(b, "floor");
+  };
+  return v * scales.index_select(-2, block_of(R, br)).index_select(-1, block_of(C, bc));
+}
+
+}  // namespace
+
+WeightTensor quantize_fp8_blocks(const at::Tensor& w, int64_t br, int64_t bc) {
+  if (w.dim() < 2 || br < 1 || bc < 1)
+    throw UsageError(str("quantize_fp8_blocks: needs >= 2 dims and positive blocks, got ", check::shape_str(w.sizes()), " in ",
+                         br, "x", bc));
+  const at::Tensor w32 = w.to(at::kFloat);
+  const int64_t R = w.size(-2), C = w.size(-1), Rb = (R + br - 1) / br, Cb = (C + bc - 1) / bc;
+  auto blk = w.sizes().vec();
+  blk.resize(blk.size() - 2);
+  for (int64_t d : {Rb, br, Cb, bc}) blk.push_back(d);
+  at::Tensor amax = at::constant_pad_nd(w32, {0, Cb * bc - C, 0, Rb * br - R}).reshape(blk).abs().amax({-3, -1});
+  // Python's `448.0 / t` is t.reciprocal() * 448 (Tensor.__rtruediv__), and `1.0 / scale` scale.reciprocal():
+  // the same two roundings here.
+  const at::Tensor pos = amax.gt(0), one = at::ones_like(amax);
+  at::Tensor scale = at::where(pos, at::where(pos, amax, one).reciprocal() * 448.0, one);
+  at::Tensor full = scale.repeat_interleave(br, -2).narrow(-2, 0, R).repeat_interleave(bc, -1).narrow(-1, 0, C);
+  WeightTensor out;
+  out.format = WeightFormat::fp8;
+  out.shape = w.sizes().vec();
+  out.block_rows = static_cast<int32_t>(br);
+  out.blocksize = bc;
+  out.codes = (w32 * full).clamp(-448.0, 448.0).to(at::kFloat8_e4m3fn).contiguous();
+  out.scales = scale.reciprocal().contiguous();
+  return out;
+}
+
 at::Tensor dequantize(const WeightTensor& w, at::ScalarType dtype, const at::Tensor& experts) {
   validate_weight(w, "dequantize: weight");
   if (experts.defined()) {
@@ -290,6 +343,16 @@ at::Tensor dequantize(const WeightTensor& w, at::ScalarType dtype, const at::Ten
 
   if (w.format == WeightFormat::dense)
     return (ids.defined() ? w.values.index_select(0, ids) : w.values).to(dtype);
+
+  if (w.format == WeightFormat::fp8) {
+    at::Tensor codes = w.codes, scales = w.scales;
+    if (ids.defined()) {
+      if (w.dim() < 3) throw UsageError(str("dequantize: experts: an fp8 weight's experts are a dim before its blocked two, got ", w.describe()));
+      codes = codes.view(at::kByte).index_select(0, ids).view(at::kFloat8_e4m3fn);  // the bytes: no fp8 index kernel needed
+      scales = scales.index_select(0, ids);
+    }
+    return fp8_decode(codes, scales, w.block_rows, w.blocksize).to(dtype);
+  }
 
   if (w.format == WeightFormat::nf4) {
     const int64_t bs = w.blocksize, n = w.numel();
@@ -366,6 +429,7 @@ std::string quantize_misfit(const std::vector<int64_t>& shape, const QuantizeSpe
         return str("dim ", axis, " (", shape[static_cast<size_t>(axis)], ") is not a multiple of ", block);
       return "";
     }
+    case WeightFormat::fp8: return "no quantizer writes fp8: weight_format fp8 keeps an FP8 checkpoint's weights as stored";
   }
   return "unknown format";
 }

@@ -29,7 +29,8 @@ class ReferenceQuantizer final : public Quantizer {
       }
       case WeightFormat::mxfp4: return quantize_mxfp4(w, s.axis);
       case WeightFormat::nvfp4: return quantize_nvfp4(w, s.axis, s.per_expert_scale);
-      case WeightFormat::dense: break;
+      case WeightFormat::dense:
+      case WeightFormat::fp8: break;  // quantize_misfit refused it above
     }
     throw UsageError("quantize: the dense format packs nothing");
   }

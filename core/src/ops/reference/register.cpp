@@ -70,11 +70,11 @@ OpSpec spec(const char* id, std::vector<std::string> formats, std::vector<std::s
 
 void register_reference_kernels(Registry& registry) {
   PluginRegistrar reg;
-  reg.op<MoeExperts>(spec(MoeExperts::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, SpecRows::plain,
+  reg.op<MoeExperts>(spec(MoeExperts::kOp, {"dense", "nf4", "mxfp4", "nvfp4", "fp8"}, {"EKN", "ENK"}, SpecRows::plain,
                           "plain ATen: per-expert matmuls on selectively dequantised weights, fp32 accumulation",
                           cd::moe_experts_problems),
                      make_reference_moe_experts());
-  reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4"}, {}, SpecRows::dequant,
+  reg.op<Dequant>(spec(Dequant::kOp, {"nf4", "mxfp4", "nvfp4", "fp8"}, {}, SpecRows::dequant,
                        "plain ATen table look-ups and scales", cd::dequant_problems),
                   make_reference_dequant());
   reg.op<NormRope>(spec(NormRope::kOp, {}, {}, SpecRows::plain, "plain ATen, fp32 math", cd::norm_rope_problems),
@@ -86,7 +86,7 @@ void register_reference_kernels(Registry& registry) {
                          "plain ATen: per-sequence softmax(q k^T) v, fp32 math (memory O(L^2) per sequence)",
                          cd::attention_problems),
                     make_reference_attention());
-  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {}, SpecRows::plain,
+  reg.op<LinearLora>(spec(LinearLora::kOp, {"dense", "nf4", "mxfp4", "nvfp4", "fp8"}, {}, SpecRows::plain,
                           "plain ATen, fp32 math, never forms B·A; a packed W is dequantised inside each call, never kept",
                           cd::linear_lora_problems),
                      make_reference_linear_lora());
@@ -100,7 +100,7 @@ void register_reference_kernels(Registry& registry) {
                         "plain ATen: the whole [T, V] logits (rounded to the compute dtype), fp32 log-softmax",
                         cd::linear_ce_problems),
                    make_reference_linear_ce());
-  reg.op<MoeMlp>(spec(MoeMlp::kOp, {"dense", "nf4", "mxfp4", "nvfp4"}, {"EKN", "ENK"}, SpecRows::plain,
+  reg.op<MoeMlp>(spec(MoeMlp::kOp, {"dense", "nf4", "mxfp4", "nvfp4", "fp8"}, {"EKN", "ENK"}, SpecRows::plain,
                       "composed: two reference moe.experts calls and the GLU between them in fp32",
                       cd::moe_mlp_problems),
                  make_reference_moe_mlp());
