@@ -111,26 +111,20 @@ class Qwen3VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen3VlModel : public Model {
+class Qwen3VlModel : public VlModel {
  public:
   Qwen3VlModel(Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
 
   // Batch::extras "pixel_values" and "image_grid_thw" as for qwen2_5_vl (models/qwen2_5_vl.hpp).
   ModelOutput forward(const Batch& batch, bool want_logits) override;
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
-  void set_training(bool training) override { text_->set_training(training); }
-  void save_adapter(const std::string& dir) const override;
-  WeightStats weight_stats() const override { return text_->weight_stats(); }
-
-  DecoderModel& text() { return *text_; }
+  std::string vision_summary() const override;
   const Qwen3VlConfig& config() const { return cfg_; }
 
  private:
+  const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
+
   Qwen3VlConfig cfg_;
-  at::Device device_;
-  std::unique_ptr<DecoderModel> text_;
   std::unique_ptr<Qwen3VisionTower> vision_;
 };
 

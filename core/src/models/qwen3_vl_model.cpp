@@ -1,7 +1,6 @@
 // Qwen3-VL: the model (image splicing, deepstack) and its family (models/qwen3_vl.hpp). The rope index is
 // qwen2_5_vl's (transformers' two get_rope_index agree on images); the checkpoint views and LoRA sites too.
 #include <filesystem>
-#include <set>
 
 #include <ATen/ATen.h>
 
@@ -14,25 +13,56 @@
 #include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
 #include "models/qwen3_vl.hpp"
+#include "ops/check.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
 
+namespace {
+
+VlInspect inspect(const nlohmann::json& cfg, const std::string& source) {
+  const Qwen3VlConfig vl = parse_qwen3_vl_config(cfg, source);
+  const auto& v = vl.vision;
+  VlInspect out{vl.text, "qwen3_vl (language model qwen3)",
+                str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
+                    v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
+                    " learned positions, deepstack blocks ", ops::check::shape_str(v.deepstack_visual_indexes), "; mrope_section ",
+                    ops::check::shape_str(vl.mrope_section), " interleaved"),
+                {}, {}};
+  for (const auto& [n, s] : qwen3_vision_tensors(v)) out.vision.emplace_back("visual." + n, s);
+  VisionConfig depth;  // check_vision_blocks reads the depth only
+  depth.depth = v.depth;
+  out.check_sizes = [depth](const safetensors::Checkpoint& vis) { check_vision_blocks(depth, vis, "visual."); };
+  return out;
+}
+
+}  // namespace
+
+// The checkpoint layouts are qwen2_5_vl's (visual.* / model.visual.*, model.* / model.language_model.*).
+const VlDescription& qwen3_vl_description() {
+  static const VlDescription d{"qwen3_vl", "qwen3", kVisionExclude, "vision tower",
+                               // the language model's projections (q_proj ... down_proj) share no name with the tower
+                               {"visual", "qkv", "attn.proj", "patch_embed", "pos_embed", "merger", "linear_fc1", "linear_fc2"},
+                               qwen2_5_vl_description().text_name, qwen2_5_vl_description().vision_name, inspect};
+  return d;
+}
+
 Qwen3VlModel::Qwen3VlModel(Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                            std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
-    : cfg_(std::move(cfg)), device_(device) {
-  safetensors::Checkpoint vis = vl_vision_view(ckpt);
+    : VlModel(qwen3_vl_description(), device), cfg_(std::move(cfg)) {
+  safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<Qwen3VisionTower>(cfg_.vision, vis, "visual.", dtype, device, kernels);
-  std::set<std::string> used(vision_->used_keys().begin(), vision_->used_keys().end());
-  for (const auto& n : vis.names())
-    if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the qwen3_vl vision tower"));
-  text_ = std::make_unique<DecoderModel>(cfg_.text, vl_text_view(ckpt), dtype, device, std::move(kernels), weights);
+  warn_unused(vis, vision_->used_keys());
+  load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
+}
+
+std::string Qwen3VlModel::vision_summary() const {
+  return str("vision ", cfg_.vision.depth, " blocks, hidden ", cfg_.vision.hidden_size, ", deepstack ",
+             cfg_.vision.deepstack_visual_indexes.size());
 }
 
 ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
-  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
-  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
-  if (T == 0) throw UsageError("model forward: empty batch");
+  const Tokens t = tokens(batch);
   auto pv = batch.extras.find("pixel_values");
   auto gt = batch.extras.find("image_grid_thw");
   if ((pv == batch.extras.end()) != (gt == batch.extras.end()))
@@ -42,25 +72,12 @@ ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
   Grids grids;
   if (gt != batch.extras.end())
     grids = read_grids(grid_host != batch.extras_host.end() ? grid_host->second : gt->second, cfg_.vision.spatial_merge_size, "qwen3_vl");
-  at::Tensor cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
-                  : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
-                                                  : at::arange(B + 1, at::kLong) * S;
-  at::Tensor ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({T});
-  {
-    at::Tensor c = cu.to(at::kLong);
-    if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
-        (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
-      throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
-    const int64_t lo = ids_host.min().item<int64_t>(), hi = ids_host.max().item<int64_t>();
-    if (lo < 0 || hi >= cfg_.text.vocab_size) throw UsageError(str("model forward: token ids must be in [0, ", cfg_.text.vocab_size, ")"));
-  }
-  at::Tensor rope_pos = to_device_async(mrope_positions(ids_host, cu, grids, cfg_.rope_tokens()), device_);
-  at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
-  at::Tensor embeds = text_->embed_tokens(ids);
+  at::Tensor rope_pos = to_device_async(mrope_positions(t.ids_host, t.cu, grids, cfg_.rope_tokens()), device_);
+  at::Tensor embeds = text_->embed_tokens(t.ids);
   if (grids.empty()) return text_->forward_embeds(batch, want_logits, embeds, rope_pos);
   Qwen3VisionTower::Features feats = vision_->forward(pv->second, grids);
   // mrope_positions checked that the runs hold exactly the merged patches of every image, in order.
-  at::Tensor where = to_device_async(at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
+  at::Tensor where = to_device_async(at::nonzero(t.ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
   embeds = embeds.index_put({where}, feats.merged.to(embeds.scalar_type()));
   // Deepstack (Qwen3VLTextModel._deepstack_process): feature k is added to the image tokens' hidden states
   // after decoder layer k.
@@ -71,66 +88,26 @@ ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
   return text_->forward_embeds(batch, want_logits, embeds, rope_pos, deepstack);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Qwen3VlModel::named_parameters() const {
-  auto out = text_->named_parameters();
-  for (const auto& p : vision_->weights()) out.push_back(p);
-  return out;
-}
-
-void Qwen3VlModel::save_adapter(const std::string& dir) const { save_vl_adapter(text_->lora(), dir); }
-
 namespace {
 
-// LoRA targets that name a module of the vision tower are refused: the tower is frozen (no LoRA sites). The
-// language model's projections (q_proj ... down_proj) share no name with it.
-void refuse_vision_targets(const LoraSpec& spec) {
-  for (const auto& t : spec.targets)
-    for (const char* v : {"visual", "qkv", "attn.proj", "patch_embed", "pos_embed", "merger", "linear_fc1", "linear_fc2"})
-      if (t == v || t.find(v) != std::string::npos)
-        throw UsageError(str("lora: target '", t, "' names a module of the qwen3_vl vision tower, which is frozen (LoRA "
-                             "applies to the language model only)"));
-}
-
-class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
+class Qwen3VlFamily : public VlFamily {
  public:
-  std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
+  Qwen3VlFamily() : VlFamily(qwen3_vl_description()) {}
+
+ protected:
+  std::unique_ptr<VlModel> build(const nlohmann::json& hf_config, const ModelLoadOptions& o, const safetensors::Checkpoint& ckpt,
+                                 at::ScalarType dtype) const override {
     Qwen3VlConfig cfg = parse_qwen3_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    const auto dtype = vl_model_dtype(o);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    if (o.lora) refuse_vision_targets(*o.lora);
-    if (!o.adapter_dir.empty()) check_vl_adapter_excludes(o.adapter_dir);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<Qwen3VlModel>(cfg, ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
-    model->text().set_activation_checkpointing(o.activation_checkpointing);
-    attach_vl_lora(model->text(), Qwen25VlModel::vl_lora_sites(cfg.text), "qwen3", "qwen3_vl", o, dtype);
-    log::info(str("loaded qwen3_vl model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
-                  "; vision ", cfg.vision.depth, " blocks, hidden ", cfg.vision.hidden_size, ", deepstack ",
-                  cfg.vision.deepstack_visual_indexes.size(), ")"));
-    return model;
+    return std::make_unique<Qwen3VlModel>(std::move(cfg), ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
   }
 
-  ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    Qwen3VlConfig cfg = parse_qwen3_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    const auto dtype = vl_model_dtype(o);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    // What the model's load checks and resolves, in its order: the tower, then the language model.
-    check_qwen3_vision_checkpoint(cfg.vision, vl_vision_view(ckpt), "visual.");
-    const DecoderPlan text = plan_decoder(cfg.text, vl_text_view(ckpt), o.weights);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    ModelCheck out;
-    out.family = "qwen3_vl";
-    out.summary = str("qwen3_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
-                      " blocks");
-    out.ops = text.calls;
+  Plan plan(const nlohmann::json& hf_config, const std::string& source, const safetensors::Checkpoint& ckpt) const override {
+    Qwen3VlConfig cfg = parse_qwen3_vl_config(hf_config, source);
+    check_qwen3_vision_checkpoint(cfg.vision, vl_vision_view(desc_, ckpt), "visual.");
     // Every batch of this model carries multimodal [3, T] positions, and the fused norm_rope op takes 1-D
     // ones: the decoder runs the q/k norms as rms_norm calls (in the plan already) and rotates in ATen.
-    std::erase_if(out.ops, [](const auto& c) { return c.op == "norm_rope"; });
-    for (const auto& c : Qwen3VisionTower::calls()) out.ops.push_back(c);
-    out.ops = ordered_calls(std::move(out.ops));
-    out.quantize = text.quantize;
-    if (o.lora) refuse_vision_targets(*o.lora);
-    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), "qwen3", "qwen3_vl", o, dtype);
-    return out;
+    return {cfg.text, str("qwen3_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth, " blocks"),
+            Qwen3VisionTower::calls(), {"norm_rope"}};
   }
 };
 
