@@ -14,6 +14,11 @@ IMG = 90  # the image placeholder token of every tiny VL model here
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def text(g, n):
+    """n random text tokens (below every tiny model's special ids)."""
+    return torch.randint(3, 88, (n,), generator=g).tolist()
+
+
 def check_pins():
     assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
 
