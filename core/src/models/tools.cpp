@@ -26,9 +26,6 @@
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/composite.hpp"
-#include "models/gemma3_mm.hpp"
-#include "models/qwen2_5_vl.hpp"
-#include "models/qwen3_vl.hpp"
 #include "models/vlm.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
@@ -86,17 +83,14 @@ std::vector<std::string> model_presets() {
   std::vector<std::string> out;
   for (const models::Family* f : models::families())
     for (const auto& p : f->presets) out.push_back(p.name);
-  out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
-  out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
-  out.push_back("tiny-gemma3-mm");   // models/gemma3_mm_init.cpp
+  for (const models::VlDescription* d : models::vl_descriptions()) out.push_back(d->preset);
   return out;
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
-  // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
-  if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
-  if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
-  if (preset == "tiny-gemma3-mm") return models::init_gemma3_mm_dir(out_dir, seed);
+  // A vision-language model: its config, tower and tokenizer are of another shape (its family's writer).
+  for (const models::VlDescription* d : models::vl_descriptions())
+    if (preset == d->preset) return d->init_preset(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
@@ -155,8 +149,15 @@ std::string inspect_model_dir(const std::string& dir) {
   std::optional<models::VlInspect> vl;
   if (vld) vl = vld->inspect(cfg_json, cfg_path);
   models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
-  auto ckpt = vld ? models::vl_view(*vld, safetensors::Checkpoint::open_dir(dir))
-                  : models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
+  // The tensors as stored (listed), and under the names they load by (what the checks below read).
+  const auto stored = vld ? safetensors::Checkpoint::open_dir(dir)
+                          : models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
+  const auto ckpt = vld ? models::vl_view(*vld, stored) : stored;
+  auto loaded_name = [vld](const std::string& n) -> std::string {
+    if (!vld) return n;
+    if (auto t = vld->text_name(n)) return *t;
+    return vld->vision_name(n).value_or(n);
+  };
   // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
   // refused here, not listed.
   models::check_checkpoint_sizes(c, ckpt);
@@ -279,12 +280,12 @@ std::string inspect_model_dir(const std::string& dir) {
     os << "weights        fp8 e4m3, blocks " << c.fp8.block_rows << " x " << c.fp8.block_cols << ": " << fp8
        << " tensors with their weight_scale_inv, dequantised at load\n";
   }
-  os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
-  for (const auto& n : ckpt.names()) {
-    const auto& t = ckpt.info(n);
-    auto p = packed.find(n);
+  os << "tensors        " << stored.names().size() << " in " << stored.source() << "\n";
+  for (const auto& n : stored.names()) {
+    const auto& t = stored.info(n);
+    auto p = packed.find(loaded_name(n));
     os << "  " << n << "  " << t.dtype << " " << shape_str(t.shape)
-       << (p != packed.end() ? "  nf4 " + shape_str(p->second.shape) : "") << (expected.count(n) ? "" : "  (not used)") << "\n";
+       << (p != packed.end() ? "  nf4 " + shape_str(p->second.shape) : "") << (expected.count(loaded_name(n)) ? "" : "  (not used)") << "\n";
   }
 
   os << "LoRA targets   (name: modules it matches)\n";

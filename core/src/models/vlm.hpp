@@ -52,6 +52,9 @@ struct VlDescription {
   // A stored tensor name -> the name the vision side reads, or none for the language model.
   std::function<std::optional<std::string>(const std::string&)> vision_name;
   std::function<VlInspect(const nlohmann::json& config, const std::string& source)> inspect;
+  // `axengine init-model --preset <preset>`: writes a tiny random model of the family (out_dir, seed).
+  std::string preset;
+  std::function<void(const std::string& out_dir, uint64_t seed)> init_preset;
 };
 
 // Every vision-language family's description (models/qwen2_5_vl_model.cpp, qwen3_vl_model.cpp, gemma3_mm.cpp).
