@@ -19,6 +19,7 @@
 #include "axengine/model.hpp"
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
+#include "models/vl_decode.hpp"
 #include "models/hf_config.hpp"
 
 namespace ax {
@@ -101,7 +102,7 @@ class Gemma3Vision {
   std::vector<std::string> used_;
 };
 
-class Gemma3MmModel : public Model {
+class Gemma3MmModel : public Model, public VlDecode {
  public:
   Gemma3MmModel(Gemma3MmConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                 std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
@@ -116,6 +117,12 @@ class Gemma3MmModel : public Model {
 
   DecoderModel& text() { return *text_; }
   const Gemma3MmConfig& config() const { return cfg_; }
+
+ protected:
+  // VlDecode (models/gemma3_mm_decode.cpp).
+  DecoderModel& decode_text() override { return *text_; }
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
 
  private:
   Gemma3MmConfig cfg_;

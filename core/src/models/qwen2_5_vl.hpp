@@ -24,6 +24,7 @@
 #include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "models/vl_decode.hpp"
 
 namespace ax {
 class KernelSet;
@@ -173,7 +174,7 @@ class VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen25VlModel : public Model, public CompositeModel {
+class Qwen25VlModel : public Model, public CompositeModel, public VlDecode {
  public:
   Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                 std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
@@ -195,6 +196,12 @@ class Qwen25VlModel : public Model, public CompositeModel {
   // The LoRA sites of the language model, with their transformers 5 module paths for peft.
   std::vector<LoraSite> lora_sites() const { return vl_lora_sites(cfg_.text); }
   static std::vector<LoraSite> vl_lora_sites(const HfConfig& text);
+
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp).
+  DecoderModel& decode_text() override { return *text_; }
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
 
  private:
   VlConfig cfg_;

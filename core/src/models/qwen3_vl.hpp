@@ -111,7 +111,7 @@ class Qwen3VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen3VlModel : public Model {
+class Qwen3VlModel : public Model, public VlDecode {
  public:
   Qwen3VlModel(Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
@@ -126,6 +126,12 @@ class Qwen3VlModel : public Model {
 
   DecoderModel& text() { return *text_; }
   const Qwen3VlConfig& config() const { return cfg_; }
+
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp).
+  DecoderModel& decode_text() override { return *text_; }
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
 
  private:
   Qwen3VlConfig cfg_;
