@@ -10,14 +10,11 @@
 namespace ax::models {
 namespace {
 
-// The images' pixel_values [n_images, C, S, S], the only extra Gemma 3's processor gives (undefined: none).
+// The images' pixel_values [n_images, C, S, S], what Gemma 3's processor gives (undefined: none). Other extras (a
+// dataset type's own) are not read, as the training forward does not read them.
 at::Tensor gemma3_pixels(const DecodeImages& images) {
-  at::Tensor pv;
-  for (const auto& [k, v] : images) {
-    if (k != "pixel_values") throw UsageError(str("gemma3: unexpected image extra '", k, "' (its processor gives pixel_values)"));
-    pv = v;
-  }
-  return pv;
+  auto pv = images.find("pixel_values");
+  return pv == images.end() ? at::Tensor() : pv->second;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace ax::models {
 namespace {
 
 // A row's (or a step's) images as the Qwen VL processor gives them: pixel_values [N, patch_dim] and their grids.
+// Other extras (a dataset type's own) are not read, as the training forward does not read them.
 struct QwenImages {
   at::Tensor pixel_values;
   Grids grids;
@@ -21,8 +22,6 @@ QwenImages qwen_images(const DecodeImages& images, int64_t merge, const std::str
   auto pv = images.find("pixel_values"), gt = images.find("image_grid_thw");
   if (pv == images.end() || gt == images.end())
     throw UsageError(str(family, ": images need \"pixel_values\" and \"image_grid_thw\" (the Qwen VL image processor's)"));
-  for (const auto& [k, v] : images)
-    if (k != "pixel_values" && k != "image_grid_thw") throw UsageError(str(family, ": unexpected image extra '", k, "'"));
   return {pv->second, read_grids(gt->second, merge, family)};
 }
 

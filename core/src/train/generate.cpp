@@ -126,10 +126,11 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
 }
 
 std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                                                  const std::vector<int64_t>& max_new, int32_t eos) {
+                                                  const std::vector<int64_t>& max_new, int32_t eos,
+                                                  const std::vector<DecodeImages>& images) {
   GenerateOptions o;
   if (eos >= 0) o.eos_ids = {eos};
-  auto gens = generate(decoder_of(model), prompts, o, {}, max_new);
+  auto gens = generate(decoder_of(model), prompts, o, {}, max_new, images);
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(std::move(g.tokens));
   return out;

@@ -49,9 +49,10 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
                                  const GenerateOptions& options, const TextStream& stream = {},
                                  const std::vector<int64_t>& max_new = {}, const std::vector<DecodeImages>& images = {});
 
-// Greedy answers for exact_match: up to max_new[i] tokens after prompts[i], stopping early at `eos` (kept;
-// eos < 0: never).
+// Greedy answers for exact_match: up to max_new[i] tokens after prompts[i] (with images[i], as generate takes
+// them), stopping early at `eos` (kept; eos < 0: never).
 std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                                                  const std::vector<int64_t>& max_new, int32_t eos);
+                                                  const std::vector<int64_t>& max_new, int32_t eos,
+                                                  const std::vector<DecodeImages>& images = {});
 
 }  // namespace ax::train
