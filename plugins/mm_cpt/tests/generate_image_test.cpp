@@ -45,9 +45,11 @@ struct Cli {
   std::string out, err;
 };
 
-// `axengine <args>` in `dir` (stdin from `input` when given), on the CPU.
+// `axengine <args>` in `dir` (stdin from `input` when given), on the CPU (generate / chat: --device; run: its key).
 Cli cli(const fs::path& dir, const std::string& args, const std::string& input = "") {
-  std::string cmd = "cd '" + dir.string() + "' && AXENGINE_CACHE_DIR=cache " + AXENGINE_BIN + " " + args + " --device cpu";
+  const bool run = args.rfind("run ", 0) == 0;
+  std::string cmd = "cd '" + dir.string() + "' && AXENGINE_CACHE_DIR=cache " + AXENGINE_BIN + " " + args +
+                    (run ? " --set device.type=cpu" : " --device cpu");
   if (!input.empty()) {
     std::ofstream(dir / "stdin.txt") << input;
     cmd += " < stdin.txt";
@@ -141,4 +143,29 @@ TEST_CASE("generate / chat --image: bad images and families without images exit 
   refused(cli(text, "chat --model model --image img/a.jpg", "Hi.\n"), {"model_type 'qwen2'", "takes no images"});
   fs::remove_all(dir);
   fs::remove_all(text);
+}
+
+// eval.exact_match on a vision-language model: each eval prompt (an mm_cpt row's image, then its text to produce)
+// is prefilled with its sample's images; before the family could generate, exact_match was skipped.
+TEST_CASE("eval.exact_match on tiny-qwen2_5-vl generates after each eval prompt's images") {
+  const fs::path dir = mm_e2e::scratch("mm_generate", "exact_match");
+  const std::string corpus = std::string(MM_CPT_PYTHON) + " " + AXENGINE_SOURCE_DIR + "/scripts/make-mm-corpus.py " +
+                             (dir / "data/mm").string() + " --rows 24 --seed 1 > " + (dir / "corpus.log").string() + " 2>&1";
+  REQUIRE_MESSAGE(std::system(corpus.c_str()) == 0, "make-mm-corpus.py failed (numpy and Pillow in AXENGINE_PYTHON?): ", corpus);
+  ax::init_model_dir("tiny-qwen2_5-vl", (dir / "model").string(), 1);
+  fs::create_directories(dir / "configs");
+  fs::copy_file(std::string(AXENGINE_SOURCE_DIR) + "/configs/qwen2_5-vl-mm-cpt.toml", dir / "configs/mm.toml");
+  std::string args = "run --config configs/mm.toml";
+  for (const char* s : {"model.path=../model", "data.sequence_len=512", "data.eval_fraction=0.5", "train.max_steps=1",
+                        "train.micro_batch_size=1", "train.grad_accum=1", "train.cpu_threads=1", "eval.exact_match=true",
+                        "eval.max_new_tokens=512", "eval.max_samples=4", "lora.dropout=0.0"})
+    args += std::string(" --set '") + s + "'";
+  Cli c = cli(dir, args);
+  INFO(c.err);
+  REQUIRE(c.rc == 0);
+  CHECK(c.err.find("exact_match: skipped") == std::string::npos);
+  bool reported = false;
+  for (const auto& row : mm_e2e::lines(dir / "runs/qwen2_5-vl-mm-cpt/metrics.jsonl")) reported |= row.contains("exact_match");
+  CHECK(reported);
+  fs::remove_all(dir);
 }
