@@ -12,6 +12,7 @@
 #include <ATen/core/grad_mode.h>
 #include <nlohmann/json.hpp>
 
+#include "axengine/device.hpp"
 #include "axengine/error.hpp"
 #include "train/generate.hpp"
 #include "unit/model_case_util.hpp"
@@ -127,5 +128,34 @@ TEST_CASE("generate with images: images at the wrong time or not matching the pl
     CHECK(cache->length(0) == 0);
     img.decode_images({text, {}}, {}, *cache);
     CHECK_THROWS_WITH_AS(img.decode_images({one, {}}, {s.images[1], {}}, *cache), doctest::Contains("row 0"), ax::UsageError);
+  }
+}
+
+TEST_CASE("generate with images on CUDA: greedy tokens equal transformers' (fp32, the device's kernels)") {
+  if (!at::hasCUDA()) {
+    MESSAGE("no CUDA device: nothing to compare on this machine");
+    return;
+  }
+  for (const std::string name : kCases) {
+    CAPTURE(name);
+    const std::string dir = ax::test::case_dir(name).string();
+    ax::Registry reg;
+    ax::register_builtins(reg);
+    ax::ModelLoadOptions o;
+    o.dir = dir;
+    o.adapter_dir = dir + "/adapter";
+    o.dtype = "fp32";
+    o.device = "cuda:0";
+    o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::detect_device("cuda"));
+    auto model = ax::load_model(reg, o);
+    model->set_training(false);
+    const nlohmann::json g = generate_golden(name);
+    const Samples s = samples(name);
+    ax::train::GenerateOptions opts;
+    opts.max_new_tokens = g["max_new_tokens"].get<int64_t>();
+    opts.batch_size = 3;
+    auto gens = ax::train::generate(ax::train::decoder_of(*model), s.prompts, opts, {}, {}, s.images);
+    const auto want = g["tokens"]["adapter"].get<std::vector<std::vector<int32_t>>>();
+    for (std::size_t k = 0; k < gens.size(); ++k) CHECK(gens[k].tokens == want[k]);
   }
 }
