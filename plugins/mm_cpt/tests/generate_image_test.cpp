@@ -104,11 +104,16 @@ TEST_CASE("generate / chat --image: the images go before the first user message'
     }
     // The images' tokens are in the prompt (the text-only run is shorter by them).
     CHECK(text_only[0]["prompt_tokens"].get<int64_t>() < with_parts[0]["prompt_tokens"].get<int64_t>());
-    // chat: the same conversation's answer, streamed.
-    Cli chat = cli(dir, "chat --model model --system 'Be brief.' --max-new-tokens 6 --image img/a.jpg --image img/b.png", "What is it?\n");
+    // chat: the same conversation's answers, streamed; the second turn re-renders the conversation, images and all.
+    const std::string first = with_parts[0]["text"].get<std::string>();
+    write_rows(dir / "turn2.jsonl", {json::array({system, user(json::array({a, b, {{"type", "text"}, {"text", "What is it?"}}})),
+                                                  {{"role", "assistant"}, {"content", first}}, user("And now?")})});
+    const auto second = answers("turn2.jsonl", "");
+    Cli chat = cli(dir, "chat --model model --system 'Be brief.' --max-new-tokens 6 --image img/a.jpg --image img/b.png",
+                   "What is it?\nAnd now?\n");
     INFO(chat.err);
     REQUIRE(chat.rc == 0);
-    CHECK(chat.out == with_parts[0]["text"].get<std::string>() + "\n");
+    CHECK(chat.out == first + "\n" + second[0]["text"].get<std::string>() + "\n");
     fs::remove_all(dir);
   }
 }
