@@ -109,6 +109,11 @@ class Gemma3MmModel : public VlModel {
   std::string vision_summary() const override;
   const Gemma3MmConfig& config() const { return cfg_; }
 
+ protected:
+  // VlDecode (models/gemma3_mm_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
+
  private:
   const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
 

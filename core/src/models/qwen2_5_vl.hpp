@@ -164,6 +164,11 @@ class Qwen25VlModel : public VlModel {
   std::string vision_summary() const override;
   const VlConfig& config() const { return cfg_; }
 
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
+
  private:
   const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
 

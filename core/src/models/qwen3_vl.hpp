@@ -162,6 +162,11 @@ class Qwen3VlModel : public VlModel {
   CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
   const Qwen3VlConfig& config() const { return cfg_; }
 
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
+
  private:
   const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
 

@@ -5,7 +5,9 @@
 //                  language model and the vision side, what `inspect` shows. Tools (inspect, merge-lora) read
 //                  the descriptions, never a model_type.
 //   VlModel        the Model + CompositeModel plumbing: parameters, training mode, adapter save, the checkpoint
-//                  layout merge-lora writes, the batch's host tokens.
+//                  layout merge-lora writes, the batch's host tokens; generate / chat with images through
+//                  VlDecode (models/vl_decode.hpp) over the language model, the family giving the prefill's
+//                  positions and its image splice.
 //   VlFamily       the ModelFamily + ModelFamilyCheck: dtype, LoRA / adapter checks and attachment, the op plan.
 //
 // A family implements build() / plan() on VlFamily and forward() on VlModel; see docs/models.md "Adding a family".
@@ -26,6 +28,7 @@
 #include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "models/vl_decode.hpp"
 
 namespace ax::models {
 
@@ -78,7 +81,7 @@ std::vector<LoraSite> vl_lora_sites(const HfConfig& text);
 // The load's dtype: fp32, bf16 or fp16.
 at::ScalarType vl_model_dtype(const ModelLoadOptions& o);
 
-class VlModel : public Model, public CompositeModel {
+class VlModel : public Model, public CompositeModel, public VlDecode {
  public:
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
@@ -99,6 +102,7 @@ class VlModel : public Model, public CompositeModel {
 
  protected:
   VlModel(const VlDescription& desc, at::Device device) : desc_(desc), device_(device) {}
+  DecoderModel& decode_text() override { return *text_; }  // VlDecode: the families give prefill_positions, splice_images
   // After the family's vision side is made (its errors come first): the language model from `ckpt`.
   void load_text(const HfConfig& text, const safetensors::Checkpoint& ckpt, at::ScalarType dtype,
                  std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
