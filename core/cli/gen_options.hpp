@@ -28,6 +28,9 @@ inline void add_generation_options(boost::program_options::options_description& 
       "the training run's template_kwargs when --adapter (or a merged --model) records them")(
       "max-prompt-tokens", po::value<int64_t>()->default_value(0),
       "longest prompt accepted, in tokens (a chat: the whole conversation); 0 = the model's max_position_embeddings")(
+      "image", po::value<std::vector<std::string>>()->composing(),
+      "an image file (repeatable) for a vision-language model: image parts, in order, before the text of the first "
+      "user message of every chat prompt (generate) or conversation (chat)")(
       "device", po::value<std::string>(), "cpu or cuda (default: CUDA when available)")(
       "dtype", po::value<std::string>(), "compute dtype: fp32, bf16, fp16 (default: bf16 on CUDA, fp32 on CPU)")(
       "config,c", po::value<std::string>(), "a run config: its plugins, [kernels] and [device] tables apply")(
@@ -50,6 +53,7 @@ inline GenerationJob generation_job(const std::string& command, const boost::pro
   if (vm.count("stop")) j.stop = vm["stop"].as<std::vector<std::string>>();
   if (vm.count("template-kwargs")) j.template_kwargs = ax::parse_template_kwargs(vm["template-kwargs"].as<std::vector<std::string>>());
   j.max_prompt_tokens = vm["max-prompt-tokens"].as<int64_t>();
+  if (vm.count("image")) j.images = vm["image"].as<std::vector<std::string>>();
   if (vm.count("config")) start.config_file = vm["config"].as<std::string>();
   if (vm.count("set")) start.overrides = vm["set"].as<std::vector<std::string>>();
   if (vm.count("device")) start.overrides.push_back("device.type=" + vm["device"].as<std::string>());

@@ -20,15 +20,13 @@ Run with the project venv:  ~/.cache/axengine/venv/bin/python scripts/goldens/ma
 import os
 import shutil
 
-import peft
 import torch
 import transformers
-from peft import LoraConfig, get_peft_model
-from safetensors.torch import save_file
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models", "gemma3_mm")
-IMG, BOI, EOI = 90, 91, 92
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from vlm_common import IMG, MODELS, check_pins, lora_adapter, sample_goldens, save_golden, text
+
+OUT = os.path.join(MODELS, "gemma3_mm")
+BOI, EOI = 91, 92
 EXCLUDE = ".*vision_tower.*"
 
 
@@ -45,16 +43,12 @@ def config():
         mm_tokens_per_image=4, image_token_index=IMG, boi_token_index=BOI, eoi_token_index=EOI)
 
 
-def text(g, n):
-    return torch.randint(3, 88, (n,), generator=g).tolist()
-
-
 def image():
     return [BOI] + [IMG] * 4 + [EOI]
 
 
 def main():
-    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+    check_pins()
     torch.manual_seed(1234)
     cfg = config()
     for c in (cfg, cfg.text_config, cfg.vision_config):
@@ -72,15 +66,7 @@ def main():
     shutil.rmtree(OUT, ignore_errors=True)
     model.save_pretrained(OUT)
 
-    torch.manual_seed(99)
-    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=TARGETS, exclude_modules=EXCLUDE, lora_dropout=0.0)
-    pm = get_peft_model(model, lcfg)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n:
-                p.copy_(0.3 * torch.randn_like(p))
-    assert not any("vision_tower" in n for n, p in pm.named_parameters() if p.requires_grad)
-    pm.save_pretrained(os.path.join(OUT, "adapter"))
+    pm = lora_adapter(model, OUT, EXCLUDE, "vision_tower")
 
     g = torch.Generator().manual_seed(7)
     n_images = [2, 1, 0]
@@ -88,35 +74,20 @@ def main():
                text(g, 5) + image() + text(g, 6),
                text(g, 12)]
     golden = {}
-    total, count = 0.0, 0
-    for k, (ids, n) in enumerate(zip(samples, n_images)):
-        ids = torch.tensor(ids)[None]
-        labels = ids.clone()
-        labels[ids == IMG] = -100
-        kw = dict(token_type_ids=(ids == IMG).long())
-        if n:
-            kw["pixel_values"] = torch.randn(n, 3, 8, 8, generator=g)
+
+    def inputs(k, ids):
+        kw = dict(token_type_ids=(ids == IMG).long())  # the tokens of one image see each other
+        if n_images[k]:
+            kw["pixel_values"] = torch.randn(n_images[k], 3, 8, 8, generator=g)
             golden[f"pixel_values.{k}"] = kw["pixel_values"]
-        logits = pm(input_ids=ids, **kw).logits
-        # The loss a packed batch of all three computes: summed token losses over all samples' targets.
-        tgt = labels[0, 1:]
-        total = total + torch.nn.functional.cross_entropy(logits[0, :-1].float(), tgt, ignore_index=-100, reduction="sum")
-        count += int((tgt != -100).sum())
-        golden[f"ids.{k}"] = ids[0]
-        golden[f"labels.{k}"] = labels[0]
-        golden[f"logits.{k}"] = logits[0].detach().contiguous()
-        if n:  # the same sample with a causal mask only: the image mask must change the logits
+        return kw
+
+    def causal(k, ids, kw):  # the same sample with a causal mask only: the image mask must change the logits
+        if n_images[k]:
             golden[f"logits_causal.{k}"] = pm(input_ids=ids, pixel_values=kw["pixel_values"]).logits[0].detach().contiguous()
-    loss = total / count
-    loss.backward()
-    golden["loss"] = loss.detach().reshape(1)
-    for n, p in pm.named_parameters():
-        if p.requires_grad:
-            golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
-    save_file(golden, os.path.join(OUT, "golden.safetensors"))
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(OUT) for f in fs)
-    assert size < 450_000, size
-    print(f"gemma3_mm: loss {loss.item():.6f}, {size} bytes")
+
+    loss = sample_goldens(pm, samples, inputs, golden, causal)
+    save_golden(golden, OUT, "gemma3_mm", loss)
 
 
 if __name__ == "__main__":

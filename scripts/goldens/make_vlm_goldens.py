@@ -33,15 +33,12 @@ import sys
 import os
 import shutil
 
-import peft
 import torch
 import transformers
-from peft import LoraConfig, get_peft_model
-from safetensors.torch import save_file
 
-MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "data", "models")
-IMG, VID, VS, VE = 90, 91, 92, 93
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from vlm_common import IMG, MODELS, check_pins, lora_adapter, sample_goldens, save_golden, text
+
+VID, VS, VE = 91, 92, 93
 
 
 def qwen2_5_vl_config():
@@ -97,10 +94,6 @@ FAMILIES = {
 }
 
 
-def text(g, n):
-    return torch.randint(3, 88, (n,), generator=g).tolist()
-
-
 def image(grid):
     t, h, w = grid
     return [VS] + [IMG] * (t * h * w // 4) + [VE]
@@ -150,16 +143,7 @@ def make(family):
     if family in TARGET_PARAMETERS:
         check_transposed_experts_load(out, model, model_class)
 
-    torch.manual_seed(99)
-    lcfg = LoraConfig(r=2, lora_alpha=5, target_modules=TARGETS, exclude_modules=".*visual.*", lora_dropout=0.0,
-                      target_parameters=TARGET_PARAMETERS.get(family))
-    pm = get_peft_model(model, lcfg)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n:
-                p.copy_(0.3 * torch.randn_like(p))
-    assert not any("visual" in n for n, p in pm.named_parameters() if p.requires_grad)
-    pm.save_pretrained(os.path.join(out, "adapter"))
+    pm = lora_adapter(model, out, ".*visual.*", "visual", TARGET_PARAMETERS.get(family))
     os.remove(os.path.join(out, "adapter", "README.md"))  # peft's model card: nothing a test reads
 
     g = torch.Generator().manual_seed(7)
@@ -169,40 +153,24 @@ def make(family):
     if len(grids[1]) > 1:
         samples[1] += image(grids[1][1]) + text(g, 3)
     golden = {}
-    total, count = 0.0, 0
-    for k, (ids, gr) in enumerate(zip(samples, grids)):
-        ids = torch.tensor(ids)[None]
-        labels = ids.clone()
-        labels[ids == IMG] = -100
-        kw = {}
-        if gr:
-            n = sum(t * h * w for t, h, w in gr)
-            kw = dict(pixel_values=torch.randn(n, 3 * 2 * 2 * 2, generator=g), image_grid_thw=torch.tensor(gr),
-                      mm_token_type_ids=(ids == IMG).int())
-            golden[f"pixel_values.{k}"] = kw["pixel_values"]
-            golden[f"grid.{k}"] = kw["image_grid_thw"]
-        logits = pm(input_ids=ids, **kw).logits
-        # The loss a packed batch of all three computes: summed token losses over all samples' targets.
-        tgt = labels[0, 1:]
-        total = total + torch.nn.functional.cross_entropy(logits[0, :-1].float(), tgt, ignore_index=-100, reduction="sum")
-        count += int((tgt != -100).sum())
-        golden[f"ids.{k}"] = ids[0]
-        golden[f"labels.{k}"] = labels[0]
-        golden[f"logits.{k}"] = logits[0].detach().contiguous()
-    loss = total / count
-    loss.backward()
-    golden["loss"] = loss.detach().reshape(1)
-    for n, p in pm.named_parameters():
-        if p.requires_grad:
-            golden["grad." + n.replace(".default", "")] = p.grad.detach().contiguous()
-    save_file(golden, os.path.join(out, "golden.safetensors"))
-    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs)
-    assert size < 500_000, size
-    print(f"{family}: loss {loss.item():.6f}, {size} bytes")
+
+    def inputs(k, ids):
+        gr = grids[k]
+        if not gr:
+            return {}
+        n = sum(t * h * w for t, h, w in gr)
+        kw = dict(pixel_values=torch.randn(n, 3 * 2 * 2 * 2, generator=g), image_grid_thw=torch.tensor(gr),
+                  mm_token_type_ids=(ids == IMG).int())
+        golden[f"pixel_values.{k}"] = kw["pixel_values"]
+        golden[f"grid.{k}"] = kw["image_grid_thw"]
+        return kw
+
+    loss = sample_goldens(pm, samples, inputs, golden)
+    save_golden(golden, out, family, loss)
 
 
 def main():
-    assert transformers.__version__ == "5.23.0" and peft.__version__ == "0.21.2", "pinned peers expected"
+    check_pins()
     for family in sys.argv[1:] or list(FAMILIES):
         make(family)
 

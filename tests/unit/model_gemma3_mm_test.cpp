@@ -23,128 +23,39 @@
 #include "unit/model_case_util.hpp"
 #include "unit/model_test_backends.hpp"
 #include "unit/test_paths.hpp"
+#include "unit/vl_case_util.hpp"
 
 namespace fs = std::filesystem;
-using ax::models::Gemma3MmModel;
+using namespace ax::test::vl;
 
 namespace {
-
-struct Loaded {
-  std::unique_ptr<ax::Registry> registry;
-  std::unique_ptr<ax::Model> model;
-  Gemma3MmModel& mm() { return dynamic_cast<Gemma3MmModel&>(*model); }
-};
-
-Loaded load(const std::string& dir, const std::string& backends, const std::string& adapter,
-            std::optional<ax::LoraSpec> spec = std::nullopt, const std::string& device = "cpu") {
-  Loaded l;
-  l.registry = std::make_unique<ax::Registry>();
-  ax::KernelPreferences prefs;
-  if (backends == "naive") {
-    ax::test::add_naive_backends(*l.registry);
-    ax::models::register_builtin_models(*l.registry);
-  } else {
-    ax::register_builtins(*l.registry);
-    if (device != "cpu")
-      for (const char* op : {"linear.lora", "attention", "rms_norm", "norm_rope", "linear_ce"}) prefs.prefer[op] = {"reference"};
-  }
-  ax::ModelLoadOptions o;
-  o.dir = dir;
-  o.device = device;
-  o.dtype = "fp32";
-  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, prefs, device == "cpu" ? ax::DeviceInfo{} : ax::detect_device("cuda"));
-  o.adapter_dir = adapter;
-  o.lora = std::move(spec);
-  l.model = ax::load_model(*l.registry, o);
-  return l;
-}
 
 std::string case_path() { return ax::test::case_dir("gemma3_mm").string(); }
 std::shared_ptr<ax::safetensors::File> golden() { return ax::safetensors::File::open(case_path() + "/golden.safetensors"); }
 
-double rel_max(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kCPU) - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
-}
-double rel_norm(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
-}
-
-// Row 0: sample 0 (two images), padding. Row 1: sample 1 (one image), sample 2 (text only), padding. The images'
-// pixel_values concatenated in token order.
-struct Packed {
-  ax::Batch batch;
-  std::vector<std::array<int64_t, 3>> where;  // sample k: row, offset, length
-};
-Packed packed_batch(const ax::safetensors::File& g) {
+// Row 0: sample 0 (two images), padding. Row 1: sample 1 (one image), sample 2 (text only), padding.
+Packed packed(const ax::safetensors::File& g) {
   const int64_t n0 = g.get("ids.0").size(0), n1 = g.get("ids.1").size(0), n2 = g.get("ids.2").size(0);
-  const int64_t S = std::max(n0, n1 + n2) + 3;
-  Packed p;
-  p.where = {{0, 0, n0}, {1, 0, n1}, {1, n1, n2}};
-  at::Tensor ids = at::zeros({2, S}, at::kLong), labels = at::full({2, S}, -100, at::kLong), pos = at::zeros({2, S}, at::kLong);
-  for (int k = 0; k < 3; ++k) {
-    auto [row, off, len] = p.where[k];
-    ids[row].narrow(0, off, len).copy_(g.get(ax::str("ids.", k)));
-    labels[row].narrow(0, off, len).copy_(g.get(ax::str("labels.", k)));
-    pos[row].narrow(0, off, len).copy_(at::arange(len, at::kLong));
-  }
-  // Each row's padding is a span of its own.
-  pos[0].narrow(0, n0, S - n0).copy_(at::arange(S - n0, at::kLong));
-  pos[1].narrow(0, n1 + n2, S - n1 - n2).copy_(at::arange(S - n1 - n2, at::kLong));
-  std::vector<int64_t> spans{0, n0, S, S + n1, S + n1 + n2, 2 * S};
-  std::vector<int32_t> cu(spans.begin(), spans.end());
-  ax::Batch& b = p.batch;
-  b.input_ids = ids;
-  b.labels = labels;
-  b.position_ids = pos;
-  b.cu_seqlens = at::tensor(cu, at::kInt);
-  b.cu_seqlens_host = b.cu_seqlens;
-  b.max_seqlen = S;
-  b.extras["pixel_values"] = at::cat({g.get("pixel_values.0"), g.get("pixel_values.1")});
-  return p;
+  return packed_batch(g, std::max(n0, n1 + n2) + 3);
 }
 
-void check_logits(const at::Tensor& logits, const Packed& p, const ax::safetensors::File& g) {
-  for (int k = 0; k < 3; ++k) {
-    CAPTURE(k);
-    auto [row, off, len] = p.where[k];
-    CHECK(rel_max(logits[row].narrow(0, off, len), g.get(ax::str("logits.", k))) <= 1e-4);
-  }
-}
-
-void check_parity(const std::string& backends) {
-  CAPTURE(backends);
+void check_gemma3_parity(const std::string& backends) {
   auto g = golden();
-  auto l = load(case_path(), backends, case_path() + "/adapter");
-  Packed p = packed_batch(*g);
-  auto out = l.model->forward(p.batch, true);
-  check_logits(out.logits, p, *g);
+  Packed p = packed(*g);
+  CHECK(check_parity(case_path(), backends, p, *g) == 2 * 7 * 3);  // every projection of the three layers, none in the tower
   // The image mask matters here: transformers' causal-only logits of the image samples are far from ours.
+  const at::Tensor logits = load(case_path(), backends, case_path() + "/adapter").model->forward(p.batch, true).logits;
   for (int k = 0; k < 2; ++k) {
     auto [row, off, len] = p.where[k];
-    CHECK(rel_max(out.logits[row].narrow(0, off, len), g->get(ax::str("logits_causal.", k))) > 1e-2);
+    CHECK(rel_max(logits[row].narrow(0, off, len), g->get(ax::str("logits_causal.", k))) > 1e-2);
   }
-  const double want = g->get("loss").item<double>();
-  CHECK(std::abs(out.loss.item<double>() - want) <= 1e-5 * std::max(1.0, want));
-  out.loss.backward();
-  int checked = 0;
-  for (const auto& m : l.mm().text().lora().modules) {
-    CAPTURE(m.peft_key);
-    REQUIRE(m.a.grad().defined());
-    CHECK(rel_norm(m.a.grad(), g->get("grad." + m.peft_key + ".lora_A.weight")) <= 1e-4);
-    CHECK(rel_norm(m.b.grad(), g->get("grad." + m.peft_key + ".lora_B.weight")) <= 1e-4);
-    checked += 2;
-  }
-  int golden_grads = 0;
-  for (const auto& t : g->tensors()) golden_grads += t.name.rfind("grad.", 0) == 0;
-  CHECK(checked == golden_grads);
-  CHECK(checked == 2 * 7 * 3);  // every projection of the three layers, none in the vision tower
 }
 
 }  // namespace
 
 TEST_CASE("gemma3 multimodal parity: images with bidirectional attention, packed rows with a text-only sample vs transformers+peft") {
-  check_parity("reference");
-  check_parity("naive");
+  check_gemma3_parity("reference");
+  check_gemma3_parity("naive");
 }
 
 TEST_CASE("gemma3 multimodal: the image groups are the runs of image tokens within each packed span") {
@@ -206,7 +117,7 @@ TEST_CASE("gemma3 multimodal: the transformers 5 module-tree layout (model.langu
   fs::copy_file(fs::path(case_path()) / "config.json", dir / "config.json");
   ax::safetensors::save((dir / "model.safetensors").string(), renamed);
   auto l = load(dir.string(), "reference", case_path() + "/adapter");
-  Packed p = packed_batch(*g);
+  Packed p = packed(*g);
   check_logits(l.model->forward(p.batch, true).logits, p, *g);
   ax::test::remove_tree(dir);
 }
@@ -251,7 +162,7 @@ TEST_CASE("gemma3 multimodal config and batch refusals") {
 
   auto g = golden();
   auto l = load(case_path(), "reference", "");
-  Packed p = packed_batch(*g);
+  Packed p = packed(*g);
   p.batch.extras["pixel_values"] = g->get("pixel_values.0");  // 2 images for 3 images' tokens
   CHECK_THROWS_WITH_AS(l.model->forward(p.batch, false), doctest::Contains("holds 12 image tokens (id 90) but 2 images"), ax::UsageError);
   p.batch.extras["pixel_values"] = at::zeros({3, 3, 6, 6});
@@ -264,50 +175,17 @@ TEST_CASE("gemma3 multimodal config and batch refusals") {
 
 TEST_CASE("gemma3 multimodal: adapters we save reload with the same logits and exclude the vision tower for peft") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
-  spec.r = 3;
-  spec.alpha = 7;
-  spec.seed = 5;
-  auto l = load(case_path(), "reference", "", spec);
-  for (const auto& m : l.mm().text().lora().modules) {  // B random, so the adapter changes the logits
-    at::NoGradGuard ng;
-    m.b.copy_(at::randn_like(m.b) * 0.3);
-  }
-  Packed p = packed_batch(*g);
-  at::Tensor logits = l.model->forward(p.batch, true).logits.detach();
-  fs::path dir = ax::test::scratch_dir("gemma3_mm_adapter");
-  l.model->save_adapter((dir / "adapter").string());
-  auto cfg = ax::models::read_json_file((dir / "adapter" / "adapter_config.json").string());
-  CHECK(cfg["exclude_modules"] == ax::models::kSiglipExclude);
-  auto st = ax::safetensors::File::open((dir / "adapter" / "adapter_model.safetensors").string());
-  CHECK(st->find("base_model.model.model.language_model.layers.2.self_attn.q_proj.lora_A.weight") != nullptr);
-  auto again = load(case_path(), "reference", (dir / "adapter").string());
-  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
-  ax::test::remove_tree(dir);
+  check_adapter_round_trip(case_path(), packed(*g), *g, {"base_model.model.model.language_model.layers.2.self_attn.q_proj.lora_A.weight"}, false);
 }
 
 TEST_CASE("gemma3 multimodal: LoRA training on an image+text batch lowers the loss") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  spec.r = 4;
-  auto l = load(case_path(), "reference", "", spec);
-  Packed p = packed_batch(*g);
-  std::vector<at::Tensor> params;
-  for (const auto& [n, t] : l.model->trainable_parameters()) params.push_back(t);
-  double first = 0, last = 0;
-  for (int step = 0; step < 30; ++step) {
-    auto out = l.model->forward(p.batch, false);
-    for (auto& t : params) t.mutable_grad() = at::Tensor();
-    out.loss.backward();
-    at::NoGradGuard ng;
-    for (auto& t : params) t.sub_(t.grad() * 0.05);
-    (step == 0 ? first : last) = out.loss.item<double>();
-  }
-  CAPTURE(first);
-  CAPTURE(last);
-  CHECK(last < first - 0.3);
+  check_training_lowers_loss(case_path(), packed(*g));
+}
+
+TEST_CASE("gemma3 multimodal merge-lora: the merged dir is transformers' merge_and_unload checkpoint, logits equal") {
+  auto g = golden();
+  check_merge(case_path(), packed(*g));
 }
 
 // The same parity on the GPU (fp32, reference backends: the aten attention declines groups to flash anyway).
@@ -319,7 +197,7 @@ TEST_CASE("gemma3 multimodal on CUDA: parity with transformers (fp32)") {
   }
   auto g = golden();
   auto l = load(case_path(), "reference", case_path() + "/adapter", std::nullopt, "cuda:0");
-  Packed p = packed_batch(*g);
+  Packed p = packed(*g);
   auto out = l.model->forward(p.batch.to(at::Device("cuda:0")), true);
   check_logits(out.logits.to(at::kCPU), p, *g);
 }

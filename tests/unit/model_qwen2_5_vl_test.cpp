@@ -36,22 +36,12 @@ std::shared_ptr<ax::safetensors::File> golden() {
   return ax::safetensors::File::open((ax::test::case_dir("qwen2_5_vl") / "golden.safetensors").string());
 }
 
-void check_parity(const std::string& backends) {
-  CAPTURE(backends);
-  auto g = golden();
-  auto l = load(case_path(), backends, case_path() + "/adapter");
-  Packed p = packed_batch(*g);
-  auto out = l.model->forward(p.batch, true);
-  check_logits(out.logits, p, *g);
-  const int checked = check_loss_and_grads(out, l.as<Qwen25VlModel>().text().lora().modules, *g);
-  CHECK(checked == 2 * 7 * 2);  // every projection of both layers, none in the vision tower
-}
-
 }  // namespace
 
 TEST_CASE("qwen2_5_vl parity: images of three sizes, several per sample, packed rows with a text-only sample vs transformers+peft") {
-  check_parity("reference");
-  check_parity("naive");
+  auto g = golden();
+  for (const char* backends : {"reference", "naive"})
+    CHECK(check_parity(case_path(), backends, packed_batch(*g), *g) == 2 * 7 * 2);  // every projection of both layers, none in the tower
 }
 
 TEST_CASE("qwen2_5_vl: the transformers 5 checkpoint layout (model.language_model.*, model.visual.*) loads the same model") {
@@ -184,66 +174,12 @@ TEST_CASE("qwen2_5_vl config: transformers 4 layout, refusals") {
 
 TEST_CASE("qwen2_5_vl: adapters we save reload with the same logits; with AXENGINE_VLM_PEFT_EXPORT_DIR, written for peft") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
-  spec.r = 3;
-  spec.alpha = 7;
-  spec.seed = 5;
-  auto l = load(case_path(), "reference", "", spec);
-  for (const auto& m : l.as<Qwen25VlModel>().text().lora().modules) {  // B random, so the adapter changes the logits
-    at::NoGradGuard ng;
-    m.b.copy_(at::randn_like(m.b) * 0.3);
-  }
-  Packed p = packed_batch(*g);
-  at::Tensor logits = l.model->forward(p.batch, true).logits.detach();
-  const char* env = std::getenv("AXENGINE_VLM_PEFT_EXPORT_DIR");
-  fs::path dir = env ? fs::path(env) : ax::test::scratch_dir("qwen2_5_vl_adapter");
-  l.model->save_adapter((dir / "adapter").string());
-  auto cfg = ax::models::read_json_file((dir / "adapter" / "adapter_config.json").string());
-  CHECK(cfg["exclude_modules"] == ax::models::kVisionExclude);
-  auto st = ax::safetensors::File::open((dir / "adapter" / "adapter_model.safetensors").string());
-  CHECK(st->find("base_model.model.model.language_model.layers.1.self_attn.q_proj.lora_A.weight") != nullptr);
-  auto again = load(case_path(), "reference", (dir / "adapter").string());
-  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
-  if (env) {  // tests/python/check_vlm_peft.py: peft's logits of each sample alone against ours
-    std::vector<std::pair<std::string, at::Tensor>> expected;
-    for (int k = 0; k < 3; ++k) {
-      auto [row, off, len] = p.where[k];
-      expected.emplace_back(ax::str("ids.", k), g->get(ax::str("ids.", k)));
-      expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
-      if (g->find(ax::str("grid.", k))) {
-        expected.emplace_back(ax::str("pixel_values.", k), g->get(ax::str("pixel_values.", k)));
-        expected.emplace_back(ax::str("grid.", k), g->get(ax::str("grid.", k)));
-      }
-    }
-    ax::safetensors::save((dir / "expected.safetensors").string(), expected);
-    std::ofstream(dir / "base_dir.txt") << case_path();
-  } else {
-    ax::test::remove_tree(dir);
-  }
+  check_adapter_round_trip(case_path(), packed_batch(*g), *g, {"base_model.model.model.language_model.layers.1.self_attn.q_proj.lora_A.weight"}, true);
 }
 
 TEST_CASE("qwen2_5_vl: LoRA training on an image+text batch lowers the loss") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  spec.r = 4;
-  auto l = load(case_path(), "reference", "", spec);
-  Packed p = packed_batch(*g);
-  std::vector<at::Tensor> params;
-  for (const auto& [n, t] : l.model->trainable_parameters()) params.push_back(t);
-  double first = 0, last = 0;
-  for (int step = 0; step < 30; ++step) {
-    auto out = l.model->forward(p.batch, false);
-    for (auto& t : params) t.mutable_grad() = at::Tensor();
-    out.loss.backward();
-    at::NoGradGuard ng;
-    for (auto& t : params) t.sub_(t.grad() * 0.05);
-    (step == 0 ? first : last) = out.loss.item<double>();
-  }
-  CAPTURE(first);
-  CAPTURE(last);
-  CHECK(last < first - 0.3);
+  check_training_lowers_loss(case_path(), packed_batch(*g));
 }
 
 // On CUDA the vision tower pads its MLP's intermediate size to a multiple of 8 (cuBLAS's aligned kernels);
@@ -288,40 +224,7 @@ TEST_CASE("qwen2_5_vl on CUDA: a vision MLP padded to a multiple of 8 gives the 
   ax::test::remove_tree(dir);
 }
 
-// merge-lora (models/composite.hpp) against transformers + peft's merge_and_unload (scripts/goldens/
-// make_vlm_merge_goldens.py): the merged dir holds the tensors save_pretrained writes, the vision tower byte for
-// byte, and its logits are the adapter model's (ours) and the peer's merged model's, fp32.
 TEST_CASE("qwen2_5_vl merge-lora: the merged dir is transformers' merge_and_unload checkpoint, logits equal") {
   auto g = golden();
-  auto merged_golden = ax::safetensors::File::open(case_path() + "/merged_golden.safetensors");
-  fs::path out = ax::test::scratch_dir("qwen2_5_vl_merged");
-  fs::remove_all(out);
-  ax::Registry registry;
-  ax::register_builtins(registry);
-  ax::merge_lora_dir(registry, case_path(), case_path() + "/adapter", out.string(), "", std::nullopt);
-
-  auto written = ax::safetensors::Checkpoint::open_dir(out.string());
-  CHECK(ax::join(written.names(), ",") == merged_golden->metadata().at("names"));
-  auto base = ax::safetensors::Checkpoint::open_dir(case_path());
-  int vision = 0;
-  for (const auto& n : base.names())
-    if (n.rfind("visual.", 0) == 0) {
-      CAPTURE(n);
-      const at::Tensor a = base.get(n), b = written.get(n);
-      REQUIRE((a.scalar_type() == b.scalar_type()));
-      CHECK(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
-      ++vision;
-    }
-  CHECK(vision > 10);
-
-  Packed p = packed_batch(*g);
-  const at::Tensor ours = load(case_path(), "reference", case_path() + "/adapter").model->forward(p.batch, true).logits;
-  const at::Tensor merged = load(out.string(), "reference", "").model->forward(p.batch, true).logits;
-  for (int k = 0; k < 3; ++k) {
-    CAPTURE(k);
-    auto [row, off, len] = p.where[k];
-    CHECK(rel_max(merged[row].narrow(0, off, len), merged_golden->get(ax::str("logits.", k))) <= 1e-5);
-    CHECK(rel_max(merged[row].narrow(0, off, len), ours[row].narrow(0, off, len)) <= 1e-5);
-  }
-  ax::test::remove_tree(out);
+  check_merge(case_path(), packed_batch(*g));
 }

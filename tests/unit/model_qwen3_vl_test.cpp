@@ -20,7 +20,6 @@
 #include "unit/vl_case_util.hpp"
 
 namespace fs = std::filesystem;
-using ax::models::Qwen3VlModel;
 using namespace ax::test::vl;
 
 namespace {
@@ -33,16 +32,9 @@ std::shared_ptr<ax::safetensors::File> golden() {
 }  // namespace
 
 TEST_CASE("qwen3_vl parity: deepstack, interpolated positions, interleaved mrope, packed rows with a text-only sample vs transformers+peft") {
-  for (const char* backends : {"reference", "naive"}) {
-    CAPTURE(backends);
-    auto g = golden();
-    auto l = load(case_path(), backends, case_path() + "/adapter");
-    Packed p = packed_batch(*g);
-    auto out = l.model->forward(p.batch, true);
-    check_logits(out.logits, p, *g);
-    const int checked = check_loss_and_grads(out, l.as<Qwen3VlModel>().text().lora().modules, *g);
-    CHECK(checked == 3 * 7 * 2);  // every projection of the three layers, none in the vision tower
-  }
+  auto g = golden();
+  for (const char* backends : {"reference", "naive"})
+    CHECK(check_parity(case_path(), backends, packed_batch(*g), *g) == 3 * 7 * 2);  // every projection of the three layers, none in the tower
 }
 
 TEST_CASE("qwen3_vl: the interleaved mrope layout as contiguous sections") {
@@ -139,53 +131,17 @@ TEST_CASE("qwen3_vl config: defaults, refusals") {
 
 TEST_CASE("qwen3_vl: adapters we save reload with the same logits; with AXENGINE_VLM_PEFT_EXPORT_DIR, written for peft") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"};
-  spec.r = 3;
-  spec.alpha = 7;
-  spec.seed = 5;
-  auto l = load(case_path(), "reference", "", spec);
-  for (const auto& m : l.as<Qwen3VlModel>().text().lora().modules) {  // B random, so the adapter changes the logits
-    at::NoGradGuard ng;
-    m.b.copy_(at::randn_like(m.b) * 0.3);
-  }
-  Packed p = packed_batch(*g);
-  at::Tensor logits = l.model->forward(p.batch, true).logits.detach();
-  const char* env = std::getenv("AXENGINE_VLM_PEFT_EXPORT_DIR");
-  fs::path dir = env ? fs::path(env) : ax::test::scratch_dir("qwen3_vl_adapter");
-  l.model->save_adapter((dir / "adapter").string());
-  auto st = ax::safetensors::File::open((dir / "adapter" / "adapter_model.safetensors").string());
-  CHECK(st->find("base_model.model.model.language_model.layers.2.self_attn.q_proj.lora_A.weight") != nullptr);
-  auto again = load(case_path(), "reference", (dir / "adapter").string());
-  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
-  if (env) {  // tests/python/check_vlm_peft.py: peft's logits of each sample alone against ours
-    write_peft_check(dir, p, logits, *g, case_path());
-  } else {
-    ax::test::remove_tree(dir);
-  }
+  check_adapter_round_trip(case_path(), packed_batch(*g), *g, {"base_model.model.model.language_model.layers.2.self_attn.q_proj.lora_A.weight"}, true);
 }
 
 TEST_CASE("qwen3_vl: LoRA training on an image+text batch lowers the loss") {
   auto g = golden();
-  ax::LoraSpec spec;
-  spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  spec.r = 4;
-  auto l = load(case_path(), "reference", "", spec);
-  Packed p = packed_batch(*g);
-  std::vector<at::Tensor> params;
-  for (const auto& [n, t] : l.model->trainable_parameters()) params.push_back(t);
-  double first = 0, last = 0;
-  for (int step = 0; step < 30; ++step) {
-    auto out = l.model->forward(p.batch, false);
-    for (auto& t : params) t.mutable_grad() = at::Tensor();
-    out.loss.backward();
-    at::NoGradGuard ng;
-    for (auto& t : params) t.sub_(t.grad() * 0.05);
-    (step == 0 ? first : last) = out.loss.item<double>();
-  }
-  CAPTURE(first);
-  CAPTURE(last);
-  CHECK(last < first - 0.3);
+  check_training_lowers_loss(case_path(), packed_batch(*g));
+}
+
+TEST_CASE("qwen3_vl merge-lora: the merged dir is transformers' merge_and_unload checkpoint, logits equal") {
+  auto g = golden();
+  check_merge(case_path(), packed_batch(*g));
 }
 
 // The model on CUDA (the host-built rope index, splice positions, position taps and deepstack rows moved to the

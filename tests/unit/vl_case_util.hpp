@@ -1,11 +1,13 @@
 // What the vision-language parity tests share (model_qwen2_5_vl_test.cpp, model_qwen3_vl_test.cpp,
-// model_qwen3_vl_moe_test.cpp): the goldens
-// of scripts/goldens/make_vlm_goldens.py (three samples: two images; one or two images; text only) packed into
-// two rows, and the tolerances' measures.
+// model_qwen3_vl_moe_test.cpp, model_gemma3_mm_test.cpp): the goldens of scripts/goldens/make_vlm_goldens.py / make_gemma3_mm_goldens.py
+// (three samples: two images; one or two images; text only) packed into two rows, the tolerances' measures, and
+// the cases every family runs: adapter round trip, a few training steps, merge-lora against transformers + peft.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -22,8 +24,11 @@
 #include "axengine/models.hpp"
 #include "axengine/safetensors.hpp"
 #include "axengine/strings.hpp"
+#include "models/decoder.hpp"
 #include "models/register.hpp"
+#include "models/vlm.hpp"
 #include "unit/model_test_backends.hpp"
+#include "unit/test_paths.hpp"
 
 namespace ax::test::vl {
 
@@ -34,21 +39,26 @@ struct Loaded {
   M& as() { return dynamic_cast<M&>(*model); }
 };
 
-// The model of `dir` on the CPU with the "reference" backends (register_builtins) or the "naive" ones, with a
-// saved adapter or a new LoRA.
+// The model of `dir` on `device` (fp32) with the "reference" backends (register_builtins; on a GPU the
+// reference ops preferred) or the "naive" ones, with a saved adapter or a new LoRA.
 inline Loaded load(const std::string& dir, const std::string& backends, const std::string& adapter,
-                   std::optional<ax::LoraSpec> spec = std::nullopt) {
+                   std::optional<ax::LoraSpec> spec = std::nullopt, const std::string& device = "cpu") {
   Loaded l;
   l.registry = std::make_unique<ax::Registry>();
+  ax::KernelPreferences prefs;
   if (backends == "naive") {
     ax::test::add_naive_backends(*l.registry);
     ax::models::register_builtin_models(*l.registry);
   } else {
     ax::register_builtins(*l.registry);
+    if (device != "cpu")
+      for (const char* op : {"linear.lora", "attention", "rms_norm", "swiglu", "norm_rope", "linear_ce"}) prefs.prefer[op] = {"reference"};
   }
   ax::ModelLoadOptions o;
   o.dir = dir;
-  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, ax::KernelPreferences{}, ax::DeviceInfo{});
+  o.device = device;
+  o.dtype = "fp32";
+  o.kernels = std::make_shared<ax::KernelSet>(*l.registry, prefs, device == "cpu" ? ax::DeviceInfo{} : ax::detect_device("cuda"));
   o.adapter_dir = adapter;
   o.lora = std::move(spec);
   l.model = ax::load_model(*l.registry, o);
@@ -56,35 +66,38 @@ inline Loaded load(const std::string& dir, const std::string& backends, const st
 }
 
 inline double rel_max(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
+  return (a.to(at::kCPU) - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
 }
 inline double rel_norm(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).norm().item<double>() / std::max(1e-12, b.norm().item<double>());
 }
 
-// Row 0: sample 0. Row 1: sample 1, sample 2 (text only), padding. The spans and positions make_batch gives
-// them; the images' extras concatenated in token order.
+// Row 0: sample 0, padding. Row 1: sample 1, sample 2 (text only), padding. Rows of `S` tokens (0: as long as
+// sample 0); each padding span restarts its positions. The images' extras (pixel_values, and image_grid_thw
+// where the golden has grids) concatenated in token order.
 struct Packed {
   ax::Batch batch;
   std::vector<std::array<int64_t, 3>> where;  // sample k: row, offset, length
 };
-inline Packed packed_batch(const ax::safetensors::File& g) {
-  const int64_t S = g.get("ids.0").size(0);
+inline Packed packed_batch(const ax::safetensors::File& g, int64_t S = 0) {
+  const int64_t n0 = g.get("ids.0").size(0), n1 = g.get("ids.1").size(0), n2 = g.get("ids.2").size(0);
+  if (S == 0) S = n0;
+  REQUIRE(S >= n0);
+  REQUIRE(n1 + n2 < S);  // row 1's padding span is not empty
   Packed p;
-  p.where = {{0, 0, S}, {1, 0, g.get("ids.1").size(0)}, {1, g.get("ids.1").size(0), g.get("ids.2").size(0)}};
+  p.where = {{0, 0, n0}, {1, 0, n1}, {1, n1, n2}};
   at::Tensor ids = at::zeros({2, S}, at::kLong), labels = at::full({2, S}, -100, at::kLong), pos = at::zeros({2, S}, at::kLong);
-  std::vector<int32_t> cu{0};
   for (int k = 0; k < 3; ++k) {
     auto [row, off, len] = p.where[k];
     ids[row].narrow(0, off, len).copy_(g.get(ax::str("ids.", k)));
     labels[row].narrow(0, off, len).copy_(g.get(ax::str("labels.", k)));
     pos[row].narrow(0, off, len).copy_(at::arange(len, at::kLong));
-    cu.push_back(static_cast<int32_t>(row * S + off + len));
   }
-  const int64_t pad_off = p.where[2][1] + p.where[2][2];
-  REQUIRE(pad_off < S);  // the padding span below is not empty
-  pos[1].narrow(0, pad_off, S - pad_off).copy_(at::arange(S - pad_off, at::kLong));
-  cu.push_back(static_cast<int32_t>(2 * S));
+  pos[0].narrow(0, n0, S - n0).copy_(at::arange(S - n0, at::kLong));
+  pos[1].narrow(0, n1 + n2, S - n1 - n2).copy_(at::arange(S - n1 - n2, at::kLong));
+  std::vector<int32_t> cu{0, static_cast<int32_t>(n0)};
+  if (n0 < S) cu.push_back(static_cast<int32_t>(S));
+  for (int64_t end : {S + n1, S + n1 + n2, 2 * S}) cu.push_back(static_cast<int32_t>(end));
   ax::Batch& b = p.batch;
   b.input_ids = ids;
   b.labels = labels;
@@ -93,7 +106,7 @@ inline Packed packed_batch(const ax::safetensors::File& g) {
   b.cu_seqlens_host = b.cu_seqlens;
   b.max_seqlen = S;
   b.extras["pixel_values"] = at::cat({g.get("pixel_values.0"), g.get("pixel_values.1")});
-  b.extras["image_grid_thw"] = at::cat({g.get("grid.0"), g.get("grid.1")});
+  if (g.find("grid.0")) b.extras["image_grid_thw"] = at::cat({g.get("grid.0"), g.get("grid.1")});
   return p;
 }
 
@@ -131,27 +144,51 @@ int check_loss_and_grads(const ax::ModelOutput& out, const Modules& modules, con
   return checked;
 }
 
-// `steps` plain SGD steps (lr 0.05) of `model`'s trainable parameters on `p`: the first and the last step's loss.
-inline std::pair<double, double> sgd_losses(ax::Model& model, const Packed& p, int steps) {
-  std::vector<at::Tensor> params;
-  for (const auto& [n, t] : model.trainable_parameters()) params.push_back(t);
-  double first = 0, last = 0;
-  for (int step = 0; step < steps; ++step) {
-    auto out = model.forward(p.batch, false);
-    for (auto& t : params) t.mutable_grad() = at::Tensor();
-    out.loss.backward();
-    at::NoGradGuard ng;
-    for (auto& t : params) t.sub_(t.grad() * 0.05);
-    (step == 0 ? first : last) = out.loss.item<double>();
-  }
-  return {first, last};
+// The parity case: logits, loss and every LoRA gradient against the golden; returns how many factors.
+inline int check_parity(const std::string& dir, const std::string& backends, const Packed& p, const ax::safetensors::File& g) {
+  CAPTURE(backends);
+  auto l = load(dir, backends, dir + "/adapter");
+  auto out = l.model->forward(p.batch, true);
+  check_logits(out.logits, p, g);
+  return check_loss_and_grads(out, l.as<ax::models::VlModel>().text().lora().modules, g);
 }
 
-// For tests/python/check_vlm_peft.py: each sample's ids, images and our `logits` (of the packed batch) in
-// dir/expected.safetensors, the base model's dir in dir/base_dir.txt.
-inline void write_peft_check(const std::filesystem::path& dir, const Packed& p, const at::Tensor& logits,
-                             const ax::safetensors::File& g, const std::string& base_dir) {
-  std::vector<std::pair<std::string, at::Tensor>> expected;
+// Adapters we save reload with the same logits, name the language model's modules as peft does
+// (`want_keys`: some of them) and exclude the vision side. With AXENGINE_VLM_PEFT_EXPORT_DIR set (and `export_dir`),
+// the adapter, the samples and our logits are left there for tests/python/check_vlm_peft.py.
+inline void check_adapter_round_trip(const std::string& dir, const Packed& p, const ax::safetensors::File& g,
+                                     const std::vector<std::string>& want_keys, bool export_dir,
+                                     std::vector<std::string> targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"}) {
+  namespace fs = std::filesystem;
+  ax::LoraSpec spec;
+  spec.targets = std::move(targets);
+  spec.r = 3;
+  spec.alpha = 7;
+  spec.seed = 5;
+  auto l = load(dir, "reference", "", spec);
+  auto& vl = l.as<ax::models::VlModel>();
+  for (const auto& m : vl.text().lora().modules) {  // B random, so the adapter changes the logits
+    at::NoGradGuard ng;
+    m.b.copy_(at::randn_like(m.b) * 0.3);
+  }
+  at::Tensor logits = l.model->forward(p.batch, true).logits.detach();
+  const char* env = export_dir ? std::getenv("AXENGINE_VLM_PEFT_EXPORT_DIR") : nullptr;
+  fs::path out = env ? fs::path(env) : ax::test::scratch_dir(vl.description().family + "_adapter");
+  l.model->save_adapter((out / "adapter").string());
+  auto cfg = ax::models::read_json_file((out / "adapter" / "adapter_config.json").string());
+  CHECK(cfg["exclude_modules"] == vl.description().exclude);
+  auto st = ax::safetensors::File::open((out / "adapter" / "adapter_model.safetensors").string());
+  for (const auto& k : want_keys) {
+    CAPTURE(k);
+    CHECK(st->find(k) != nullptr);
+  }
+  auto again = load(dir, "reference", (out / "adapter").string());
+  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
+  if (!env) {
+    ax::test::remove_tree(out);
+    return;
+  }
+  std::vector<std::pair<std::string, at::Tensor>> expected;  // peft's logits of each sample alone against ours
   for (int k = 0; k < 3; ++k) {
     auto [row, off, len] = p.where[k];
     expected.emplace_back(ax::str("ids.", k), g.get(ax::str("ids.", k)));
@@ -161,8 +198,72 @@ inline void write_peft_check(const std::filesystem::path& dir, const Packed& p, 
       expected.emplace_back(ax::str("grid.", k), g.get(ax::str("grid.", k)));
     }
   }
-  ax::safetensors::save((dir / "expected.safetensors").string(), expected);
-  std::ofstream(dir / "base_dir.txt") << base_dir;
+  ax::safetensors::save((out / "expected.safetensors").string(), expected);
+  std::ofstream(out / "base_dir.txt") << dir;
+}
+
+// 30 plain SGD steps of a new rank-4 LoRA on `targets` (default: every projection) lower the loss of the packed batch.
+inline void check_training_lowers_loss(const std::string& dir, const Packed& p,
+                                       std::vector<std::string> targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                           "up_proj", "down_proj"}) {
+  ax::LoraSpec spec;
+  spec.targets = std::move(targets);
+  spec.r = 4;
+  auto l = load(dir, "reference", "", spec);
+  std::vector<at::Tensor> params;
+  for (const auto& [n, t] : l.model->trainable_parameters()) params.push_back(t);
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    auto out = l.model->forward(p.batch, false);
+    for (auto& t : params) t.mutable_grad() = at::Tensor();
+    out.loss.backward();
+    at::NoGradGuard ng;
+    for (auto& t : params) t.sub_(t.grad() * 0.05);
+    (step == 0 ? first : last) = out.loss.item<double>();
+  }
+  CAPTURE(first);
+  CAPTURE(last);
+  CHECK(last < first - 0.3);
+}
+
+// merge-lora (models/composite.hpp) against transformers + peft's merge_and_unload (scripts/goldens/
+// make_vlm_merge_goldens.py: merged_golden.safetensors): the merged dir holds the tensors save_pretrained writes,
+// the vision side byte for byte, and its logits are the adapter model's (ours) and the peer's merged model's, fp32.
+inline void check_merge(const std::string& dir, const Packed& p) {
+  namespace fs = std::filesystem;
+  auto merged_golden = ax::safetensors::File::open(dir + "/merged_golden.safetensors");
+  auto ours = load(dir, "reference", dir + "/adapter");
+  const ax::models::VlDescription& d = ours.as<ax::models::VlModel>().description();
+  fs::path out = ax::test::scratch_dir(d.family + "_merged");
+  fs::remove_all(out);
+  ax::Registry registry;
+  ax::register_builtins(registry);
+  ax::merge_lora_dir(registry, dir, dir + "/adapter", out.string(), "", std::nullopt);
+
+  auto written = ax::safetensors::Checkpoint::open_dir(out.string());
+  CHECK(ax::join(written.names(), ",") == merged_golden->metadata().at("names"));
+  auto base = ax::safetensors::Checkpoint::open_dir(dir);
+  int vision = 0;
+  for (const auto& n : base.names())
+    if (d.vision_name(n)) {
+      CAPTURE(n);
+      const at::Tensor a = base.get(n), b = written.get(n);
+      REQUIRE((a.scalar_type() == b.scalar_type()));
+      CHECK(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
+      ++vision;
+    }
+  CHECK(vision > 10);
+  CHECK(ax::models::read_json_file((out / "config.json").string())["model_type"] == d.family);
+
+  const at::Tensor adapter_logits = ours.model->forward(p.batch, true).logits;
+  const at::Tensor merged = load(out.string(), "reference", "").model->forward(p.batch, true).logits;
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    auto [row, off, len] = p.where[k];
+    CHECK(rel_max(merged[row].narrow(0, off, len), merged_golden->get(ax::str("logits.", k))) <= 1e-5);
+    CHECK(rel_max(merged[row].narrow(0, off, len), adapter_logits[row].narrow(0, off, len)) <= 1e-5);
+  }
+  ax::test::remove_tree(out);
 }
 
 }  // namespace ax::test::vl

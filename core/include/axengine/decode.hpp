@@ -4,7 +4,9 @@
 // decoder (every family DecoderModel serves) implements it.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +36,23 @@ class CausalLmDecode {
   // one; zeros for rows given none. The result is the full forward's over each row's whole sequence (the same
   // ops and rounding; no gradient, no dropout). UsageError for an id out of range or a row over capacity.
   virtual at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache) = 0;
+};
+
+// Images for a vision-language family's decode (qwen2_5_vl, qwen3_vl, gemma3): the model implements it beside
+// CausalLmDecode, and callers find it with dynamic_cast. One row's images are the extras the family's chat image
+// processor makes of them (axengine/chat_media.hpp, add_extras: pixel_values, image_grid_thw for the Qwen VLs),
+// for the placeholder tokens in that row's tokens.
+using DecodeImages = std::map<std::string, at::Tensor>;
+
+class ImageDecode {
+ public:
+  virtual ~ImageDecode() = default;
+  // CausalLmDecode::decode with images[r] (empty: none; `images` empty: no row has any) for the placeholders in
+  // tokens[r]. A row's images come with its first tokens (its prefill: the row empty before), all of them.
+  // UsageError naming the row for images of a row that holds tokens already, or placeholders that do not
+  // match its images.
+  virtual at::Tensor decode_images(const std::vector<std::vector<int64_t>>& tokens, const std::vector<DecodeImages>& images,
+                                   KvCache& cache) = 0;
 };
 
 }  // namespace ax

@@ -35,6 +35,10 @@ struct GenerationJob {
   std::optional<nlohmann::json> template_kwargs;
   // Longest prompt (in tokens; a chat's whole conversation) accepted; 0: config.json's max_position_embeddings.
   int64_t max_prompt_tokens = 0;
+  // Image files (--image) put, in order, as image content parts before the text of the first user message of
+  // every prompt rendered through the chat template (generate) or of every conversation (chat). For the
+  // vision-language families; their processor comes from a plugin (mm_cpt). docs/generate.md.
+  std::vector<std::string> images;
 };
 
 // --template-kwargs values: each a JSON object or key=value (the value read as JSON when it parses: false, 3,

@@ -1,6 +1,13 @@
 // The images of a chat row (data/chat_images.hpp).
 #include "data/chat_images.hpp"
 
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "axengine/error.hpp"
+#include "axengine/input_file.hpp"
+#include "axengine/registry.hpp"
 #include "axengine/strings.hpp"
 
 namespace ax::data {
@@ -119,6 +126,75 @@ std::string read_chat_images(Json& messages, const Json& images_column, const st
     }
   }
   return "";
+}
+
+ImageSetup find_image_processor(const Registry* registry, const ChatImageOptions& options, const DatasetContext& ctx) {
+  ImageSetup out;
+  std::string model_type;
+  const std::string config = ctx.model_dir.empty() ? "" : (ctx.model_dir.back() == '/' ? ctx.model_dir : ctx.model_dir + "/") + "config.json";
+  std::error_code ec;
+  if (!config.empty() && std::filesystem::is_regular_file(config, ec)) {
+    nlohmann::json j = nlohmann::json::parse(read_regular_file(config), nullptr, false);
+    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
+  }
+  if (model_type.empty()) {
+    out.why = "the row holds images but the model's config.json gives no model_type (no model dir known?)";
+    return out;
+  }
+  std::vector<std::string> families;
+  if (registry)
+    for (const Provider* p : registry->list(ProviderKind::dataset)) {
+      const auto* support = dynamic_cast<const ChatImageSupport*>(static_cast<const DatasetType*>(p->object.get()));
+      if (!support) continue;
+      for (auto& f : support->chat_image_families()) families.push_back(f);
+      try {
+        if ((out.processor = support->chat_image_processor(model_type, options, ctx))) return out;
+      } catch (const std::exception& e) {
+        out.why = ax::str("the row holds images but the image processor of model_type '", model_type, "' cannot start: ", e.what());
+        return out;
+      }
+    }
+  out.why = ax::str("the row holds images but the model (model_type '", model_type, "') takes no images: ",
+                    families.empty() ? std::string("no loaded plugin processes images (the mm_cpt plugin does, for Qwen2-VL / Qwen2.5-VL)")
+                                     : ax::str("images are processed for model_type ", join(families, ", ")));
+  return out;
+}
+
+void expand_image_markers(const ChatImageProcessor& processor, const std::vector<std::string>& files,
+                          const std::vector<std::size_t>& image_message, std::string& text,
+                          std::vector<std::pair<std::size_t, std::size_t>>& spans) {
+  const std::string marker = processor.image_marker();
+  std::vector<std::size_t> at;
+  for (std::size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) at.push_back(p);
+  if (at.size() != files.size())
+    throw UsageError(ax::str("the chat template wrote ", at.size(), " image marker(s) '", marker, "' for the row's ", files.size(),
+                             " image(s) (a template without images, or a message holding the marker itself?)"));
+  std::string out;
+  std::vector<std::pair<std::size_t, std::ptrdiff_t>> growth;  // (marker position, growth up to and including it)
+  std::size_t from = 0;
+  std::ptrdiff_t grown = 0;
+  for (std::size_t j = 0; j < at.size(); ++j) {
+    std::string replacement;
+    try {
+      replacement = processor.expand(files[j]);
+    } catch (const UsageError& e) {
+      throw UsageError(ax::str("message ", image_message.at(j), ", image ", j, ": ", e.what()));
+    }
+    out.append(text, from, at[j] - from);
+    out += replacement;
+    from = at[j] + marker.size();
+    grown += static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(marker.size());
+    growth.emplace_back(at[j], grown);
+  }
+  out.append(text, from, std::string::npos);
+  auto shift = [&](std::size_t x) {  // markers before x (starting before it) moved it
+    std::ptrdiff_t g = 0;
+    for (const auto& [p, total] : growth)
+      if (p < x) g = total;
+    return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(x) + g);
+  };
+  for (auto& sp : spans) sp = {shift(sp.first), shift(sp.second)};
+  text = std::move(out);
 }
 
 std::vector<std::string> content_pieces(const Json& message) {

@@ -6,10 +6,17 @@
 // image paths are listed in the order the template writes them. The fuzz target `dataset_chat_images` drives it.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "axengine/chat_media.hpp"
 #include "jinja/jinja.hpp"
+
+namespace ax {
+class Registry;
+}
 
 namespace ax::data {
 
@@ -29,5 +36,22 @@ std::string read_chat_images(jinja::Json& messages, const jinja::Json& images_co
 // The texts of a message's content as the span rule looks for them (data/chat_template.hpp): a string content
 // is one piece; a list of parts gives its text parts in order.
 std::vector<std::string> content_pieces(const jinja::Json& message);
+
+// The model's image processor, found among the registry's dataset types (a plugin's, axengine/chat_media.hpp)
+// for ctx.model_dir's config.json model_type; null with `why` (for the rows that hold images) when there is none.
+// Used by the chat_template type and by `generate` / `chat` (train/generate_jobs.cpp).
+struct ImageSetup {
+  std::shared_ptr<const ChatImageProcessor> processor;
+  std::string why;
+};
+ImageSetup find_image_processor(const Registry* registry, const ChatImageOptions& options, const DatasetContext& ctx);
+
+// Replaces the k-th image marker of the rendered `text` with the k-th image's tokens (processor.expand(files[k]),
+// as transformers' processor expands the template's image tokens), shifting `spans` (byte ranges of `text`) past
+// the growth before them. UsageError when the template wrote another number of markers than there are files, or
+// naming "message <image_message[k]>, image k" for an image that cannot be read.
+void expand_image_markers(const ChatImageProcessor& processor, const std::vector<std::string>& files,
+                          const std::vector<std::size_t>& image_message, std::string& text,
+                          std::vector<std::pair<std::size_t, std::size_t>>& spans);
 
 }  // namespace ax::data

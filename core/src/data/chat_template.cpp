@@ -220,44 +220,6 @@ Loaded load_template(const ChatOptions& o, const DatasetContext& ctx, const Tabl
                                     "; set chat_template = \"path/to/template.jinja\""));
 }
 
-// The model's image processor, found among the registry's dataset types (a plugin's, axengine/chat_media.hpp)
-// for config.json's model_type. `why` says why there is none, for the rows that hold images.
-struct ImageSetup {
-  std::shared_ptr<const ChatImageProcessor> processor;
-  std::string why;
-};
-
-ImageSetup find_image_processor(const Registry* registry, const ChatOptions& o, const DatasetContext& ctx) {
-  ImageSetup out;
-  std::string model_type;
-  const std::string config = ctx.model_dir.empty() ? "" : join_path(ctx.model_dir, "config.json");
-  if (!config.empty() && is_file(config)) {
-    nlohmann::json j = nlohmann::json::parse(read_regular_file(config), nullptr, false);
-    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
-  }
-  if (model_type.empty()) {
-    out.why = "the row holds images but the model's config.json gives no model_type (no model dir known?)";
-    return out;
-  }
-  std::vector<std::string> families;
-  if (registry)
-    for (const Provider* p : registry->list(ProviderKind::dataset)) {
-      const auto* support = dynamic_cast<const ChatImageSupport*>(static_cast<const DatasetType*>(p->object.get()));
-      if (!support) continue;
-      for (auto& f : support->chat_image_families()) families.push_back(f);
-      try {
-        if ((out.processor = support->chat_image_processor(model_type, ChatImageOptions{o.min_pixels, o.max_pixels}, ctx))) return out;
-      } catch (const std::exception& e) {
-        out.why = ax::str("the row holds images but the image processor of model_type '", model_type, "' cannot start: ", e.what());
-        return out;
-      }
-    }
-  out.why = ax::str("the row holds images but the model (model_type '", model_type, "') takes no images: ",
-                    families.empty() ? std::string("no loaded plugin processes images (the mm_cpt plugin does, for Qwen2-VL / Qwen2.5-VL)")
-                                     : ax::str("images are processed for model_type ", join(families, ", ")));
-  return out;
-}
-
 // One conversation as read from its row: the template's messages and tools, and its image files (resolved) in
 // template order with the message each sits in.
 struct ChatRow {
@@ -297,7 +259,7 @@ class ChatRenderer {
         throw UsageError(ax::str(at, e.what(), " (", tmpl_.name(), ")"));
       }
     }
-    if (!row.images.empty()) expand_images(row, r.text, spans);
+    if (!row.images.empty()) expand_image_markers(*processor_, row.images, row.image_message, r.text, spans);
     std::vector<ByteSpan> offsets;
     Sample s;
     s.input_ids = encode_with_offsets(tok_, r.text, offsets);
@@ -336,44 +298,6 @@ class ChatRenderer {
     for (std::size_t j = 0; j < row.images.size(); ++j)
       if (error.find(row.images[j]) != std::string::npos) return ax::str("message ", row.image_message[j], ", image ", j, ": ");
     return "";
-  }
-
-  // Replaces the k-th image marker of `text` with the k-th image's tokens (as transformers' processor expands
-  // the template's image tokens), shifting `spans` past the growth before them.
-  void expand_images(const ChatRow& row, std::string& text, std::vector<ByteSpan>& spans) const {
-    const std::string marker = processor_->image_marker();
-    std::vector<std::size_t> at;
-    for (std::size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) at.push_back(p);
-    const auto& files = row.images;
-    if (at.size() != files.size())
-      throw UsageError(ax::str("the chat template wrote ", at.size(), " image marker(s) '", marker, "' for the row's ", files.size(),
-                               " image(s) (a template without images, or a message holding the marker itself?)"));
-    std::string out;
-    std::vector<std::pair<std::size_t, std::ptrdiff_t>> growth;  // (marker position, growth up to and including it)
-    std::size_t from = 0;
-    std::ptrdiff_t grown = 0;
-    for (std::size_t j = 0; j < at.size(); ++j) {
-      std::string replacement;
-      try {
-        replacement = processor_->expand(files[j]);
-      } catch (const UsageError& e) {
-        throw UsageError(ax::str("message ", row.image_message[j], ", image ", j, ": ", e.what()));
-      }
-      out.append(text, from, at[j] - from);
-      out += replacement;
-      from = at[j] + marker.size();
-      grown += static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(marker.size());
-      growth.emplace_back(at[j], grown);
-    }
-    out.append(text, from, std::string::npos);
-    auto shift = [&](std::size_t x) {  // markers before x (starting before it) moved it
-      std::ptrdiff_t g = 0;
-      for (const auto& [p, total] : growth)
-        if (p < x) g = total;
-      return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(x) + g);
-    };
-    for (auto& sp : spans) sp = {shift(sp.first), shift(sp.second)};
-    text = std::move(out);
   }
 
   const Tokenizer& tok_;
@@ -545,7 +469,7 @@ class ChatTemplateType final : public DatasetType, public StreamingDatasetType, 
         if (loaded.special.contains("eos_token")) markers.push_back(loaded.special["eos_token"].get<std::string>());
       }
       roles = std::map<std::string, std::string>(o.roles.begin(), o.roles.end());
-      images = find_image_processor(registry, o, ctx);
+      images = find_image_processor(registry, ChatImageOptions{o.min_pixels, o.max_pixels}, ctx);
       base_override = o.image_base_dir.empty() ? "" : resolve_against(ctx.base_dir, o.image_base_dir);
       renderer = std::make_shared<const ChatRenderer>(*ctx.tokenizer, std::move(*tmpl), loaded.special, o.template_kwargs,
                                                       markers, parse_train_on(o.train_on), images.processor);

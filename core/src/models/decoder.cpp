@@ -537,7 +537,8 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   a.check_values = false;  // cu_seqlens were validated when the batch was built
   // gpt_oss: per-head sinks, fp32 as the op takes them; only backends claiming the "sinks" layout qualify.
   if (cfg_.attention_sinks) a.sinks = w(p + "sinks").to(at::kFloat);
-  if (attention_groups_.defined() && !decode_step_) a.groups = attention_groups_.to(at::kInt);  // gemma3's images
+  // gemma3's images; in decode, only a prefill sets them (the op runs then: decode_fresh).
+  if (attention_groups_.defined()) a.groups = attention_groups_.to(at::kInt);
   // Context parallelism: this rank's queries over every rank's keys, K/V going around the ring.
   at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
                  : cp_split_  ? ring_attention(*cp_split_, a)

@@ -93,6 +93,16 @@ class DecoderModel : public Model, public CausalLmDecode {
   // KV-cached incremental forward (axengine/decode.hpp), in decoder_decode.cpp.
   std::unique_ptr<KvCache> new_cache(int64_t batch, int64_t capacity) override;
   at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache) override;
+  // decode with what a multimodal family's prefill brings (models/vl_decode.hpp), each undefined / empty where
+  // not given: the step's token embeddings [T, H] (the new tokens packed row by row in row order, rows given
+  // none left out; else embedded from the ids), their RoPE positions (int64 [3, T] multimodal; else each row's
+  // length on), a hook after each layer (qwen3_vl's deepstack) and the attention op's bidirectional groups
+  // (int32 [T]: gemma3's images; a prefill only, every row starting empty, as the op runs then).
+  struct DecodeInputs {
+    at::Tensor embeds, rope_pos, attention_groups;
+    LayerHook after_layer;
+  };
+  at::Tensor decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& cache, const DecodeInputs& in);
   // MLA decode steps over a cache (models/parts/mla_layer.cpp): kv_b_proj absorbed into the queries and the
   // output (true, the default), or the cached latent expanded through it every step, as transformers does (false).
   void set_mla_absorb(bool on) { mla_absorb_ = on; }

@@ -23,6 +23,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
+#include "ops/check.hpp"
 
 namespace ax::models {
 
@@ -186,7 +187,9 @@ at::Tensor DecoderModel::attend_cached(const ops::AttentionArgs& a, const at::Te
   return o.index_select(0, s.dest).to(a.q.scalar_type()).view({T, Hq, v.size(3)});
 }
 
-at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& kv) {
+at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& kv) { return decode(tokens, kv, DecodeInputs{}); }
+
+at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens, KvCache& kv, const DecodeInputs& in) {
   auto* cache = dynamic_cast<DecoderKvCache*>(&kv);
   if (!cache || cache->owner != this) throw UsageError("decode: the KV cache was not made by this model (new_cache)");
   if (static_cast<int64_t>(tokens.size()) != cache->batch())
@@ -194,7 +197,9 @@ at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens,
   const int64_t B = cache->batch(), V = cfg_.vocab_size;
   // Dynamic RoPE's frequencies follow the longest position of the forward (transformers recomputes them per
   // call from max(position_ids) + 1): one row at a time, so that each row gets its own, as it would alone.
+  const bool given_inputs = in.embeds.defined() || in.rope_pos.defined() || in.attention_groups.defined() || in.after_layer;
   if (cfg_.rope.type == "dynamic") {
+    if (given_inputs) throw UsageError("decode: given embeddings or positions with dynamic RoPE (no family has both)");
     int64_t given = 0;
     for (const auto& t : tokens) given += !t.empty();
     if (given > 1) {
@@ -236,6 +241,17 @@ at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens,
   if (ids.empty()) return out;
   const int64_t n_seg = static_cast<int64_t>(step.rows.size());
   step.fresh = std::all_of(step.start.begin(), step.start.end(), [](int64_t s) { return s == 0; });
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (in.embeds.defined() && (in.embeds.dim() != 2 || in.embeds.size(0) != T || in.embeds.size(1) != cfg_.hidden_size))
+    throw UsageError(str("decode: embeddings of shape ", ops::check::shape_str(in.embeds.sizes()), " for ", T, " tokens of hidden size ", cfg_.hidden_size));
+  if (in.rope_pos.defined() && (in.rope_pos.dim() != 2 || in.rope_pos.size(0) != 3 || in.rope_pos.size(1) != T || cfg_.mrope_section.empty()))
+    throw UsageError(str("decode: multimodal RoPE positions must be [3, ", T, "], for a config with mrope_section"));
+  if (in.attention_groups.defined() && (in.attention_groups.dim() != 1 || in.attention_groups.size(0) != T))
+    throw UsageError(str("decode: attention groups must be [", T, "]"));
+  // The groups are the attention op's: a step that appends to rows already holding tokens runs the cached
+  // reference math, which has none (images come in a row's first step, its prefill).
+  if (in.attention_groups.defined() && !step.fresh)
+    throw UsageError("decode: bidirectional attention groups (images) need a prefill: every row given tokens must start empty");
 
   // The padded query layout: token j of segment g sits at g·C + j.
   std::vector<int64_t> dest;
@@ -248,28 +264,32 @@ at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens,
   step.kpos = at::arange(step.keys, dev_long);
 
   at::NoGradGuard no_grad;
-  struct Restore {  // decode_step_ and training_ go back as they were, however the forward ends
+  struct Restore {  // decode_step_, training_ and the attention groups go back as they were, however the forward ends
     DecoderModel* m;
     bool training;
     DecodeStep*& slot;
+    at::Tensor& groups;
     ~Restore() {
       slot = nullptr;
+      groups = at::Tensor();
       m->set_training(training);
     }
-  } restore{this, training_, decode_step_};
+  } restore{this, training_, decode_step_, attention_groups_};
   training_ = false;  // no LoRA dropout
   decode_step_ = &step;
+  attention_groups_ = in.attention_groups.defined() ? in.attention_groups.to(device_, at::kInt) : at::Tensor();
 
   at::Tensor ids_t = at::tensor(ids, at::kLong).to(device_);
-  at::Tensor pos_t = at::tensor(pos, at::kLong).to(device_);
+  at::Tensor pos_t = in.rope_pos.defined() ? in.rope_pos.to(device_, at::kLong) : at::tensor(pos, at::kLong).to(device_);
   at::Tensor cu_t = at::tensor(cu, at::kInt).to(device_);
   at::Tensor inv_freq = inv_freq_;
   if (cfg_.rope.type == "dynamic" && step.keys > cfg_.rope.max_position) inv_freq = rope_inv_freq(cfg_, step.keys).to(device_);
   cast_lora_factors();
-  at::Tensor h = embed(ids_t);
+  at::Tensor h = in.embeds.defined() ? in.embeds.to(device_, dtype_) : embed(ids_t);
   std::vector<at::Tensor> router_logits;  // the aux loss is training's; decode drops them
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     h = layer(i, h, pos_t, cu_t, C, inv_freq, router_logits);
+    if (in.after_layer) h = in.after_layer(i, h);
     router_logits.clear();
   }
   h = rms_norm(h, "model.norm.weight").first;

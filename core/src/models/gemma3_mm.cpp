@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <set>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -18,7 +17,6 @@
 #include "axengine/strings.hpp"
 #include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
-#include "models/qwen2_5_vl.hpp"
 #include "ops/check.hpp"
 
 namespace ax::models {
@@ -126,16 +124,6 @@ std::optional<std::string> vision_name(const std::string& n) {
 }
 
 }  // namespace
-
-safetensors::Checkpoint gemma3_text_view(const safetensors::Checkpoint& ckpt) { return ckpt.renamed(text_name); }
-safetensors::Checkpoint gemma3_vision_view(const safetensors::Checkpoint& ckpt) { return ckpt.renamed(vision_name); }
-safetensors::Checkpoint gemma3_view(const safetensors::Checkpoint& ckpt) {
-  return ckpt.renamed([](const std::string& n) -> std::optional<std::string> {
-    if (auto t = text_name(n)) return t;
-    if (auto v = vision_name(n)) return v;
-    return n;
-  });
-}
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> gemma3_vision_tensors(const Gemma3MmConfig& c) {
   const SiglipConfig& v = c.vision;
@@ -255,149 +243,84 @@ at::Tensor Gemma3Vision::forward(const at::Tensor& pixel_values) const {
   return at::matmul(normed, w("multi_modal_projector.mm_input_projection_weight")).reshape({N * cfg_.mm_tokens_per_image, -1});
 }
 
+namespace {
+
+VlInspect inspect(const json& cfg, const std::string& source) {
+  const Gemma3MmConfig g = parse_gemma3_mm_config(cfg, source);
+  return {g.text, "gemma3 (language model gemma3_text)",
+          str("SigLIP, ", g.vision.num_layers, " layers, hidden ", g.vision.hidden_size, ", heads ", g.vision.num_heads, ", image ",
+              g.vision.image_size, " / patch ", g.vision.patch_size, "; ", g.mm_tokens_per_image, " tokens per image"),
+          gemma3_vision_tensors(g), {}};
+}
+
+}  // namespace
+
+const VlDescription& gemma3_mm_description() {
+  static const VlDescription d{"gemma3", "gemma3_text", kSiglipExclude, "vision tower or projector",
+                               // the SigLIP tower's q_proj / k_proj / v_proj share the language model's names
+                               {"vision_tower", "multi_modal_projector", "out_proj", "fc1", "fc2", "patch_embedding"},
+                               text_name, vision_name, inspect, "tiny-gemma3-mm", init_gemma3_mm_dir};
+  return d;
+}
+
 Gemma3MmModel::Gemma3MmModel(Gemma3MmConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                              std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
-    : cfg_(std::move(cfg)), device_(device) {
-  safetensors::Checkpoint vis = gemma3_vision_view(ckpt);
+    : VlModel(gemma3_mm_description(), device), cfg_(std::move(cfg)) {
+  safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<Gemma3Vision>(cfg_, vis, dtype, device, kernels);
-  std::set<std::string> used(vision_->used_keys().begin(), vision_->used_keys().end());
-  for (const auto& n : vis.names())  // e.g. a SigLIP pooling head (vision_use_head): gemma3 reads the patches
-    if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the gemma3 vision tower"));
-  text_ = std::make_unique<DecoderModel>(cfg_.text, gemma3_text_view(ckpt), dtype, device, std::move(kernels), weights);
+  warn_unused(vis, vision_->used_keys());  // e.g. a SigLIP pooling head (vision_use_head): gemma3 reads the patches
+  load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
+}
+
+std::string Gemma3MmModel::vision_summary() const {
+  return str("vision ", cfg_.vision.num_layers, " layers, hidden ", cfg_.vision.hidden_size);
 }
 
 ModelOutput Gemma3MmModel::forward(const Batch& batch, bool want_logits) {
-  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
-  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
-  if (T == 0) throw UsageError("model forward: empty batch");
+  const Tokens t = tokens(batch);
   auto pv = batch.extras.find("pixel_values");
   // The splice positions and the image groups come from the host ids (Batch::to keeps a host copy).
-  at::Tensor ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({T});
-  const int64_t n_tokens = ids_host.eq(cfg_.image_token_id).sum().item<int64_t>();
+  const int64_t n_tokens = t.ids_host.eq(cfg_.image_token_id).sum().item<int64_t>();
   const int64_t n_images = pv == batch.extras.end() ? 0 : pv->second.size(0);
   if (n_tokens != n_images * cfg_.mm_tokens_per_image)
     throw UsageError(str("gemma3: the batch holds ", n_tokens, " image tokens (id ", cfg_.image_token_id, ") but ", n_images,
                          " images of mm_tokens_per_image ", cfg_.mm_tokens_per_image, " need ", n_images * cfg_.mm_tokens_per_image));
   if (n_images == 0) return text_->forward(batch, want_logits);
-  at::Tensor cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
-                  : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
-                                                  : at::arange(B + 1, at::kLong) * S;
-  at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
-  at::Tensor embeds = text_->embed_tokens(ids);
+  at::Tensor embeds = text_->embed_tokens(t.ids);
   at::Tensor feats = vision_->forward(pv->second).to(embeds.scalar_type());  // [n_tokens, H], images in order
-  at::Tensor where = to_device_async(at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
+  at::Tensor where = to_device_async(at::nonzero(t.ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
   embeds = embeds.index_put({where}, feats);
-  at::Tensor groups = to_device_async(image_groups(ids_host, cu, cfg_.image_token_id), device_);
+  at::Tensor groups = to_device_async(image_groups(t.ids_host, t.cu, cfg_.image_token_id), device_);
   return text_->forward_embeds(batch, want_logits, embeds, {}, {}, groups);
-}
-
-std::vector<std::pair<std::string, at::Tensor>> Gemma3MmModel::named_parameters() const {
-  auto out = text_->named_parameters();
-  for (const auto& p : vision_->weights()) out.push_back(p);
-  return out;
 }
 
 namespace {
 
-// LoRA sites under transformers 5's module paths (model.language_model.layers.*), as peft names them.
-std::vector<LoraSite> gemma3_mm_lora_sites(const HfConfig& text) { return Qwen25VlModel::vl_lora_sites(text); }
-
-// The tower and projector are frozen: a target naming one of their modules is refused.
-void refuse_gemma3_vision_targets(const LoraSpec& spec) {
-  for (const auto& t : spec.targets)
-    for (const char* v : {"vision_tower", "multi_modal_projector", "out_proj", "fc1", "fc2", "patch_embedding"})
-      if (t.find(v) != std::string::npos)
-        throw UsageError(str("lora: target '", t, "' names a module of the gemma3 vision tower or projector, which are frozen "
-                             "(LoRA applies to the language model only)"));
-}
-
-void check_gemma3_adapter(const std::string& adapter_dir) {
-  const std::string path = (fs::path(adapter_dir) / "adapter_config.json").string();
-  json j = read_json_file(path);
-  if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != kSiglipExclude)
-    throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"", kSiglipExclude,
-                         "\", the vision tower, which has no LoRA here anyway)"));
-}
-
-void refuse_gemma3_saved(const LoraSet& lora, const std::string& adapter_dir) {
-  if (!lora.saved.empty())
-    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for gemma3"));
-}
-
-at::ScalarType gemma3_model_dtype(const ModelLoadOptions& o) {
-  auto dtype = ops::parse_dtype(o.dtype);
-  if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
-  return *dtype;
-}
-
-class Gemma3MmFamily : public ModelFamily, public ModelFamilyCheck {
+class Gemma3MmFamily : public VlFamily {
  public:
-  std::unique_ptr<Model> load(const json& hf_config, const ModelLoadOptions& o) const override {
+  Gemma3MmFamily() : VlFamily(gemma3_mm_description()) {}
+
+ protected:
+  std::unique_ptr<VlModel> build(const json& hf_config, const ModelLoadOptions& o, const safetensors::Checkpoint& ckpt,
+                                 at::ScalarType dtype) const override {
     Gemma3MmConfig cfg = parse_gemma3_mm_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = gemma3_model_dtype(o);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    if (o.lora) refuse_gemma3_vision_targets(*o.lora);
-    if (!o.adapter_dir.empty()) check_gemma3_adapter(o.adapter_dir);
-    at::Device device(o.device);
-    auto model = std::make_unique<Gemma3MmModel>(cfg, safetensors::Checkpoint::open_dir(o.dir), dtype, device, o.kernels, o.weights);
-    model->text().set_activation_checkpointing(o.activation_checkpointing);
-    const auto sites = gemma3_mm_lora_sites(cfg.text);
-    LoraSet lora;
-    if (o.lora) lora = make_lora(*o.lora, "gemma3_text", sites, dtype, device);
-    if (!o.adapter_dir.empty()) lora = load_peft(o.adapter_dir, "gemma3_text", sites, dtype, device);
-    refuse_gemma3_saved(lora, o.adapter_dir);
-    if (o.lora || !o.adapter_dir.empty()) {
-      fs::path base = fs::absolute(o.dir).lexically_normal();
-      lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
-      model->text().set_lora(std::move(lora));
-    }
-    log::info(str("loaded gemma3 model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ",
-                  cfg.vision.num_layers, " layers, hidden ", cfg.vision.hidden_size, ")"));
-    return model;
+    return std::make_unique<Gemma3MmModel>(std::move(cfg), ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
   }
 
-  ModelCheck check(const json& hf_config, const ModelLoadOptions& o) const override {
-    Gemma3MmConfig cfg = parse_gemma3_mm_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = gemma3_model_dtype(o);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto vis = gemma3_vision_view(ckpt);
+  Plan plan(const json& hf_config, const std::string& source, const safetensors::Checkpoint& ckpt) const override {
+    Gemma3MmConfig cfg = parse_gemma3_mm_config(hf_config, source);
+    auto vis = vl_vision_view(desc_, ckpt);
     for (const auto& [name, shape] : gemma3_vision_tensors(cfg))
       if (vis.info(name).shape != shape)
-        throw UsageError(str(vis.file_of(name), ": tensor '", name, "' has shape ", ops::check::shape_str(vis.info(name).shape), " but the config implies ",
-                             ops::check::shape_str(shape)));
-    const DecoderPlan text = plan_decoder(cfg.text, gemma3_text_view(ckpt), o.weights);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    ModelCheck out;
-    out.family = "gemma3";
-    out.summary = str("gemma3: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.num_layers, " layers");
-    out.ops = text.calls;
-    out.quantize = text.quantize;
-    if (o.lora) {
-      refuse_gemma3_vision_targets(*o.lora);
-      out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, "gemma3_text", gemma3_mm_lora_sites(cfg.text)).size());
-    }
-    if (!o.adapter_dir.empty()) {
-      check_gemma3_adapter(o.adapter_dir);
-      const LoraSet adapter = load_peft(o.adapter_dir, "gemma3_text", gemma3_mm_lora_sites(cfg.text), dtype, at::kCPU);
-      refuse_gemma3_saved(adapter, o.adapter_dir);
-      out.lora_modules = static_cast<int64_t>(adapter.modules.size());
-    }
-    return out;
+        throw UsageError(str(vis.file_of(name), ": tensor '", name, "' has shape ", ops::check::shape_str(vis.info(name).shape),
+                             " but the config implies ", ops::check::shape_str(shape)));
+    // The tower's attention is the decoder's op (in its plan already); the rest is ATen.
+    return {cfg.text, str("gemma3: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.num_layers, " layers"),
+            {}, {}};
   }
 };
 
 }  // namespace
-
-void Gemma3MmModel::save_adapter(const std::string& dir) const {
-  if (text_->lora().modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
-  save_peft(text_->lora(), dir);
-  // The target names (q_proj, k_proj, v_proj) also name the SigLIP tower's attention in transformers' module
-  // tree: peft is told to leave the tower alone, as it is here.
-  const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  json j = read_json_file(path);
-  j["exclude_modules"] = kSiglipExclude;
-  safetensors::write_file_atomic(path, j.dump(2) + "\n", "adapter");
-}
 
 void register_gemma3_mm(Registry& registry) {
   Provider p;

@@ -20,6 +20,7 @@
 #include "axengine/safetensors.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "models/vlm.hpp"
 
 namespace ax {
 class KernelSet;
@@ -55,16 +56,13 @@ struct Gemma3MmConfig {
 // Throws UsageError naming `source` and the key ("vision_config.<key>", "text_config.<key>" when nested).
 Gemma3MmConfig parse_gemma3_mm_config(const nlohmann::json& j, const std::string& source);
 
-// The checkpoint under the names the parts read: the language model as model.* / lm_head.* (from
-// language_model.model.* and language_model.lm_head.*, what transformers 5.23's save_pretrained writes, or
-// model.language_model.*), the tower as vision_tower.* (from vision_tower.vision_model.*, vision_tower.*,
-// model.vision_tower.*), the projector as multi_modal_projector.* (also under model.).
-safetensors::Checkpoint gemma3_text_view(const safetensors::Checkpoint& ckpt);
-safetensors::Checkpoint gemma3_vision_view(const safetensors::Checkpoint& ckpt);
-// Both under those names, anything else as stored (`axengine inspect`).
-safetensors::Checkpoint gemma3_view(const safetensors::Checkpoint& ckpt);
+// The checkpoint is read through gemma3_mm_description()'s views (models/vlm.hpp): the language model as
+// model.* / lm_head.* (from language_model.model.* and language_model.lm_head.*, what transformers 5.23's
+// save_pretrained writes, or model.language_model.*), the tower as vision_tower.* (from
+// vision_tower.vision_model.*, vision_tower.*, model.vision_tower.*), the projector as multi_modal_projector.*
+// (also under model.).
 
-// The tower's and projector's tensors (names in gemma3_vision_view) and their shapes.
+// The tower's and projector's tensors (names in the vision view) and their shapes.
 std::vector<std::pair<std::string, std::vector<int64_t>>> gemma3_vision_tensors(const Gemma3MmConfig& c);
 
 // transformers' token_type_ids mask groups: every maximal run of image_token_id inside one span of `cu`
@@ -101,26 +99,25 @@ class Gemma3Vision {
   std::vector<std::string> used_;
 };
 
-class Gemma3MmModel : public Model {
+class Gemma3MmModel : public VlModel {
  public:
   Gemma3MmModel(Gemma3MmConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                 std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
   // Reads Batch::extras "pixel_values" (float [n_images, C, S, S], the batch's images in token order); a batch
   // without it is text only. Image tokens must come mm_tokens_per_image per image.
   ModelOutput forward(const Batch& batch, bool want_logits) override;
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
-  void set_training(bool training) override { text_->set_training(training); }
-  void save_adapter(const std::string& dir) const override;
-  WeightStats weight_stats() const override { return text_->weight_stats(); }
-
-  DecoderModel& text() { return *text_; }
+  std::string vision_summary() const override;
   const Gemma3MmConfig& config() const { return cfg_; }
 
+ protected:
+  // VlDecode (models/gemma3_mm_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
+
  private:
+  const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
+
   Gemma3MmConfig cfg_;
-  at::Device device_;
-  std::unique_ptr<DecoderModel> text_;
   std::unique_ptr<Gemma3Vision> vision_;
 };
 

@@ -21,9 +21,9 @@
 #include "axengine/model.hpp"
 #include "axengine/model_check.hpp"
 #include "axengine/safetensors.hpp"
-#include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "models/vlm.hpp"
 
 namespace ax {
 class KernelSet;
@@ -39,21 +39,6 @@ inline constexpr const char* kVisionExclude = ".*visual.*";
 
 // Registers the family (registry kind "model", "qwen2_5_vl"); called by register_builtin_models.
 void register_qwen2_5_vl(Registry& registry);
-
-// What the vision-language families (qwen2_5_vl, qwen3_vl) share around their language model's LoRA:
-//   save_vl_adapter            the peft adapter, with exclude_modules kVisionExclude
-//   check_vl_adapter_excludes  an adapter's exclude_modules: none or kVisionExclude
-//   vl_model_dtype             the load's dtype: fp32, bf16 or fp16
-//   attach_vl_lora             the load's new LoRA or adapter (`lora_family`: the decoder's family for make_lora /
-//                              load_peft) set on `text`; modules_to_save refused naming `family`
-//   check_vl_lora              the LoRA module count `axengine check` reports, with the same checks
-void save_vl_adapter(const LoraSet& lora, const std::string& dir);
-void check_vl_adapter_excludes(const std::string& adapter_dir);
-at::ScalarType vl_model_dtype(const ModelLoadOptions& o);
-void attach_vl_lora(DecoderModel& text, const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
-                    const ModelLoadOptions& o, at::ScalarType dtype);
-int64_t check_vl_lora(const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
-                      const ModelLoadOptions& o, at::ScalarType dtype);
 
 // Qwen2_5_VLVisionConfig, the keys the tower reads.
 struct VisionConfig {
@@ -78,11 +63,6 @@ struct VlConfig {
 // Throws UsageError naming `source` and the key (text keys as "text_config.<key>" when nested).
 VlConfig parse_qwen2_5_vl_config(const nlohmann::json& j, const std::string& source);
 
-// The checkpoint's language model under the names the qwen2 decoder reads (model.layers.*, ...: transformers 4
-// and 5.23's save_pretrained write those, transformers 5's module tree model.language_model.*), and its
-// vision tower under visual.* (from visual.* or model.visual.*).
-safetensors::Checkpoint vl_text_view(const safetensors::Checkpoint& ckpt);
-safetensors::Checkpoint vl_vision_view(const safetensors::Checkpoint& ckpt);
 // The tower's tensors (under `prefix`) against its config, from the headers: the block count first (so a config
 // claiming more blocks than stored is refused before anything is listed: check_vision_blocks), then each
 // tensor's presence, shape and dtype, with the messages the tower's load gives.
@@ -173,7 +153,7 @@ class VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen25VlModel : public Model, public CompositeModel {
+class Qwen25VlModel : public VlModel {
  public:
   Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                 std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
@@ -181,25 +161,18 @@ class Qwen25VlModel : public Model, public CompositeModel {
   // Reads Batch::extras "pixel_values" (float [N, patch_dim]) and "image_grid_thw" (int64 [n_images, 3]),
   // both concatenated over the batch's samples in token order; a batch without them is text only.
   ModelOutput forward(const Batch& batch, bool want_logits) override;
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
-  void set_training(bool training) override { text_->set_training(training); }
-  void save_adapter(const std::string& dir) const override;
-  WeightStats weight_stats() const override { return text_->weight_stats(); }
-
-  DecoderModel& text() { return *text_; }
-  DecoderModel& language_model() override { return *text_; }
-  // The base's language model as model.layers.* or model.language_model.* (as stored), its tower kept as stored.
-  CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
+  std::string vision_summary() const override;
   const VlConfig& config() const { return cfg_; }
-  // The LoRA sites of the language model, with their transformers 5 module paths for peft.
-  std::vector<LoraSite> lora_sites() const { return vl_lora_sites(cfg_.text); }
-  static std::vector<LoraSite> vl_lora_sites(const HfConfig& text);
+
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
 
  private:
+  const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
+
   VlConfig cfg_;
-  at::Device device_;
-  std::unique_ptr<DecoderModel> text_;
   std::unique_ptr<VisionTower> vision_;
 };
 

@@ -1,7 +1,7 @@
 // Qwen2.5-VL: the rope index, the image-token splicing and the model family (models/qwen2_5_vl.hpp).
 #include <algorithm>
 #include <filesystem>
-#include <set>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -14,6 +14,7 @@
 #include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
 #include "models/qwen2_5_vl.hpp"
+#include "ops/check.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
@@ -68,44 +69,59 @@ at::Tensor mrope_positions(const at::Tensor& ids_in, const at::Tensor& cu_in, co
   return out;
 }
 
+namespace {
+
 // Checkpoint layouts: transformers 4 (and 5.23's save_pretrained) writes model.layers.*, model.embed_tokens.*,
 // model.norm.*, lm_head.*, visual.*; transformers 5's module tree is model.language_model.*, model.visual.*.
-safetensors::Checkpoint vl_text_view(const safetensors::Checkpoint& ckpt) {
-  return ckpt.renamed([](const std::string& n) -> std::optional<std::string> {
-    if (n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0) return std::nullopt;
-    if (n.rfind("model.language_model.", 0) == 0) return "model." + n.substr(21);
-    return n;
-  });
+std::optional<std::string> text_name(const std::string& n) {
+  if (n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0) return std::nullopt;
+  if (n.rfind("model.language_model.", 0) == 0) return "model." + n.substr(21);
+  return n;
 }
-safetensors::Checkpoint vl_vision_view(const safetensors::Checkpoint& ckpt) {
-  return ckpt.renamed([](const std::string& n) -> std::optional<std::string> {
-    if (n.rfind("visual.", 0) == 0) return n;
-    if (n.rfind("model.visual.", 0) == 0) return n.substr(6);
-    return std::nullopt;
-  });
+std::optional<std::string> vision_name(const std::string& n) {
+  if (n.rfind("visual.", 0) == 0) return n;
+  if (n.rfind("model.visual.", 0) == 0) return n.substr(6);
+  return std::nullopt;
 }
 
-std::vector<LoraSite> Qwen25VlModel::vl_lora_sites(const HfConfig& text) {
-  std::vector<LoraSite> sites = models::lora_sites(text);
-  for (auto& s : sites) s.peft_path = "model.language_model." + s.path.substr(6);  // "model." -> "model.language_model."
-  return sites;
+VlInspect inspect(const nlohmann::json& cfg, const std::string& source) {
+  const VlConfig vl = parse_qwen2_5_vl_config(cfg, source);
+  const auto& v = vl.vision;
+  VlInspect out{vl.text, "qwen2_5_vl (language model qwen2)",
+                str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
+                    v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), window ", v.window_size, "; mrope_section ",
+                    ops::check::shape_str(vl.text.mrope_section)),
+                {}, {}};
+  for (const auto& [n, s] : vision_checkpoint_tensors(v)) out.vision.emplace_back("visual." + n, s);
+  out.check_sizes = [v](const safetensors::Checkpoint& vis) { check_vision_blocks(v, vis, "visual."); };
+  return out;
+}
+
+}  // namespace
+
+const VlDescription& qwen2_5_vl_description() {
+  static const VlDescription d{"qwen2_5_vl", "qwen2", ".*visual.*", "vision tower",
+                               // the tower's modules; its MLP's gate_proj / up_proj / down_proj share the language model's names
+                               {"visual", "qkv", "attn.proj", "patch_embed", "merger", "mlp.0", "mlp.2"},
+                               text_name, vision_name, inspect, "tiny-qwen2_5-vl", init_qwen2_5_vl_dir};
+  return d;
 }
 
 Qwen25VlModel::Qwen25VlModel(VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                              std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
-    : cfg_(std::move(cfg)), device_(device) {
-  safetensors::Checkpoint vis = vl_vision_view(ckpt);
+    : VlModel(qwen2_5_vl_description(), device), cfg_(std::move(cfg)) {
+  safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<VisionTower>(cfg_.vision, vis, "visual.", dtype, device, kernels);
-  std::set<std::string> used(vision_->used_keys().begin(), vision_->used_keys().end());
-  for (const auto& n : vis.names())
-    if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the qwen2_5_vl vision tower"));
-  text_ = std::make_unique<DecoderModel>(cfg_.text, vl_text_view(ckpt), dtype, device, std::move(kernels), weights);
+  warn_unused(vis, vision_->used_keys());
+  load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
+}
+
+std::string Qwen25VlModel::vision_summary() const {
+  return str("vision ", cfg_.vision.depth, " blocks, hidden ", cfg_.vision.hidden_size);
 }
 
 ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
-  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
-  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
-  if (T == 0) throw UsageError("model forward: empty batch");
+  const Tokens t = tokens(batch);
   auto pv = batch.extras.find("pixel_values");
   auto gt = batch.extras.find("image_grid_thw");
   if ((pv == batch.extras.end()) != (gt == batch.extras.end()))
@@ -116,157 +132,35 @@ ModelOutput Qwen25VlModel::forward(const Batch& batch, bool want_logits) {
   auto grid_host = batch.extras_host.find("image_grid_thw");
   Grids grids;
   if (gt != batch.extras.end()) grids = read_grids(grid_host != batch.extras_host.end() ? grid_host->second : gt->second, cfg_.vision);
-  // Spans whose positions restart at 0: the packed samples and the padding (cu_seqlens), else whole rows.
-  at::Tensor cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
-                  : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
-                                                  : at::arange(B + 1, at::kLong) * S;
-  {
-    at::Tensor c = cu.to(at::kLong);
-    if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
-        (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
-      throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
-  }
-  at::Tensor ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({T});
-  {
-    int64_t lo = ids_host.min().item<int64_t>(), hi = ids_host.max().item<int64_t>();
-    if (lo < 0 || hi >= cfg_.text.vocab_size) throw UsageError(str("model forward: token ids must be in [0, ", cfg_.text.vocab_size, ")"));
-  }
-  at::Tensor rope_pos = to_device_async(mrope_positions(ids_host, cu, grids, cfg_), device_);
-  at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
-  at::Tensor embeds = text_->embed_tokens(ids);
+  at::Tensor rope_pos = to_device_async(mrope_positions(t.ids_host, t.cu, grids, cfg_), device_);
+  at::Tensor embeds = text_->embed_tokens(t.ids);
   if (!grids.empty()) {
     at::Tensor feats = vision_->forward(pv->second, grids).to(embeds.scalar_type());  // [n_image_tokens, H]
-    at::Tensor where = to_device_async(at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
+    at::Tensor where = to_device_async(at::nonzero(t.ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
     // mrope_positions checked that the runs hold exactly the merged patches of every image, in order.
     embeds = embeds.index_put({where}, feats);
   }
   return text_->forward_embeds(batch, want_logits, embeds, rope_pos);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Qwen25VlModel::named_parameters() const {
-  auto out = text_->named_parameters();
-  for (const auto& p : vision_->weights()) out.push_back(p);
-  return out;
-}
-
-CompositeLayout Qwen25VlModel::checkpoint_layout(const std::string& model_dir) const {
-  const auto names = safetensors::Checkpoint::open_dir(model_dir).names();
-  const bool nested = std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.rfind("model.language_model.", 0) == 0; });
-  CompositeLayout l;
-  l.text_name = [nested](const std::string& n) { return nested && n.rfind("model.", 0) == 0 ? "model.language_model." + n.substr(6) : n; };
-  l.kept = [](const std::string& n) { return n.rfind("visual.", 0) == 0 || n.rfind("model.visual.", 0) == 0; };
-  const std::string source = (fs::path(model_dir) / "config.json").string();
-  l.tied = [source](const nlohmann::json& cfg) { return parse_qwen2_5_vl_config(cfg, source).text.tie_word_embeddings; };
-  return l;
-}
-
-void Qwen25VlModel::save_adapter(const std::string& dir) const { save_vl_adapter(text_->lora(), dir); }
-
-void save_vl_adapter(const LoraSet& lora, const std::string& dir) {
-  if (lora.modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
-  save_peft(lora, dir);
-  // The target names (q_proj, gate_proj, ...) also name the vision tower's MLP in transformers' module tree:
-  // peft is told to leave the tower alone, as it is here.
-  const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  nlohmann::json j = read_json_file(path);
-  j["exclude_modules"] = kVisionExclude;
-  safetensors::write_file_atomic(path, j.dump(2) + "\n", "adapter");
-}
-
-void check_vl_adapter_excludes(const std::string& adapter_dir) {
-  const std::string path = (fs::path(adapter_dir) / "adapter_config.json").string();
-  nlohmann::json j = read_json_file(path);
-  if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != kVisionExclude)
-    throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"",
-                         kVisionExclude, "\", the vision tower, which has no LoRA here anyway)"));
-}
-
-at::ScalarType vl_model_dtype(const ModelLoadOptions& o) {
-  auto dtype = ops::parse_dtype(o.dtype);
-  if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
-  return *dtype;
-}
-
 namespace {
 
-// An adapter's modules_to_save: the language model's base tensors sit under other names here
-// (model.language_model.), and nothing maps them yet.
-void refuse_vl_saved(const LoraSet& lora, const std::string& adapter_dir, const std::string& family) {
-  if (!lora.saved.empty())
-    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for ", family));
-}
-
-}  // namespace
-
-void attach_vl_lora(DecoderModel& text, const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
-                    const ModelLoadOptions& o, at::ScalarType dtype) {
-  if (!o.lora && o.adapter_dir.empty()) return;
-  at::Device device(o.device);
-  LoraSet lora = o.lora ? make_lora(*o.lora, lora_family, sites, dtype, device) : load_peft(o.adapter_dir, lora_family, sites, dtype, device);
-  refuse_vl_saved(lora, o.adapter_dir, family);
-  fs::path base = fs::absolute(o.dir).lexically_normal();
-  lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
-  text.set_lora(std::move(lora));
-}
-
-int64_t check_vl_lora(const std::vector<LoraSite>& sites, const std::string& lora_family, const std::string& family,
-                      const ModelLoadOptions& o, at::ScalarType dtype) {
-  if (o.lora) return static_cast<int64_t>(plan_lora(*o.lora, lora_family, sites).size());
-  if (o.adapter_dir.empty()) return 0;
-  check_vl_adapter_excludes(o.adapter_dir);
-  const LoraSet adapter = load_peft(o.adapter_dir, lora_family, sites, dtype, at::kCPU);
-  refuse_vl_saved(adapter, o.adapter_dir, family);
-  return static_cast<int64_t>(adapter.modules.size());
-}
-
-namespace {
-
-// LoRA targets that name a vision-tower module are refused: the tower is frozen (no LoRA sites).
-void refuse_vision_targets(const LoraSpec& spec) {
-  for (const auto& t : spec.targets)
-    for (const char* v : {"visual", "qkv", "attn.proj", "patch_embed", "merger", "mlp.0", "mlp.2"})
-      if (t == v || t.find(v) != std::string::npos)
-        throw UsageError(str("lora: target '", t, "' names a module of the qwen2_5_vl vision tower, which is frozen (LoRA "
-                             "applies to the language model only)"));
-}
-
-class Qwen25VlFamily : public ModelFamily, public ModelFamilyCheck {
+class Qwen25VlFamily : public VlFamily {
  public:
-  std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
+  Qwen25VlFamily() : VlFamily(qwen2_5_vl_description()) {}
+
+ protected:
+  std::unique_ptr<VlModel> build(const nlohmann::json& hf_config, const ModelLoadOptions& o, const safetensors::Checkpoint& ckpt,
+                                 at::ScalarType dtype) const override {
     VlConfig cfg = parse_qwen2_5_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = vl_model_dtype(o);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    if (o.lora) refuse_vision_targets(*o.lora);
-    if (!o.adapter_dir.empty()) check_vl_adapter_excludes(o.adapter_dir);
-    at::Device device(o.device);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<Qwen25VlModel>(cfg, ckpt, dtype, device, o.kernels, o.weights);
-    model->text().set_activation_checkpointing(o.activation_checkpointing);
-    attach_vl_lora(model->text(), model->lora_sites(), "qwen2", "qwen2_5_vl", o, dtype);
-    log::info(str("loaded qwen2_5_vl model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
-                  "; vision ", cfg.vision.depth, " blocks, hidden ", cfg.vision.hidden_size, ")"));
-    return model;
+    return std::make_unique<Qwen25VlModel>(std::move(cfg), ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
   }
 
-  ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    VlConfig cfg = parse_qwen2_5_vl_config(hf_config, (fs::path(o.dir) / "config.json").string());
-    auto dtype = vl_model_dtype(o);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    // What the model's load checks and resolves, in its order: the tower, then the language model.
-    check_vision_checkpoint(cfg.vision, vl_vision_view(ckpt), "visual.");
-    const DecoderPlan text = plan_decoder(cfg.text, vl_text_view(ckpt), o.weights);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    ModelCheck out;
-    out.family = "qwen2_5_vl";
-    out.summary = str("qwen2_5_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
-                      " blocks");
-    out.ops = text.calls;
-    for (const auto& c : VisionTower::calls()) out.ops.push_back(c);
-    out.ops = ordered_calls(std::move(out.ops));
-    out.quantize = text.quantize;
-    if (o.lora) refuse_vision_targets(*o.lora);
-    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), "qwen2", "qwen2_5_vl", o, dtype);
-    return out;
+  Plan plan(const nlohmann::json& hf_config, const std::string& source, const safetensors::Checkpoint& ckpt) const override {
+    VlConfig cfg = parse_qwen2_5_vl_config(hf_config, source);
+    check_vision_checkpoint(cfg.vision, vl_vision_view(desc_, ckpt), "visual.");
+    return {cfg.text, str("qwen2_5_vl: ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth, " blocks"),
+            VisionTower::calls(), {}};
   }
 };
 

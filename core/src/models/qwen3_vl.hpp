@@ -79,12 +79,16 @@ void register_qwen3_vl_moe(Registry& registry);
 // dense through mlp_only_layers).
 void init_qwen3_vl_moe_dir(const std::string& out_dir, uint64_t seed);
 
-// The family of a Qwen3-VL variant (models/qwen3_vl_model.cpp): its name, config parser and summary.
+// The family of a Qwen3-VL variant (models/qwen3_vl_model.cpp): its description (models/vlm.hpp: the name, LoRA
+// family, preset), summary and config parser.
 struct Qwen3VlVariant {
-  std::string name, summary;
+  const VlDescription& (*description)() = nullptr;
+  std::string summary;
   Qwen3VlConfig (*parse)(const nlohmann::json& j, const std::string& source) = nullptr;
 };
 void register_qwen3_vl_variant(Registry& registry, const Qwen3VlVariant& variant);
+// What `axengine inspect` shows of a variant's model (its tower, under the architecture line given).
+VlInspect qwen3_vl_inspect(const Qwen3VlConfig& vl, const std::string& architecture);
 
 // Qwen3VLTextRotaryEmbedding's interleaved layout of the head_dim/2 frequencies: frequency j rotates by the
 // height position when j % 3 == 1 and j < 3·section[1], by the width position when j % 3 == 2 and
@@ -144,26 +148,29 @@ class Qwen3VisionTower {
   std::vector<std::string> used_;
 };
 
-class Qwen3VlModel : public Model {
+class Qwen3VlModel : public VlModel {
  public:
-  Qwen3VlModel(Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-               std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
+  // `desc`: the variant's (qwen3_vl_description() or qwen3_vl_moe_description()).
+  Qwen3VlModel(const VlDescription& desc, Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype,
+               at::Device device, std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights);
 
   // Batch::extras "pixel_values" and "image_grid_thw" as for qwen2_5_vl (models/qwen2_5_vl.hpp).
   ModelOutput forward(const Batch& batch, bool want_logits) override;
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
-  void set_training(bool training) override { text_->set_training(training); }
-  void save_adapter(const std::string& dir) const override;
-  WeightStats weight_stats() const override { return text_->weight_stats(); }
-
-  DecoderModel& text() { return *text_; }
+  std::string vision_summary() const override;
+  // Refused for qwen3_vl_moe: the decoder's merged state dict holds the experts per expert (qwen3_moe's
+  // transformers 4 names), which Qwen3VLMoeForConditionalGeneration does not read (it reads the fused ones).
+  CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
   const Qwen3VlConfig& config() const { return cfg_; }
 
+ protected:
+  // VlDecode (models/qwen_vl_decode.cpp; decode_text() is VlModel's).
+  at::Tensor prefill_positions(const at::Tensor& ids, const DecodeImages& images) const override;
+  DecoderModel::DecodeInputs splice_images(const at::Tensor& ids, const at::Tensor& cu, const DecodeImages& images) override;
+
  private:
+  const std::vector<std::pair<std::string, at::Tensor>>& vision_weights() const override { return vision_->weights(); }
+
   Qwen3VlConfig cfg_;
-  at::Device device_;
-  std::unique_ptr<DecoderModel> text_;
   std::unique_ptr<Qwen3VisionTower> vision_;
 };
 

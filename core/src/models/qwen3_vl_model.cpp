@@ -1,7 +1,6 @@
 // Qwen3-VL: the model (image splicing, deepstack) and its family (models/qwen3_vl.hpp). The rope index is
 // qwen2_5_vl's (transformers' two get_rope_index agree on images); the checkpoint views and LoRA sites too.
 #include <filesystem>
-#include <set>
 
 #include <ATen/ATen.h>
 
@@ -14,25 +13,67 @@
 #include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
 #include "models/qwen3_vl.hpp"
+#include "ops/check.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
 
-Qwen3VlModel::Qwen3VlModel(Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
-                           std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
-    : cfg_(std::move(cfg)), device_(device) {
-  safetensors::Checkpoint vis = vl_vision_view(ckpt);
+namespace {
+
+VlInspect inspect(const nlohmann::json& cfg, const std::string& source) {
+  return qwen3_vl_inspect(parse_qwen3_vl_config(cfg, source), "qwen3_vl (language model qwen3)");
+}
+
+}  // namespace
+
+VlInspect qwen3_vl_inspect(const Qwen3VlConfig& vl, const std::string& architecture) {
+  const auto& v = vl.vision;
+  VlInspect out{vl.text, architecture,
+                str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
+                    v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
+                    " learned positions, deepstack blocks ", ops::check::shape_str(v.deepstack_visual_indexes), "; mrope_section ",
+                    ops::check::shape_str(vl.mrope_section), " interleaved"),
+                {}, {}};
+  for (const auto& [n, s] : qwen3_vision_tensors(v)) out.vision.emplace_back("visual." + n, s);
+  VisionConfig depth;  // check_vision_blocks reads the depth only
+  depth.depth = v.depth;
+  out.check_sizes = [depth](const safetensors::Checkpoint& vis) { check_vision_blocks(depth, vis, "visual."); };
+  return out;
+}
+
+// The checkpoint layouts are qwen2_5_vl's (visual.* / model.visual.*, model.* / model.language_model.*).
+const VlDescription& qwen3_vl_description() {
+  static const VlDescription d{"qwen3_vl", "qwen3", kVisionExclude, "vision tower",
+                               // the language model's projections (q_proj ... down_proj) share no name with the tower
+                               {"visual", "qkv", "attn.proj", "patch_embed", "pos_embed", "merger", "linear_fc1", "linear_fc2"},
+                               qwen2_5_vl_description().text_name, qwen2_5_vl_description().vision_name, inspect,
+                               "tiny-qwen3-vl", init_qwen3_vl_dir};
+  return d;
+}
+
+Qwen3VlModel::Qwen3VlModel(const VlDescription& desc, Qwen3VlConfig cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype,
+                           at::Device device, std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights)
+    : VlModel(desc, device), cfg_(std::move(cfg)) {
+  safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<Qwen3VisionTower>(cfg_.vision, vis, "visual.", dtype, device, kernels);
-  std::set<std::string> used(vision_->used_keys().begin(), vision_->used_keys().end());
-  for (const auto& n : vis.names())
-    if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the qwen3_vl vision tower"));
-  text_ = std::make_unique<DecoderModel>(cfg_.text, vl_text_view(ckpt), dtype, device, std::move(kernels), weights);
+  warn_unused(vis, vision_->used_keys());
+  load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
+}
+
+std::string Qwen3VlModel::vision_summary() const {
+  return str("vision ", cfg_.vision.depth, " blocks, hidden ", cfg_.vision.hidden_size, ", deepstack ",
+             cfg_.vision.deepstack_visual_indexes.size());
+}
+
+CompositeLayout Qwen3VlModel::checkpoint_layout(const std::string& model_dir) const {
+  if (cfg_.text.num_experts > 0)
+    throw UsageError(str(model_dir, ": merge-lora is not supported for ", desc_.family, ": the merged experts would be written per expert, "
+                         "and ", desc_.family, "'s transformers class reads only the fused mlp.experts.gate_up_proj / down_proj"));
+  return VlModel::checkpoint_layout(model_dir);
 }
 
 ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
-  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
-  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1), T = B * S;
-  if (T == 0) throw UsageError("model forward: empty batch");
+  const Tokens t = tokens(batch);
   auto pv = batch.extras.find("pixel_values");
   auto gt = batch.extras.find("image_grid_thw");
   if ((pv == batch.extras.end()) != (gt == batch.extras.end()))
@@ -42,25 +83,12 @@ ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
   Grids grids;
   if (gt != batch.extras.end())
     grids = read_grids(grid_host != batch.extras_host.end() ? grid_host->second : gt->second, cfg_.vision.spatial_merge_size, "qwen3_vl");
-  at::Tensor cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
-                  : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
-                                                  : at::arange(B + 1, at::kLong) * S;
-  at::Tensor ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({T});
-  {
-    at::Tensor c = cu.to(at::kLong);
-    if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
-        (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
-      throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
-    const int64_t lo = ids_host.min().item<int64_t>(), hi = ids_host.max().item<int64_t>();
-    if (lo < 0 || hi >= cfg_.text.vocab_size) throw UsageError(str("model forward: token ids must be in [0, ", cfg_.text.vocab_size, ")"));
-  }
-  at::Tensor rope_pos = to_device_async(mrope_positions(ids_host, cu, grids, cfg_.rope_tokens()), device_);
-  at::Tensor ids = batch.input_ids.to(device_, at::kLong).reshape({T});
-  at::Tensor embeds = text_->embed_tokens(ids);
+  at::Tensor rope_pos = to_device_async(mrope_positions(t.ids_host, t.cu, grids, cfg_.rope_tokens()), device_);
+  at::Tensor embeds = text_->embed_tokens(t.ids);
   if (grids.empty()) return text_->forward_embeds(batch, want_logits, embeds, rope_pos);
   Qwen3VisionTower::Features feats = vision_->forward(pv->second, grids);
   // mrope_positions checked that the runs hold exactly the merged patches of every image, in order.
-  at::Tensor where = to_device_async(at::nonzero(ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
+  at::Tensor where = to_device_async(at::nonzero(t.ids_host.eq(cfg_.image_token_id)).squeeze(1), device_);
   embeds = embeds.index_put({where}, feats.merged.to(embeds.scalar_type()));
   // Deepstack (Qwen3VLTextModel._deepstack_process): feature k is added to the image tokens' hidden states
   // after decoder layer k.
@@ -71,75 +99,34 @@ ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
   return text_->forward_embeds(batch, want_logits, embeds, rope_pos, deepstack);
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Qwen3VlModel::named_parameters() const {
-  auto out = text_->named_parameters();
-  for (const auto& p : vision_->weights()) out.push_back(p);
-  return out;
-}
-
-void Qwen3VlModel::save_adapter(const std::string& dir) const { save_vl_adapter(text_->lora(), dir); }
-
 namespace {
 
-// LoRA targets that name a module of the vision tower are refused: the tower is frozen (no LoRA sites). The
-// language model's projections (q_proj ... down_proj) share no name with it.
-void refuse_vision_targets(const LoraSpec& spec) {
-  for (const auto& t : spec.targets)
-    for (const char* v : {"visual", "qkv", "attn.proj", "patch_embed", "pos_embed", "merger", "linear_fc1", "linear_fc2"})
-      if (t == v || t.find(v) != std::string::npos)
-        throw UsageError(str("lora: target '", t, "' names a module of the qwen3_vl vision tower, which is frozen (LoRA "
-                             "applies to the language model only)"));
-}
-
-// One class for the variants (qwen3_vl, qwen3_vl_moe): they differ in the decoder their config parser builds.
-// LoRA is planned under the variant's name: no decoder family of ours converts its expert targets, as peft
-// converts none on these models (its MoE conversion maps no qwen3_vl_moe).
-class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
+// One class for the variants (qwen3_vl, qwen3_vl_moe): they differ in the decoder their config parser builds and
+// in their description (the LoRA family: peft converts no expert target of qwen3_vl_moe, models/qwen3_vl_moe.cpp).
+class Qwen3VlFamily : public VlFamily {
  public:
-  explicit Qwen3VlFamily(Qwen3VlVariant v) : v_(std::move(v)) {}
+  explicit Qwen3VlFamily(const Qwen3VlVariant& v) : VlFamily(v.description()), parse_(v.parse) {}
 
-  std::unique_ptr<Model> load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    Qwen3VlConfig cfg = v_.parse(hf_config, (fs::path(o.dir) / "config.json").string());
-    const auto dtype = vl_model_dtype(o);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    if (o.lora) refuse_vision_targets(*o.lora);
-    if (!o.adapter_dir.empty()) check_vl_adapter_excludes(o.adapter_dir);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    auto model = std::make_unique<Qwen3VlModel>(cfg, ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
-    model->text().set_activation_checkpointing(o.activation_checkpointing);
-    attach_vl_lora(model->text(), Qwen25VlModel::vl_lora_sites(cfg.text), v_.name, v_.name, o, dtype);
-    log::info(str("loaded ", v_.name, " model from ", o.dir, " (", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size,
-                  "; vision ", cfg.vision.depth, " blocks, hidden ", cfg.vision.hidden_size, ", deepstack ",
-                  cfg.vision.deepstack_visual_indexes.size(), ")"));
-    return model;
+ protected:
+  std::unique_ptr<VlModel> build(const nlohmann::json& hf_config, const ModelLoadOptions& o, const safetensors::Checkpoint& ckpt,
+                                 at::ScalarType dtype) const override {
+    Qwen3VlConfig cfg = parse_(hf_config, (fs::path(o.dir) / "config.json").string());
+    return std::make_unique<Qwen3VlModel>(desc_, std::move(cfg), ckpt, dtype, at::Device(o.device), o.kernels, o.weights);
   }
 
-  ModelCheck check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const override {
-    Qwen3VlConfig cfg = v_.parse(hf_config, (fs::path(o.dir) / "config.json").string());
-    const auto dtype = vl_model_dtype(o);
-    auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
-    // What the model's load checks and resolves, in its order: the tower, then the language model.
-    check_qwen3_vision_checkpoint(cfg.vision, vl_vision_view(ckpt), "visual.");
-    const DecoderPlan text = plan_decoder(cfg.text, vl_text_view(ckpt), o.weights);
-    if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-    ModelCheck out;
-    out.family = v_.name;
-    out.summary = str(v_.name, ": ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
-                      " blocks");
-    out.ops = text.calls;
+  Plan plan(const nlohmann::json& hf_config, const std::string& source, const safetensors::Checkpoint& ckpt) const override {
+    Qwen3VlConfig cfg = parse_(hf_config, source);
+    check_qwen3_vision_checkpoint(cfg.vision, vl_vision_view(desc_, ckpt), "visual.");
     // Every batch of this model carries multimodal [3, T] positions, and the fused norm_rope op takes 1-D
     // ones: the decoder runs the q/k norms as rms_norm calls (in the plan already) and rotates in ATen.
-    std::erase_if(out.ops, [](const auto& c) { return c.op == "norm_rope"; });
-    for (const auto& c : Qwen3VisionTower::calls()) out.ops.push_back(c);
-    out.ops = ordered_calls(std::move(out.ops));
-    out.quantize = text.quantize;
-    if (o.lora) refuse_vision_targets(*o.lora);
-    out.lora_modules = check_vl_lora(Qwen25VlModel::vl_lora_sites(cfg.text), v_.name, v_.name, o, dtype);
-    return out;
+    return {cfg.text,
+            str(desc_.family, ": ", cfg.text.num_layers, " layers, hidden ", cfg.text.hidden_size, "; vision ", cfg.vision.depth,
+                " blocks"),
+            Qwen3VisionTower::calls(), {"norm_rope"}};
   }
 
  private:
-  Qwen3VlVariant v_;
+  Qwen3VlConfig (*parse_)(const nlohmann::json& j, const std::string& source);
 };
 
 }  // namespace
@@ -147,14 +134,14 @@ class Qwen3VlFamily : public ModelFamily, public ModelFamilyCheck {
 void register_qwen3_vl_variant(Registry& registry, const Qwen3VlVariant& variant) {
   Provider p;
   p.info.kind = ProviderKind::model;
-  p.info.name = variant.name;
+  p.info.name = variant.description().family;
   p.info.summary = variant.summary;
   p.object = std::shared_ptr<ModelFamily>(std::make_shared<Qwen3VlFamily>(variant));
   registry.add(std::move(p));
 }
 
 void register_qwen3_vl(Registry& registry) {
-  register_qwen3_vl_variant(registry, {"qwen3_vl", "Qwen3-VL (vision tower with learned positions + deepstack, qwen3 decoder "
+  register_qwen3_vl_variant(registry, {&qwen3_vl_description, "Qwen3-VL (vision tower with learned positions + deepstack, qwen3 decoder "
                                        "with interleaved multimodal RoPE)", &parse_qwen3_vl_config});
 }
 

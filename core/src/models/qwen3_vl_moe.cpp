@@ -48,8 +48,24 @@ Qwen3VlConfig parse_qwen3_vl_moe_config(const json& j, const std::string& source
   return c;
 }
 
+// qwen3_vl's checkpoint layout, tower and refusals; LoRA planned under "qwen3_vl_moe", a name no decoder family of
+// ours converts expert targets for (as peft converts none here): gate_up_proj / experts.down_proj name the experts.
+const VlDescription& qwen3_vl_moe_description() {
+  static const VlDescription d = [] {
+    VlDescription m = qwen3_vl_description();
+    m.family = m.lora_family = "qwen3_vl_moe";
+    m.inspect = [](const json& cfg, const std::string& source) {
+      return qwen3_vl_inspect(parse_qwen3_vl_moe_config(cfg, source), "qwen3_vl_moe (language model qwen3_moe)");
+    };
+    m.preset = "tiny-qwen3-vl-moe";
+    m.init_preset = init_qwen3_vl_moe_dir;
+    return m;
+  }();
+  return d;
+}
+
 void register_qwen3_vl_moe(Registry& registry) {
-  register_qwen3_vl_variant(registry, {"qwen3_vl_moe", "Qwen3-VL-MoE (Qwen3-VL's vision tower and deepstack, qwen3_moe decoder "
+  register_qwen3_vl_variant(registry, {&qwen3_vl_moe_description, "Qwen3-VL-MoE (Qwen3-VL's vision tower and deepstack, qwen3_moe decoder "
                                        "with interleaved multimodal RoPE)", &parse_qwen3_vl_moe_config});
 }
 

@@ -27,9 +27,7 @@
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/composite.hpp"
-#include "models/gemma3_mm.hpp"
-#include "models/qwen2_5_vl.hpp"
-#include "models/qwen3_vl.hpp"
+#include "models/vlm.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
 #include "models/weight_policy.hpp"
@@ -86,19 +84,14 @@ std::vector<std::string> model_presets() {
   std::vector<std::string> out;
   for (const models::Family* f : models::families())
     for (const auto& p : f->presets) out.push_back(p.name);
-  out.push_back("tiny-qwen2_5-vl");  // models/qwen2_5_vl_init.cpp
-  out.push_back("tiny-qwen3-vl");  // models/qwen3_vl_init.cpp
-  out.push_back("tiny-qwen3-vl-moe");  // models/qwen3_vl_moe.cpp
-  out.push_back("tiny-gemma3-mm");   // models/gemma3_mm_init.cpp
+  for (const models::VlDescription* d : models::vl_descriptions()) out.push_back(d->preset);
   return out;
 }
 
 void init_model_dir(const std::string& preset, const std::string& out_dir, uint64_t seed) {
-  // A vision-language model: its config, tower and tokenizer are of another shape (models/qwen2_5_vl_init.cpp).
-  if (preset == "tiny-qwen2_5-vl") return models::init_qwen2_5_vl_dir(out_dir, seed);
-  if (preset == "tiny-qwen3-vl") return models::init_qwen3_vl_dir(out_dir, seed);
-  if (preset == "tiny-qwen3-vl-moe") return models::init_qwen3_vl_moe_dir(out_dir, seed);
-  if (preset == "tiny-gemma3-mm") return models::init_gemma3_mm_dir(out_dir, seed);
+  // A vision-language model: its config, tower and tokenizer are of another shape (its family's writer).
+  for (const models::VlDescription* d : models::vl_descriptions())
+    if (preset == d->preset) return d->init_preset(out_dir, seed);
   ByteLevelTokenizerOptions tok;
   tok.corpus = {"the quick brown fox jumps over the lazy dog", "hello world, hello axengine",
                 "fine-tuning language models with LoRA adapters", "0123456789 numbers and  spaces\n"};
@@ -148,74 +141,34 @@ void init_model_dir(const std::string& preset, const std::string& out_dir, uint6
   log::info(str("wrote ", preset, " (", hc.model_type, ", vocab ", hc.vocab_size, ") to ", out_dir));
 }
 
-namespace {
-
-// What inspect reports of a vision-language model beside its language model.
-struct VlSummary {
-  models::HfConfig text;
-  std::string architecture, tower;
-  int64_t depth = 0;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> vision;  // the tower's tensors, without "visual."
-};
-
-std::optional<VlSummary> vl_summary(const json& cfg, const std::string& path) {
-  const json type = cfg.is_object() ? cfg.value("model_type", json()) : json();
-  VlSummary out;
-  if (type == "qwen2_5_vl") {
-    const models::VlConfig vl = models::parse_qwen2_5_vl_config(cfg, path);
-    const auto& v = vl.vision;
-    out = {vl.text, "qwen2_5_vl (language model qwen2)",
-           str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
-               v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), window ", v.window_size, "; mrope_section ",
-               shape_str(vl.text.mrope_section)),
-           v.depth, models::vision_checkpoint_tensors(v)};
-    return out;
-  }
-  if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
-    const bool moe = type == "qwen3_vl_moe";
-    const models::Qwen3VlConfig vl = moe ? models::parse_qwen3_vl_moe_config(cfg, path) : models::parse_qwen3_vl_config(cfg, path);
-    const auto& v = vl.vision;
-    out = {vl.text, moe ? "qwen3_vl_moe (language model qwen3_moe)" : "qwen3_vl (language model qwen3)",
-           str(v.depth, " blocks, hidden ", v.hidden_size, ", heads ", v.num_heads, ", patch ", v.patch_size, " (temporal ",
-               v.temporal_patch_size, ", merge ", v.spatial_merge_size, "), ", v.num_position_embeddings,
-               " learned positions, deepstack blocks ", shape_str(v.deepstack_visual_indexes), "; mrope_section ",
-               shape_str(vl.mrope_section), " interleaved"),
-           v.depth, models::qwen3_vision_tensors(v)};
-    return out;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 std::string inspect_model_dir(const std::string& dir) {
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const json cfg_json = models::read_json_file(cfg_path);
-  // A vision-language model (qwen2_5_vl, qwen3_vl): its language model is a decoder of the built-in families; the
-  // vision tower's tensors are listed beside it.
-  std::optional<VlSummary> vl = vl_summary(cfg_json, cfg_path);
-  // A Gemma 3 multimodal: a gemma3_text decoder, a SigLIP tower and the projector, all listed under the names they load by.
-  std::optional<models::Gemma3MmConfig> g3;
-  if (cfg_json.is_object() && cfg_json.value("model_type", json()) == "gemma3") g3 = models::parse_gemma3_mm_config(cfg_json, cfg_path);
-  models::HfConfig c = vl ? vl->text : g3 ? g3->text : models::parse_hf_config(cfg_json, cfg_path);
-  auto ckpt = g3 ? models::gemma3_view(safetensors::Checkpoint::open_dir(dir))
-                 : models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
+  // A vision-language model (models/vlm.hpp): its language model is a decoder of the built-in families; the
+  // vision side's tensors are listed beside it, everything under the names it loads by.
+  const models::VlDescription* vld = cfg_json.is_object() ? models::find_vl_description(cfg_json.value("model_type", "")) : nullptr;
+  std::optional<models::VlInspect> vl;
+  if (vld) vl = vld->inspect(cfg_json, cfg_path);
+  models::HfConfig c = vl ? vl->text : models::parse_hf_config(cfg_json, cfg_path);
+  // The tensors as stored (listed), and under the names they load by (what the checks below read).
+  const auto stored = vld ? safetensors::Checkpoint::open_dir(dir)
+                          : models::checkpoint_text_view(c, safetensors::Checkpoint::open_dir(dir));  // a multimodal one's text part
+  const auto ckpt = vld ? models::vl_view(*vld, stored) : stored;
+  auto loaded_name = [vld](const std::string& n) -> std::string {
+    if (!vld) return n;
+    if (auto t = vld->text_name(n)) return *t;
+    return vld->vision_name(n).value_or(n);
+  };
   // The sizes every list below is made of, against the checkpoint first: a config claiming 10^9 layers is
   // refused here, not listed.
-  models::check_checkpoint_sizes(c, vl ? models::vl_text_view(ckpt) : ckpt);
-  if (vl) {
-    models::VisionConfig depth;  // check_vision_blocks reads the depth only
-    depth.depth = vl->depth;
-    models::check_vision_blocks(depth, models::vl_vision_view(ckpt), "visual.");
-  }
+  models::check_checkpoint_sizes(c, ckpt);
+  if (vl && vl->check_sizes) vl->check_sizes(ckpt);
   // A stored head that differs from the embeddings is what a load uses (models/tied_head.hpp).
-  const std::string embed_key = vl && ckpt.has("model.language_model.embed_tokens.weight")
-                                    ? "model.language_model.embed_tokens.weight" : "model.embed_tokens.weight";
-  const bool untied = models::stored_head_differs(c, ckpt, embed_key);
+  const bool untied = models::stored_head_differs(c, ckpt, "model.embed_tokens.weight");
   if (untied) c.tie_word_embeddings = false;
   std::ostringstream os;
   os << "model dir      " << dir << "\n";
-  os << "architecture   " << (vl ? vl->architecture : g3 ? "gemma3 (language model gemma3_text)" : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
+  os << "architecture   " << (vl ? vl->architecture : c.model_type) << ": " << c.num_layers << " layers, hidden " << c.hidden_size << ", heads "
      << c.num_heads << " (kv " << c.num_kv_heads << ", head_dim " << c.head_dim << "), vocab " << c.vocab_size << "\n";
   os << "               rope " << c.rope.type << " theta " << c.rope.theta;
   if (c.rope.type != "default") os << " factor " << c.rope.factor;
@@ -264,25 +217,14 @@ std::string inspect_model_dir(const std::string& dir) {
 
   if (vl) os << "               vision tower: " << vl->tower << "\n";
 
-  if (g3)
-    os << "               vision tower: SigLIP, " << g3->vision.num_layers << " layers, hidden " << g3->vision.hidden_size << ", heads "
-       << g3->vision.num_heads << ", image " << g3->vision.image_size << " / patch " << g3->vision.patch_size << "; "
-       << g3->mm_tokens_per_image << " tokens per image\n";
-
   // Parameter counts from the config (what the model holds), checked against the checkpoint below.
   int64_t total = 0;
   for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) total += numel(s);
   std::set<std::string> expected;
-  if (g3)
-    for (const auto& [n, s] : models::gemma3_vision_tensors(*g3)) {
-      total += numel(s);
-      expected.insert(n);
-    }
   if (vl)
     for (const auto& [n, s] : vl->vision) {
       total += numel(s);
-      expected.insert("visual." + n);
-      expected.insert("model.visual." + n);  // transformers 5's module tree
+      expected.insert(n);
     }
   const int64_t per_expert = 3 * c.moe_intermediate_size * c.hidden_size;
   const int64_t active = total - moe_layers * (c.num_experts - c.top_k) * per_expert;
@@ -290,10 +232,7 @@ std::string inspect_model_dir(const std::string& dir) {
      << active << ")\n";
   os << models::moe_layer_bytes_line(c);  // one sparse layer's bytes by expert format (models/layer_bytes.hpp)
 
-  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) {
-    expected.insert(n);
-    if (vl && n.rfind("model.", 0) == 0) expected.insert("model.language_model." + n.substr(6));
-  }
+  for (const auto& [n, s] : models::expected_checkpoint_tensors(c)) expected.insert(n);
   // A bitsandbytes 4-bit checkpoint: its packed weights (with their quant-state fields) and how they are packed.
   std::map<std::string, models::BnbQuantState> packed;
   if (c.quant.present) {
@@ -352,12 +291,12 @@ std::string inspect_model_dir(const std::string& dir) {
        << " tensors with their weight_scale_inv, dequantised at load (model.weight_format = \"fp8\" keeps them: "
        << params << " parameters at " << bpp << " bytes/param incl. scales)\n";
   }
-  os << "tensors        " << ckpt.names().size() << " in " << ckpt.source() << "\n";
-  for (const auto& n : ckpt.names()) {
-    const auto& t = ckpt.info(n);
-    auto p = packed.find(n);
+  os << "tensors        " << stored.names().size() << " in " << stored.source() << "\n";
+  for (const auto& n : stored.names()) {
+    const auto& t = stored.info(n);
+    auto p = packed.find(loaded_name(n));
     os << "  " << n << "  " << t.dtype << " " << shape_str(t.shape)
-       << (p != packed.end() ? "  nf4 " + shape_str(p->second.shape) : "") << (expected.count(n) ? "" : "  (not used)") << "\n";
+       << (p != packed.end() ? "  nf4 " + shape_str(p->second.shape) : "") << (expected.count(loaded_name(n)) ? "" : "  (not used)") << "\n";
   }
 
   os << "LoRA targets   (name: modules it matches)\n";
@@ -368,9 +307,9 @@ std::string inspect_model_dir(const std::string& dir) {
   }
   for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
   // peft's "all-linear" on this model (models/lora_all_linear.hpp). A vision-language model's LoRA is planned under
-  // its own model_type, whose targets peft converts for no expert (qwen3_vl_moe: models/qwen3_vl_moe.cpp).
-  const std::string lora_type = vl || g3 ? cfg_json.value("model_type", std::string()) : c.model_type;
-  const models::AllLinear all = models::resolve_all_linear(lora_type, vl || g3 ? models::Qwen25VlModel::vl_lora_sites(c) : models::lora_sites(c));
+  // its description's LoRA family, whose targets peft converts for no expert on qwen3_vl_moe (models/qwen3_vl_moe.cpp).
+  const std::string lora_type = vld ? vld->lora_family : c.model_type;
+  const models::AllLinear all = models::resolve_all_linear(lora_type, vl ? models::vl_lora_sites(c) : models::lora_sites(c));
   os << "  \"all-linear\": " << join(all.targets, ", ");
   if (!all.not_supported.empty())
     os << "; refused: peft also targets " << all.not_supported.front()

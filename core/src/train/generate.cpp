@@ -44,11 +44,17 @@ CausalLmDecode& decoder_of(Model& model) {
 }
 
 std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::vector<int32_t>>& prompts,
-                                 const GenerateOptions& o, const TextStream& stream, const std::vector<int64_t>& max_new) {
+                                 const GenerateOptions& o, const TextStream& stream, const std::vector<int64_t>& max_new,
+                                 const std::vector<DecodeImages>& images) {
   check_sampling(o.sampling);
   if (o.max_new_tokens < 0) throw UsageError(str("max_new_tokens must be >= 0, got ", o.max_new_tokens));
   if (o.batch_size < 1) throw UsageError(str("batch size must be >= 1, got ", o.batch_size));
   if (!max_new.empty() && max_new.size() != prompts.size()) throw UsageError("generate: max_new must have one entry per prompt");
+  if (!images.empty() && images.size() != prompts.size()) throw UsageError("generate: images must have one entry per prompt");
+  ImageDecode* with_images = nullptr;
+  if (std::any_of(images.begin(), images.end(), [](const DecodeImages& im) { return !im.empty(); }) &&
+      !(with_images = dynamic_cast<ImageDecode*>(&model)))
+    throw UsageError("generate: the prompts hold images but this model family takes none (it has no ImageDecode)");
   if (!o.prompt_eos_ids.empty() && o.prompt_eos_ids.size() != prompts.size())
     throw UsageError("generate: prompt_eos_ids must have one entry per prompt");
   for (const auto& s : o.stop)
@@ -62,6 +68,7 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
     const std::size_t end = std::min(prompts.size(), begin + static_cast<std::size_t>(o.batch_size));
     std::vector<Row> rows;
     std::vector<std::vector<int64_t>> feed;
+    std::vector<DecodeImages> feed_images;  // the prefill's (with_images only)
     int64_t capacity = 1;
     for (std::size_t i = begin; i < end; ++i) {
       Row r;
@@ -71,12 +78,15 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
       r.done = r.limit <= 0;
       if (r.done) out[i].finish_reason = "length";
       feed.emplace_back(r.done ? std::vector<int64_t>{} : std::vector<int64_t>(prompts[i].begin(), prompts[i].end()));
+      if (with_images) feed_images.push_back(r.done ? DecodeImages{} : images[i]);
       capacity = std::max<int64_t>(capacity, static_cast<int64_t>(prompts[i].size()) + r.limit);
       rows.push_back(std::move(r));
     }
     auto cache = model.new_cache(static_cast<int64_t>(rows.size()), capacity);
     while (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.done; })) {
-      at::Tensor logits = model.decode(feed, *cache);  // [rows, V] fp32, CPU
+      // [rows, V] fp32, CPU. The images go with the prefill, the first step.
+      at::Tensor logits = feed_images.empty() ? model.decode(feed, *cache) : with_images->decode_images(feed, feed_images, *cache);
+      feed_images.clear();
       for (std::size_t k = 0; k < rows.size(); ++k) {
         Row& r = rows[k];
         feed[k].clear();
@@ -116,10 +126,11 @@ std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::v
 }
 
 std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                                                  const std::vector<int64_t>& max_new, int32_t eos) {
+                                                  const std::vector<int64_t>& max_new, int32_t eos,
+                                                  const std::vector<DecodeImages>& images) {
   GenerateOptions o;
   if (eos >= 0) o.eos_ids = {eos};
-  auto gens = generate(decoder_of(model), prompts, o, {}, max_new);
+  auto gens = generate(decoder_of(model), prompts, o, {}, max_new, images);
   std::vector<std::vector<int32_t>> out;
   for (auto& g : gens) out.push_back(std::move(g.tokens));
   return out;

@@ -41,14 +41,18 @@ using TextStream = std::function<void(std::size_t, const std::string&)>;
 // UsageError when the model has no KV-cached decode (the family does not implement CausalLmDecode).
 CausalLmDecode& decoder_of(Model& model);
 
-// `max_new` (optional) overrides max_new_tokens per prompt. UsageError for an empty prompt or bad options.
+// `max_new` (optional) overrides max_new_tokens per prompt. `images` (optional, one entry per prompt, empty
+// for a prompt without): the images of the prompt's placeholder tokens, as the family's chat image processor
+// made them (axengine/decode.hpp's ImageDecode, which the model must then implement), prefilled with the prompt.
+// UsageError for an empty prompt or bad options.
 std::vector<Generation> generate(CausalLmDecode& model, const std::vector<std::vector<int32_t>>& prompts,
                                  const GenerateOptions& options, const TextStream& stream = {},
-                                 const std::vector<int64_t>& max_new = {});
+                                 const std::vector<int64_t>& max_new = {}, const std::vector<DecodeImages>& images = {});
 
-// Greedy answers for exact_match: up to max_new[i] tokens after prompts[i], stopping early at `eos` (kept;
-// eos < 0: never).
+// Greedy answers for exact_match: up to max_new[i] tokens after prompts[i] (with images[i], as generate takes
+// them), stopping early at `eos` (kept; eos < 0: never).
 std::vector<std::vector<int32_t>> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
-                                                  const std::vector<int64_t>& max_new, int32_t eos);
+                                                  const std::vector<int64_t>& max_new, int32_t eos,
+                                                  const std::vector<DecodeImages>& images = {});
 
 }  // namespace ax::train

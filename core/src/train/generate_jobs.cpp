@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "axengine/chat_media.hpp"
 #include "axengine/engine.hpp"
 #include "axengine/error.hpp"
 #include "axengine/generation.hpp"
@@ -14,6 +15,7 @@
 #include "axengine/log.hpp"
 #include "axengine/models.hpp"
 #include "axengine/strings.hpp"
+#include "data/chat_images.hpp"
 #include "models/training_record.hpp"
 #include "train/generate.hpp"
 #include "train/generate_io.hpp"
@@ -34,12 +36,23 @@ struct Session {
   std::unique_ptr<Model> model;
   CausalLmDecode* decoder = nullptr;
   train::GenerateOptions options;
+  std::string model_dir;
+  std::vector<std::string> images;           // --image, absolute
+  std::optional<data::ImageSetup> image_setup;  // the model's image processor, found for the first image
+};
+
+// A chat prompt's tokens and its images as the model's processor makes them (empty: none).
+struct ChatPromptInput {
+  std::vector<int32_t> tokens;
+  DecodeImages images;
 };
 
 // Everything but the model: what requests are checked against before it loads.
 Session open_session(const GenerationJob& job, const std::string& command, bool chat) {
   Session s;
   s.command = command;
+  s.model_dir = job.model_dir;
+  for (const auto& f : job.images) s.images.push_back(std::filesystem::absolute(f).string());
   train::GenerateOptions& g = s.options;
   g.max_new_tokens = job.max_new_tokens;
   g.sampling = job.sampling;
@@ -111,6 +124,52 @@ void load_session_model(const Engine& engine, const GenerationJob& job, Session&
   s.decoder = &train::decoder_of(*s.model);
 }
 
+// --image's files as image parts before the text of the conversation's first user message.
+void add_image_parts(jinja::Json& messages, const std::vector<std::string>& files) {
+  for (auto& m : messages) {
+    if (!m.is_object() || m.value("role", "") != "user") continue;
+    jinja::Json parts = jinja::Json::array();
+    for (const auto& f : files) parts.push_back({{"type", "image"}, {"image", f}});
+    auto c = m.find("content");
+    if (c != m.end() && c->is_string()) parts.push_back({{"type", "text"}, {"text", *c}});
+    else if (c != m.end() && c->is_array())
+      for (const auto& p : *c) parts.push_back(p);
+    m["content"] = std::move(parts);
+    return;
+  }
+  throw UsageError("--image: the conversation has no user message to hold the images");
+}
+
+// `messages` (with --image's files added) rendered through the chat template, its image parts (the chat_template
+// type's formats, data/chat_images.hpp; relative paths against `base_dir`) expanded by the model's image
+// processor (a plugin's: axengine/chat_media.hpp) into their tokens and processed into their pixels.
+ChatPromptInput chat_prompt(Session& s, const Engine& engine, jinja::Json messages, const std::string& base_dir) {
+  if (!s.images.empty()) add_image_parts(messages, s.images);
+  data::ChatImages found;
+  if (std::string why = data::read_chat_images(messages, jinja::Json(), "", found); !why.empty()) throw UsageError(why);
+  std::string text = s.chat->render(messages, true);
+  ChatPromptInput out;
+  if (!found.paths.empty()) {
+    for (auto& f : found.paths)
+      if (std::filesystem::path(f).is_relative()) f = (std::filesystem::path(base_dir) / f).string();
+    if (!s.image_setup) {
+      DatasetContext ctx;
+      ctx.tokenizer = s.tokenizer.get();
+      ctx.model_dir = s.model_dir;
+      s.image_setup = data::find_image_processor(&engine.registry, ChatImageOptions{}, ctx);
+    }
+    if (!s.image_setup->processor)
+      throw UsageError(str("message ", found.message[0], ": ", s.image_setup->why));
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    data::expand_image_markers(*s.image_setup->processor, found.paths, found.message, text, spans);
+    Sample sample;
+    s.image_setup->processor->add_extras(found.paths, sample);  // its errors name the file
+    out.images = std::move(sample.extras);
+  }
+  out.tokens = s.tokenizer->encode(text, false);
+  return out;
+}
+
 // "" when `tokens` fits the prompt limit, else why not.
 std::string too_long(const Session& s, std::size_t tokens, const std::string& what) {
   if (s.max_prompt_tokens <= 0 || static_cast<int64_t>(tokens) <= s.max_prompt_tokens) return "";
@@ -146,20 +205,31 @@ void generate_jsonl(Engine& engine, const GenerationJob& job, const std::string&
   // Every prompt tokenised and measured before the model loads: a row too long is an error naming it (exit 2).
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::vector<int64_t>> prompt_eos;
+  std::vector<DecodeImages> images;
+  const std::string base_dir = std::filesystem::absolute(input).parent_path().string();  // a row's relative image paths
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     const std::string where = str(input, ":", line_of[i]);
+    if (!r.is_chat && !job.images.empty())
+      throw UsageError(str(where, ": --image goes into a user message, but a \"prompt\" row is raw text (--chat renders it as one)"));
     // A rendered template writes its special tokens itself (apply_chat_template(tokenize=True) adds none); raw
     // text gets what the tokenizer adds, as HF tokenizer(text).
-    prompts.push_back(r.is_chat ? s.tokenizer->encode(s.chat->render(r.messages, true), false)
-                                : s.tokenizer->encode(r.prompt, /*add_special_tokens=*/true));
+    ChatPromptInput p;
+    try {
+      p = r.is_chat ? chat_prompt(s, engine, r.messages, base_dir)
+                    : ChatPromptInput{s.tokenizer->encode(r.prompt, /*add_special_tokens=*/true), {}};
+    } catch (const UsageError& e) {
+      throw UsageError(str(where, ": ", e.what()));
+    }
+    prompts.push_back(std::move(p.tokens));
+    images.push_back(std::move(p.images));
     if (prompts.back().empty()) throw UsageError(str(where, ": the request tokenizes to nothing"));
     if (auto why = too_long(s, prompts.back().size(), "the prompt"); !why.empty()) throw UsageError(str(where, ": ", why));
     prompt_eos.push_back(r.is_chat ? s.end_of_turn : std::vector<int64_t>{});
   }
   load_session_model(engine, job, s);
   s.options.prompt_eos_ids = std::move(prompt_eos);
-  auto gens = train::generate(*s.decoder, prompts, s.options);
+  auto gens = train::generate(*s.decoder, prompts, s.options, {}, {}, images);
 
   const std::string tmp = output + ".tmp";
   {
@@ -185,12 +255,21 @@ void chat_session(Engine& engine, const GenerationJob& job, const std::string& s
                   std::ostream& out, std::ostream* notes) {
   // The template before the model: a model without one is refused at once, not after a long load.
   Session s = open_session(job, "chat", /*chat=*/true);
-  load_session_model(engine, job, s);
   auto fresh = [&] {
     jinja::Json m = jinja::Json::array();
     if (!system.empty()) m.push_back({{"role", "system"}, {"content", system}});
     return m;
   };
+  if (!s.images.empty()) {  // --image's files read, and the model's processor found, before the model loads
+    jinja::Json probe = fresh();
+    probe.push_back({{"role", "user"}, {"content", ""}});
+    try {
+      chat_prompt(s, engine, probe, ".");
+    } catch (const UsageError& e) {
+      throw UsageError(str("chat: ", e.what()));
+    }
+  }
+  load_session_model(engine, job, s);
   jinja::Json messages = fresh();
   if (notes) *notes << "axengine chat: " << job.model_dir << " (/reset: new conversation, /exit: quit)\n" << std::flush;
   uint64_t turn = 0, line_no = 0;
@@ -208,7 +287,8 @@ void chat_session(Engine& engine, const GenerationJob& job, const std::string& s
     messages.push_back({{"role", "user"}, {"content", *line}});
     // The whole conversation is rendered and prefilled each turn: templates may rewrite earlier turns (Qwen3
     // drops past reasoning), so the previous turn's tokens are not always a prefix of this one's.
-    std::vector<std::vector<int32_t>> tokens{s.tokenizer->encode(s.chat->render(messages, true), false)};
+    ChatPromptInput p = chat_prompt(s, engine, messages, ".");  // --image paths are absolute already
+    std::vector<std::vector<int32_t>> tokens{std::move(p.tokens)};
     if (auto why = too_long(s, tokens[0].size(), "the conversation with this turn"); !why.empty()) {
       if (!notes) throw UsageError(str("chat: input line ", line_no, ": ", why));
       messages.erase(messages.size() - 1);  // the turn is dropped; the conversation so far stays
@@ -218,7 +298,8 @@ void chat_session(Engine& engine, const GenerationJob& job, const std::string& s
     train::GenerateOptions o = s.options;
     o.sampling.seed = s.options.sampling.seed + turn++;  // a fresh draw each turn, reproducible
     o.prompt_eos_ids = {s.end_of_turn};
-    auto gens = train::generate(*s.decoder, tokens, o, [&](std::size_t, const std::string& piece) { out << piece << std::flush; });
+    auto gens = train::generate(*s.decoder, tokens, o, [&](std::size_t, const std::string& piece) { out << piece << std::flush; },
+                                {}, {std::move(p.images)});
     out << "\n" << std::flush;
     messages.push_back({{"role", "assistant"}, {"content", gens[0].text}});
   }

@@ -835,6 +835,9 @@ EvalResult Loop::evaluate() {
   // Samples with a prompt (a loss-free prefix after which every token is labelled): prompt in, answer out.
   std::vector<std::vector<int32_t>> prompts, answers;
   std::vector<int64_t> max_new;
+  // A vision-language family prefills each prompt with its sample's images (the extras its forward reads).
+  const bool with_images = dynamic_cast<ImageDecode*>(s_.model) != nullptr;
+  std::vector<DecodeImages> images;
   for (const auto& smp : s_.data.eval) {
     if (static_cast<int64_t>(prompts.size()) >= s_.eval.max_samples) break;
     std::size_t p = 0;
@@ -847,9 +850,19 @@ EvalResult Loop::evaluate() {
     prompts.emplace_back(smp.input_ids.begin(), smp.input_ids.begin() + static_cast<std::ptrdiff_t>(p));
     answers.emplace_back(smp.input_ids.begin() + static_cast<std::ptrdiff_t>(p), smp.input_ids.end());
     max_new.push_back(n);
+    if (with_images) images.push_back(smp.extras);
   }
   if (prompts.empty()) return r;
-  auto got = generate_greedy(*s_.model, prompts, max_new, s_.eos_id);
+  std::vector<std::vector<int32_t>> got;
+  try {
+    got = generate_greedy(*s_.model, prompts, max_new, s_.eos_id, images);
+  } catch (const UsageError& e) {
+    if (!with_images) throw;
+    // Samples whose images the decode cannot take (a dataset type whose extras the family does not read).
+    static bool said = false;
+    if (!std::exchange(said, true)) log::warn(str("eval.exact_match: skipped: ", e.what()));
+    return r;
+  }
   std::size_t right = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     bool ok = got[i] == answers[i];

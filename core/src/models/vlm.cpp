@@ -1,0 +1,201 @@
+// The vision-language families' shared base (models/vlm.hpp).
+#include "models/vlm.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "axengine/error.hpp"
+#include "axengine/log.hpp"
+#include "axengine/models.hpp"
+#include "axengine/ops/quant_formats.hpp"
+#include "axengine/strings.hpp"
+#include "models/decoder_plan.hpp"
+#include "models/lora.hpp"
+
+namespace ax::models {
+namespace fs = std::filesystem;
+
+const std::vector<const VlDescription*>& vl_descriptions() {
+  static const std::vector<const VlDescription*> all{&qwen2_5_vl_description(), &qwen3_vl_description(), &qwen3_vl_moe_description(),
+                                                          &gemma3_mm_description()};
+  return all;
+}
+
+const VlDescription* find_vl_description(const std::string& model_type) {
+  for (const VlDescription* d : vl_descriptions())
+    if (d->family == model_type) return d;
+  return nullptr;
+}
+
+safetensors::Checkpoint vl_text_view(const VlDescription& d, const safetensors::Checkpoint& ckpt) { return ckpt.renamed(d.text_name); }
+safetensors::Checkpoint vl_vision_view(const VlDescription& d, const safetensors::Checkpoint& ckpt) { return ckpt.renamed(d.vision_name); }
+safetensors::Checkpoint vl_view(const VlDescription& d, const safetensors::Checkpoint& ckpt) {
+  return ckpt.renamed([&d](const std::string& n) -> std::optional<std::string> {
+    if (auto t = d.text_name(n)) return t;
+    if (auto v = d.vision_name(n)) return v;
+    return n;
+  });
+}
+
+std::vector<LoraSite> vl_lora_sites(const HfConfig& text) {
+  std::vector<LoraSite> sites = lora_sites(text);
+  for (auto& s : sites) s.peft_path = "model.language_model." + s.path.substr(6);  // "model." -> "model.language_model."
+  return sites;
+}
+
+at::ScalarType vl_model_dtype(const ModelLoadOptions& o) {
+  auto dtype = ops::parse_dtype(o.dtype);
+  if (!dtype || *dtype == at::kDouble) throw UsageError(str("model dtype must be fp32, bf16 or fp16, got '", o.dtype, "'"));
+  return *dtype;
+}
+
+// --- VlModel ---
+
+void VlModel::load_text(const HfConfig& text, const safetensors::Checkpoint& ckpt, at::ScalarType dtype,
+                        std::shared_ptr<KernelSet> kernels, const WeightPolicy& weights) {
+  text_ = std::make_unique<DecoderModel>(text, vl_text_view(desc_, ckpt), dtype, device_, std::move(kernels), weights);
+}
+
+void VlModel::warn_unused(const safetensors::Checkpoint& vis, const std::vector<std::string>& used_keys) const {
+  std::set<std::string> used(used_keys.begin(), used_keys.end());
+  for (const auto& n : vis.names())
+    if (!used.count(n)) log::warn(str(vis.file_of(n), ": tensor '", n, "' is not used by the ", desc_.family, " ", desc_.vision_what));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> VlModel::named_parameters() const {
+  auto out = text_->named_parameters();
+  for (const auto& p : vision_weights()) out.push_back(p);
+  return out;
+}
+
+void VlModel::save_adapter(const std::string& dir) const {
+  if (text_->lora().modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
+  save_peft(text_->lora(), dir);
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  nlohmann::json j = read_json_file(path);
+  j["exclude_modules"] = desc_.exclude;
+  safetensors::write_file_atomic(path, j.dump(2) + "\n", "adapter");
+}
+
+CompositeLayout VlModel::checkpoint_layout(const std::string& model_dir) const {
+  // Each decoder name back to the name it is stored under (the text view's inverse); a name the base does not
+  // store (none today: a tied head is not written) keeps the decoder's.
+  std::map<std::string, std::string> stored;
+  for (const auto& n : safetensors::Checkpoint::open_dir(model_dir).names())
+    if (auto t = desc_.text_name(n)) stored.emplace(*t, n);
+  CompositeLayout l;
+  l.text_name = [stored](const std::string& n) {
+    auto it = stored.find(n);
+    return it == stored.end() ? n : it->second;
+  };
+  l.kept = [d = &desc_](const std::string& n) { return d->vision_name(n).has_value(); };
+  const std::string source = (fs::path(model_dir) / "config.json").string();
+  l.tied = [d = &desc_, source](const nlohmann::json& cfg) { return d->inspect(cfg, source).text.tie_word_embeddings; };
+  return l;
+}
+
+VlModel::Tokens VlModel::tokens(const Batch& batch) const {
+  if (!batch.input_ids.defined() || batch.input_ids.dim() != 2) throw UsageError("model forward: input_ids must be [B, S]");
+  const int64_t B = batch.input_ids.size(0), S = batch.input_ids.size(1);
+  Tokens t;
+  t.T = B * S;
+  if (t.T == 0) throw UsageError("model forward: empty batch");
+  // Spans whose positions restart at 0: the packed samples and the padding (cu_seqlens), else whole rows.
+  t.cu = batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host
+         : batch.cu_seqlens.defined()    ? batch.cu_seqlens.to(at::kCPU)
+                                         : at::arange(B + 1, at::kLong) * S;
+  at::Tensor c = t.cu.to(at::kLong);
+  if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != t.T ||
+      (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
+    throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", t.T));
+  t.ids_host = (batch.input_ids_host.defined() ? batch.input_ids_host : batch.input_ids).to(at::kCPU, at::kLong).reshape({t.T});
+  const int64_t lo = t.ids_host.min().item<int64_t>(), hi = t.ids_host.max().item<int64_t>();
+  if (lo < 0 || hi >= text_->config().vocab_size)
+    throw UsageError(str("model forward: token ids must be in [0, ", text_->config().vocab_size, ")"));
+  t.ids = batch.input_ids.to(device_, at::kLong).reshape({t.T});
+  return t;
+}
+
+// --- VlFamily ---
+
+namespace {
+
+// An adapter's modules_to_save: the language model's base tensors sit under other names here
+// (model.language_model.), and nothing maps them yet.
+void refuse_saved(const LoraSet& lora, const std::string& adapter_dir, const std::string& family) {
+  if (!lora.saved.empty())
+    throw UsageError(str(adapter_dir, ": modules_to_save (", join(lora.modules_to_save, ", "), ") is not supported for ", family));
+}
+
+}  // namespace
+
+void VlFamily::check_lora_request(const ModelLoadOptions& o) const {
+  if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
+  if (o.lora)  // the vision side is frozen: it has no LoRA sites
+    for (const auto& t : o.lora->targets)
+      for (const auto& v : desc_.vision_targets)
+        if (t.find(v) != std::string::npos)
+          throw UsageError(str("lora: target '", t, "' names a module of the ", desc_.family, " ", desc_.vision_what,
+                               ", which is frozen (LoRA applies to the language model only)"));
+  if (!o.adapter_dir.empty()) {
+    const std::string path = (fs::path(o.adapter_dir) / "adapter_config.json").string();
+    nlohmann::json j = read_json_file(path);
+    if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != desc_.exclude)
+      throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"", desc_.exclude,
+                           "\", the ", desc_.vision_what, ", which has no LoRA here anyway)"));
+  }
+}
+
+std::unique_ptr<Model> VlFamily::load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
+  const auto dtype = vl_model_dtype(o);
+  check_lora_request(o);
+  auto model = build(hf_config, o, safetensors::Checkpoint::open_dir(o.dir), dtype);
+  DecoderModel& text = model->text();
+  text.set_activation_checkpointing(o.activation_checkpointing);
+  if (o.lora || !o.adapter_dir.empty()) {
+    const at::Device device(o.device);
+    const auto sites = vl_lora_sites(text.config());
+    LoraSet lora = o.lora ? make_lora(*o.lora, desc_.lora_family, sites, dtype, device)
+                          : load_peft(o.adapter_dir, desc_.lora_family, sites, dtype, device);
+    refuse_saved(lora, o.adapter_dir, desc_.family);
+    fs::path base = fs::absolute(o.dir).lexically_normal();
+    lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
+    text.set_lora(std::move(lora));
+  }
+  log::info(str("loaded ", desc_.family, " model from ", o.dir, " (", text.config().num_layers, " layers, hidden ",
+                text.config().hidden_size, "; ", model->vision_summary(), ")"));
+  return model;
+}
+
+ModelCheck VlFamily::check(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
+  auto ckpt = safetensors::Checkpoint::open_dir(o.dir);
+  // What the model's load checks and resolves, in its order: the vision side, then the language model.
+  Plan p = plan(hf_config, (fs::path(o.dir) / "config.json").string(), ckpt);
+  const auto dtype = vl_model_dtype(o);
+  const DecoderPlan text = plan_decoder(p.text, vl_text_view(desc_, ckpt), o.weights);
+  check_lora_request(o);
+  ModelCheck out;
+  out.family = desc_.family;
+  out.summary = p.summary;
+  out.ops = text.calls;
+  std::erase_if(out.ops, [&](const auto& c) {
+    return std::find(p.text_ops_left_out.begin(), p.text_ops_left_out.end(), c.op) != p.text_ops_left_out.end();
+  });
+  for (const auto& c : p.vision) out.ops.push_back(c);
+  out.ops = ordered_calls(std::move(out.ops));
+  out.quantize = text.quantize;
+  const auto sites = vl_lora_sites(p.text);
+  if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, desc_.lora_family, sites).size());
+  if (!o.adapter_dir.empty()) {
+    const LoraSet adapter = load_peft(o.adapter_dir, desc_.lora_family, sites, dtype, at::kCPU);
+    refuse_saved(adapter, o.adapter_dir, desc_.family);
+    out.lora_modules = static_cast<int64_t>(adapter.modules.size());
+  }
+  return out;
+}
+
+}  // namespace ax::models
