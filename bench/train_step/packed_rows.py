@@ -126,15 +126,22 @@ class AxengineBatches:
     def __init__(self, jsonl, model_dir, S, micro_batch_size, seed):
         self.samples, self.pad_id = load_samples(jsonl, model_dir)
         check_loss_tokens(self.samples, S, jsonl)
+        self._plan(S, micro_batch_size, seed)
+
+    def _plan(self, S, micro_batch_size, seed):
+        """axengine's plan of self.samples: packed once in a seeded order, each epoch's rows in their own order."""
         self.S, self.B, self.seed = S, micro_batch_size, seed
         self.rows = pack_samples(self.samples, permutation(len(self.samples), mix_seed(seed, 1)), S)
         self.steps_per_epoch = len(self.rows) // self.B
         self._epoch, self._order = None, None
 
-    def batch(self, step):
+    def row_ids(self, step):
+        """The packed rows of step `step`."""
         epoch, k = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             self._epoch = epoch
             self._order = permutation(len(self.rows), mix_seed(self.seed, 0x5EED0000 + epoch))
-        row_ids = self._order[k * self.B:(k + 1) * self.B]
-        return make_batch(self.samples, self.rows, row_ids, self.S, self.pad_id)
+        return self._order[k * self.B:(k + 1) * self.B]
+
+    def batch(self, step):
+        return make_batch(self.samples, self.rows, self.row_ids(step), self.S, self.pad_id)

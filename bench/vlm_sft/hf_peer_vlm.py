@@ -39,8 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "train_step"))
 import flops  # noqa: E402
 import hf_peer  # noqa: E402
-from packed_rows import (AxengineBatches, check_loss_tokens, make_batch, mix_seed, pack_samples, permutation,  # noqa: E402
-                         special_ids, spans)
+from packed_rows import (AxengineBatches, check_loss_tokens, make_batch, special_ids, spans)  # noqa: E402
 
 IMAGE_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
 
@@ -145,18 +144,10 @@ class VlmBatches(AxengineBatches):
         if long_:  # axengine cuts them or refuses them (images past sequence_len): not mirrored here
             sys.exit(f"hf_peer_vlm: {jsonl}: rows {long_[:5]} are longer than sequence_len = {S}")
         self.rope = [rope_index(ids, ex) for (ids, _), ex in zip(samples, extras)]
-        # AxengineBatches' plan, on these samples: packed once in a seeded order, epochs in their own orders.
-        self.S, self.B, self.seed = S, micro_batch_size, seed
-        self.rows = pack_samples(self.samples, permutation(len(self.samples), mix_seed(seed, 1)), S)
-        self.steps_per_epoch = len(self.rows) // micro_batch_size
-        self._epoch, self._order = None, None
+        self._plan(S, micro_batch_size, seed)  # AxengineBatches' packing and epoch order, on these samples
 
     def batch(self, step):
-        epoch, k = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            self._epoch = epoch
-            self._order = permutation(len(self.rows), mix_seed(self.seed, 0x5EED0000 + epoch))
-        row_ids = self._order[k * self.B:(k + 1) * self.B]
+        row_ids = self.row_ids(step)
         ids, labels, pos, real = make_batch(self.samples, self.rows, row_ids, self.S, self.pad_id)
         mpos = pos[None].repeat(4, 1, 1)  # text positions; the padding span's on every axis
         pixels, grids = [], []

@@ -9,6 +9,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <axengine/cuda/convert.cuh>
+
 #include "fp8_dequant.hpp"
 
 namespace ax::fp8 {
@@ -21,14 +23,7 @@ __device__ __forceinline__ float e4m3(uint8_t b) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3)));
 }
 
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+using ax::cuda::from_f;
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {
