@@ -129,7 +129,7 @@ TEST_CASE("descriptor schema: values outside their sets are refused with the clo
         "plugin descriptor: 'plugin.providers[0].requires.dtypes' has 'bf61', expected one of fp32, bf16, fp16 (did you "
         "mean 'bf16'?)");
   CHECK(contains(refusal_of_requires({{"devices", {"gpu"}}}), "'plugin.providers[0].requires.devices' has 'gpu', expected one of cpu, cuda"));
-  CHECK(contains(refusal_of_requires({{"formats", {"nf5"}}}), "has 'nf5', expected one of dense, nf4, mxfp4, nvfp4 (did you mean 'nf4'?)"));
+  CHECK(contains(refusal_of_requires({{"formats", {"nf5"}}}), "has 'nf5', expected one of dense, nf4, mxfp4, nvfp4, fp8 (did you mean 'nf4'?)"));
   CHECK(contains(refusal_of_requires({{"layouts", {"EKM"}}}), "has 'EKM', expected one of EKN, ENK (did you mean 'EKN'?)"));
   CHECK(contains(refusal_of_requires({{"arch_min", "90"}}), "'plugin.providers[0].requires.arch_min' is '90', expected an arch like \"sm_90\""));
   CHECK(contains(refusal_of_requires({{"arch_max", "sm_9"}}), "arch_max' is 'sm_9'"));
