@@ -183,7 +183,20 @@ inline void check_adapter_round_trip(const std::string& dir, const Packed& p, co
     CHECK(st->find(k) != nullptr);
   }
   auto again = load(dir, "reference", (out / "adapter").string());
-  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
+  // The round trip itself is exact: the same sites, factors bit for bit, the same scaling. The logits then agree to
+  // fp32 rounding, not bitwise: MKL's sgemm without its reproducibility mode (MKL_CBWR) may take other code paths
+  // for operands at other addresses, and a reloaded model's tensors sit elsewhere (CI measured 6.1e-6 on gemma3).
+  const auto& before = vl.text().lora().modules;
+  const auto& after = again.as<ax::models::VlModel>().text().lora().modules;
+  REQUIRE(before.size() == after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    CAPTURE(before[i].site.path);
+    CHECK(after[i].site.path == before[i].site.path);
+    CHECK(at::equal(after[i].a, before[i].a));
+    CHECK(at::equal(after[i].b, before[i].b));
+    CHECK(after[i].scaling == before[i].scaling);
+  }
+  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 5e-5);
   if (!env) {
     ax::test::remove_tree(out);
     return;
