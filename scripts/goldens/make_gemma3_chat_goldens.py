@@ -35,7 +35,7 @@ from transformers.image_transforms import convert_to_rgb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_mm_chat_goldens import (DATA, IMAGES, MARKERS, ROOT, absolute, assistant_spans, conversation,  # noqa: E402
-                                  sharegpt, sharegpt_to_messages)
+                                  expanded_labels, sharegpt, sharegpt_to_messages)
 
 OUT = os.path.join(DATA, "chat_gemma3")
 MODEL = os.path.join(OUT, "model")
@@ -89,29 +89,10 @@ def main():
             out = proc.apply_chat_template(conv, tokenize=True, return_dict=True)
             ids = list(out["input_ids"][0])
             n_images = len(out["pixel_values"]) if "pixel_values" in out else 0
-            raw = text.encode()
-            spans = assistant_spans(raw, messages, [m.encode() for m in MARKERS])
-            # The expansion the processor made, redone on the text: every BOI becomes EXPANSION.
-            grow = len(EXPANSION.encode()) - len(BOI.encode())
-            starts = []
-            at = 0
-            while (p := raw.find(BOI.encode(), at)) >= 0:
-                starts.append(p)
-                at = p + len(BOI)
-            assert len(starts) == n_images
-            expanded = raw.replace(BOI.encode(), EXPANSION.encode())
-            spans = [(a + grow * sum(p < a for p in starts), b + grow * sum(p < b for p in starts)) for a, b in spans]
-            enc = raw_tok.encode(expanded.decode(), add_special_tokens=False)
-            assert enc.ids == ids, "the processor's ids are the expanded text's"
-            s = expanded.decode()
-            byte_at = [0]
-            for ch in s:
-                byte_at.append(byte_at[-1] + len(ch.encode()))
-            labels = []
-            for tid, (b, e) in zip(enc.ids, enc.offsets):
-                b, e = byte_at[b], byte_at[e]
-                inside = any(b < se and e > sb for sb, se in spans)
-                labels.append(tid if inside and tid not in image_ids else -100)
+            spans = assistant_spans(text.encode(), messages, [m.encode() for m in MARKERS])
+            # The processor's expansion: every BOI becomes EXPANSION.
+            labels = expanded_labels(raw_tok, text.encode(), BOI.encode(), [EXPANSION.encode()] * n_images, spans, ids,
+                                     image_ids)
             goldens.append({"file": name, "input_ids": ids, "labels": labels, "n_images": n_images})
         with open(os.path.join(OUT, name), "w") as f:
             for row in rows:

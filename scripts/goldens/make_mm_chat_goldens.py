@@ -99,6 +99,41 @@ def assistant_spans(text, messages, markers):
     return spans
 
 
+def expanded_labels(raw_tok, raw, placeholder, replacements, spans, ids, image_ids):
+    """The processor's expansion redone on the rendered text `raw` (bytes): the k-th `placeholder` becomes
+    replacements[k] and the assistant `spans` shift with it. Checks that `ids` are the expanded text's tokens and
+    returns their labels by the span rule (a token overlapping a span is labelled); image tokens are always -100."""
+    expanded, growth, at = b"", [], 0  # growth: (placeholder position, total growth up to and including it)
+    for rep in replacements:
+        p = raw.find(placeholder, at)
+        assert p >= 0, "fewer placeholders than images"
+        expanded += raw[at:p] + rep
+        growth.append((p, len(rep) - len(placeholder) + (growth[-1][1] if growth else 0)))
+        at = p + len(placeholder)
+    assert raw.find(placeholder, at) < 0, "more placeholders than images"
+    expanded += raw[at:]
+
+    def shift(x):
+        g = 0
+        for p, total in growth:
+            if p < x:
+                g = total
+        return x + g
+    spans = [(shift(a), shift(b)) for a, b in spans]
+    enc = raw_tok.encode(expanded.decode(), add_special_tokens=False)
+    assert enc.ids == ids, "the processor's ids are the expanded text's"
+    # HF offsets are character offsets: convert to UTF-8 byte offsets.
+    byte_at = [0]
+    for ch in expanded.decode():
+        byte_at.append(byte_at[-1] + len(ch.encode()))
+    labels = []
+    for tid, (b, e) in zip(enc.ids, enc.offsets):
+        b, e = byte_at[b], byte_at[e]
+        inside = any(b < se and e > sb for sb, se in spans)
+        labels.append(tid if inside and tid not in image_ids else -100)
+    return labels
+
+
 def words(rng, lo, hi):
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
@@ -236,37 +271,10 @@ def main():
             out = proc.apply_chat_template(conv, tokenize=True, return_dict=True)
             ids = list(out["input_ids"][0]) if not isinstance(out["input_ids"][0], int) else list(out["input_ids"])
             grid = out["image_grid_thw"].tolist() if "image_grid_thw" in out else []
-            # The expansion the processor made, redone on the text: the k-th pad becomes the k-th image's pads.
-            raw = text.encode()
-            spans = assistant_spans(raw, messages, [m.encode() for m in MARKERS])
+            spans = assistant_spans(text.encode(), messages, [m.encode() for m in MARKERS])
             counts = [t * h * w // 4 for t, h, w in grid]
-            expanded, growth, at, k = b"", [], 0, 0
-            while (p := raw.find(PAD.encode(), at)) >= 0:
-                expanded += raw[at:p] + PAD.encode() * counts[k]
-                growth.append((p, len(PAD) * (counts[k] - 1) + (growth[-1][1] if growth else 0)))
-                at, k = p + len(PAD), k + 1
-            assert k == len(counts)
-            expanded += raw[at:]
-
-            def shift(x):
-                g = 0
-                for p, total in growth:
-                    if p < x:
-                        g = total
-                return x + g
-            spans = [(shift(a), shift(b)) for a, b in spans]
-            enc = raw_tok.encode(expanded.decode(), add_special_tokens=False)
-            assert enc.ids == ids, "the processor's ids are the expanded text's"
-            # HF offsets are character offsets: convert to UTF-8 byte offsets.
-            s = expanded.decode()
-            byte_at = [0]
-            for ch in s:
-                byte_at.append(byte_at[-1] + len(ch.encode()))
-            labels = []
-            for tid, (b, e) in zip(enc.ids, enc.offsets):
-                b, e = byte_at[b], byte_at[e]
-                inside = any(b < se and e > sb for sb, se in spans)
-                labels.append(tid if inside and tid not in image_ids else -100)
+            labels = expanded_labels(raw_tok, text.encode(), PAD.encode(), [PAD.encode() * c for c in counts], spans, ids,
+                                     image_ids)
             goldens.append({"file": name, "input_ids": ids, "labels": labels, "grid": grid})
         lines = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
         if fam["out"] == OUT:
