@@ -25,6 +25,7 @@
 #include "data/packing.hpp"
 #include "data/prepare.hpp"
 #include "data/register.hpp"
+#include "chat_util.hpp"
 #include "e2e_util.hpp"
 #include "mm_dataset.hpp"
 // Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
@@ -43,25 +44,12 @@ const ax::Tokenizer& tokenizer() {
   return *tok;
 }
 
-// The built-in dataset types and mm_cpt's, as `axengine run` has them.
-const ax::Registry& registry() {
-  static ax::Registry reg = [] {
-    ax::Registry r;
-    ax::data::register_builtin_datasets(r);
-    ax::mm::add_mm_cpt_type(r);
-    return r;
-  }();
-  return reg;
-}
-
 std::shared_ptr<ax::Dataset> open(const std::string& toml, const std::string& base, const std::string& model = kModel) {
-  auto type = registry().get<ax::DatasetType>(ax::ProviderKind::dataset, "chat_template");
-  return type->open(toml::parse(toml), ax::DatasetContext{&tokenizer(), base + "/run.toml", base, model});
+  return mm_chat::open(toml, base, tokenizer(), model);
 }
 
-const char* kShareGpt = "field_messages = \"conversations\"\nmessage_field_role = \"from\"\nmessage_field_content = \"value\"\n"
-                        "roles = { human = \"user\", gpt = \"assistant\" }\n";
-
+using mm_chat::kShareGpt;
+using mm_chat::registry;
 using mm_e2e::error_of;
 fs::path corpus(const std::string& name, const std::string& jsonl) { return mm_e2e::corpus("mm_chat", name, jsonl); }
 
@@ -71,42 +59,21 @@ int32_t id_of(const std::string& t) { return tokenizer().encode(t, false).at(0);
 }  // namespace
 
 // The committed conversations (chat/openai.jsonl, chat/sharegpt.jsonl) through `model`'s chat template and
-// processor against transformers' (goldens.jsonl of `goldens_dir`).
+// processor against transformers' (goldens.jsonl of `goldens_dir`), with each image's grid and patches.
 void check_chat_goldens(const std::string& goldens_dir, const std::string& model, int64_t patch_dim) {
-  std::vector<json> goldens;
-  {
-    std::ifstream in(goldens_dir + "/goldens.jsonl");
-    for (std::string l; std::getline(in, l);) goldens.push_back(json::parse(l));
-  }
-  REQUIRE(goldens.size() >= 50);
-  auto openai = open("type = \"chat_template\"\npath = \"openai.jsonl\"\n", kChat, model);
-  auto share = open(std::string("type = \"chat_template\"\npath = \"sharegpt.jsonl\"\n") + kShareGpt, kChat, model);
-  REQUIRE(openai->size() + share->size() == goldens.size());
-  std::size_t images = 0, text_only = 0, k = 0;
-  for (const auto* ds : {openai.get(), share.get()})
-    for (std::size_t i = 0; i < ds->size(); ++i, ++k) {
-      CAPTURE(k);
-      const ax::Sample s = ds->get(i);
-      CHECK(s.input_ids == goldens[k]["input_ids"].get<std::vector<int32_t>>());
-      CHECK(s.labels == goldens[k]["labels"].get<std::vector<int32_t>>());
-      const auto grid = goldens[k]["grid"].get<std::vector<std::vector<int64_t>>>();
-      if (grid.empty()) {
-        CHECK(s.extras.empty());  // a text-only row carries no media
-        ++text_only;
-        continue;
-      }
-      const at::Tensor g = s.extras.at("image_grid_thw");
-      REQUIRE(g.size(0) == static_cast<int64_t>(grid.size()));
-      int64_t patches = 0;
-      for (std::size_t j = 0; j < grid.size(); ++j) {
-        for (int d = 0; d < 3; ++d) CHECK(g[j][d].item<int64_t>() == grid[j][d]);
-        patches += grid[j][0] * grid[j][1] * grid[j][2];
-      }
-      CHECK((s.extras.at("pixel_values").sizes() == at::IntArrayRef{patches, patch_dim}));
-      images += grid.size();
+  mm_chat::check_goldens(kChat, goldens_dir, model, [&](const ax::Sample& s, const json& golden) -> int64_t {
+    const auto grid = golden["grid"].get<std::vector<std::vector<int64_t>>>();
+    if (grid.empty()) return 0;
+    const at::Tensor g = s.extras.at("image_grid_thw");
+    REQUIRE(g.size(0) == static_cast<int64_t>(grid.size()));
+    int64_t patches = 0;
+    for (std::size_t j = 0; j < grid.size(); ++j) {
+      for (int d = 0; d < 3; ++d) CHECK(g[j][d].item<int64_t>() == grid[j][d]);
+      patches += grid[j][0] * grid[j][1] * grid[j][2];
     }
-  CHECK(images >= 50);
-  CHECK(text_only > 0);
+    CHECK((s.extras.at("pixel_values").sizes() == at::IntArrayRef{patches, patch_dim}));
+    return static_cast<int64_t>(grid.size());
+  });
 }
 
 TEST_CASE("chat_template with images: ids, labels and grids equal transformers' Qwen2.5-VL processor + chat template") {
