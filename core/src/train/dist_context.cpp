@@ -82,9 +82,11 @@ void check_context_parallel(const RunConfig& config, const DistributedConfig& d,
   } catch (const std::exception& e) {
     fail(ax::str(cfg_path, " (", type, ") is not a built-in decoder family that splits its rows: ", e.what()));
   }
-  if (!hf.linear_layers.empty())
-    fail(ax::str(cfg_path, " (", type, "): its linear-attention (Gated DeltaNet) layers carry a recurrent state along the "
-                 "row, which a rank holding a later block of tokens would need from the one before; not split"));
+  // Gated DeltaNet layers: a chunk's conv1d window reaches W-1 tokens back, into the previous chunk only
+  // (models/parts/gdn_context_parallel.hpp).
+  if (!hf.linear_layers.empty() && hf.gdn.conv_kernel - 1 > sequence_len / (2 * N))
+    fail(ax::str(cfg_path, " (", type, "): its Gated DeltaNet conv1d window (linear_conv_kernel_dim = ", hf.gdn.conv_kernel,
+                 ") reaches past a chunk of data.sequence_len / 2N = ", sequence_len / (2 * N), " tokens"));
 }
 
 }  // namespace ax::train
