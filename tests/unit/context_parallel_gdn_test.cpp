@@ -2,7 +2,8 @@
 // on the harness of context_parallel_test.cpp (unit/cp_harness.hpp): N models, one per thread, each running its
 // zig-zag chunks of every packed row — the linear-attention layers with the conv1d window and the recurrent state
 // handed from the row's previous chunk — give the single-process losses (1e-6) and LoRA gradients (5e-5: fp32
-// round-off, see the case), for qwen3_5, qwen3_5_moe and qwen3_next, with and without activation checkpointing,
+// round-off, see the case), for qwen3_5, qwen3_5_moe, qwen3_next and Qwen3.5's multimodal checkpoint form
+// (qwen3_5_vl: its language model), with and without activation checkpointing,
 // N = 2, 3, 4 (chunks of 6, 4 and 3 tokens, the conv1d window 3: samples start inside chunks, at chunk starts, and
 // run across several chunks and ranks). The two ops alone are compared with the ops over whole rows (out and
 // every gradient), and with an all-gather that hands each rank its own tensor back (the state and window never
@@ -29,7 +30,7 @@ TEST_CASE("context parallel: Gated DeltaNet hybrids on N ranks give the single-p
   // two GDN backends (aten's chunked form, the reference recurrence; both exact in exact arithmetic) already give
   // LoRA gradients 1.4e-5 apart, while the llama / qwen3 cases stay within 2.4e-7. The split itself is exact: the
   // ops case below holds it to 1e-12 in fp64.
-  for (const char* name : {"qwen3_5", "qwen3_5_moe", "qwen3_next"})
+  for (const char* name : {"qwen3_5", "qwen3_5_moe", "qwen3_next", "qwen3_5_vl"})
     for (bool ckpt : {false, true}) check_family(name, ckpt, 5e-5);
 }
 

@@ -89,7 +89,7 @@ inline std::unique_ptr<ax::Model> load(const std::string& name, bool checkpointi
   if (name == "deepseek_v3")  // MLA's projections, the dense layer's and the experts' MLPs
     spec.targets = {"q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   // Gated DeltaNet hybrids: every projection of the linear-attention layers, the attention's, the MLPs'.
-  if (name == "qwen3_5")
+  if (name == "qwen3_5" || name == "qwen3_5_vl")  // the multimodal checkpoint form: its language model
     spec.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj",
                     "gate_proj", "down_proj"};
   if (name == "qwen3_5_moe")
@@ -116,7 +116,8 @@ inline std::unique_ptr<ax::Model> load(const std::string& name, bool checkpointi
 // tokens, row 1 of 17 and 7; labels everywhere but the first sample's first two tokens.
 inline ax::Batch packed_batch(const std::string& name) {
   std::ifstream f(case_dir(name) / "config.json");
-  const int64_t vocab = nlohmann::json::parse(f).at("vocab_size").get<int64_t>();
+  const nlohmann::json cfg = nlohmann::json::parse(f);
+  const int64_t vocab = cfg.value("text_config", cfg).at("vocab_size").get<int64_t>();  // a multimodal checkpoint's text part
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   ax::Batch b;
   b.input_ids = at::randint(vocab, {2, 24}, gen, at::kLong);

@@ -165,6 +165,8 @@ TEST_CASE("context parallel: the key is checked against the world, the row lengt
   CHECK(error_of("gdn", 2, 2, 8).find("Gated DeltaNet conv1d window (linear_conv_kernel_dim = 4) reaches past a chunk of "
                                       "data.sequence_len / 2N = 2 tokens") != std::string::npos);
   CHECK(error_of("vl", 2, 2, 64).find("(qwen2_5_vl): a vision-language model splices vision features") != std::string::npos);
+  // Qwen3.5's multimodal checkpoint form is read for its language model (the tower not read): a text decoder.
+  CHECK(error_of((fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "qwen3_5_vl").string(), 2, 2, 64).empty());
   CHECK(error_of("moe", 0, 2, 64).rfind("run.toml:4:20: 'distributed.context_parallel'", 0) == 0);
   // Not launched: the table has no effect, nothing to check.
   std::ofstream(dir / "run.toml") << "[model]\npath = \"mla\"\n[distributed]\ncontext_parallel = 2\n";
