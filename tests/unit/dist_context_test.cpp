@@ -1,8 +1,8 @@
 // Context parallelism end to end on Gloo ([distributed] context_parallel, docs/distributed.md): 2 ranks splitting
-// every row train what one process trains (a llama, and a deepseek_v3 with MLA), and 4 ranks as 2 data-parallel x
-// 2 context-parallel train what one process with grad_accum 2 trains (losses and grad norms to 1e-6, the adapter as
-// the data-parallel tests compare it); and the key's checks at validate. In-process gradient equality per tensor:
-// context_parallel_test.cpp.
+// every row train what one process trains (a llama, a deepseek_v3 with MLA, a qwen3_5 with Gated DeltaNet layers),
+// and 4 ranks as 2 data-parallel x 2 context-parallel train what one process with grad_accum 2 trains (losses and
+// grad norms to 1e-6, the adapter as the data-parallel tests compare it); and the key's checks at validate.
+// In-process gradient equality per tensor: context_parallel_test.cpp, context_parallel_gdn_test.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -99,14 +99,15 @@ TEST_CASE("context parallel: 4 ranks as 2 data-parallel x 2 context-parallel tra
   ax::test::remove_tree(dir);
 }
 
-TEST_CASE("context parallel: 2 ranks train what 1 process trains on a multi-head latent attention model (deepseek_v3)") {
-  // The MLA blocks (qk and v head dims differ, the shared rope key split with the tokens) through the ring.
-  auto dir = ax::test::setup_run("dist_cp_mla", "");
-  REQUIRE(ax::test::run({"init-model", "--preset", "tiny-deepseek-v3", "--out", (dir / "mla").string()}, dir / "init.log") == 0);
+namespace {
+
+// One process against 2 ranks splitting every row, on the tiny model of `preset` with LoRA on `targets`.
+void check_two_ranks_on(const std::string& run_name, const std::string& preset, const std::string& targets, const std::string& family) {
+  auto dir = ax::test::setup_run(run_name, "");
+  REQUIRE(ax::test::run({"init-model", "--preset", preset, "--out", (dir / "tiny").string()}, dir / "init.log") == 0);
   const std::string cfg = (dir / "run.toml").string();
-  const std::vector<std::string> mla{"model.path=mla", "lora.targets=[\"q_a_proj\", \"kv_b_proj\", \"o_proj\"]"};
   auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.end(), mla.begin(), mla.end());
+    sets.insert(sets.end(), {"model.path=tiny", "lora.targets=" + targets});
     return sets;
   };
   REQUIRE(run_cli(dir, {"run", "--config", cfg}, with({"run.output_dir=one"}), "one.log") == 0);
@@ -114,10 +115,22 @@ TEST_CASE("context parallel: 2 ranks train what 1 process trains on a multi-head
                   with({"run.output_dir=two", "distributed.context_parallel=2"}), "two.log") == 0);
   const std::string two = slurp(dir / "two.log");
   INFO(two);
-  CHECK(two.find("loaded deepseek_v3 model") != std::string::npos);
+  CHECK(two.find("loaded " + family + " model") != std::string::npos);
   CHECK(two.find("chunks 0 and 3 of 4 of every row (ring attention)") != std::string::npos);
   check_same_run(dir / "two", dir / "one");
   ax::test::remove_tree(dir);
+}
+
+}  // namespace
+
+TEST_CASE("context parallel: 2 ranks train what 1 process trains on a multi-head latent attention model (deepseek_v3)") {
+  // The MLA blocks (qk and v head dims differ, the shared rope key split with the tokens) through the ring.
+  check_two_ranks_on("dist_cp_mla", "tiny-deepseek-v3", "[\"q_a_proj\", \"kv_b_proj\", \"o_proj\"]", "deepseek_v3");
+}
+
+TEST_CASE("context parallel: 2 ranks train what 1 process trains on a Gated DeltaNet hybrid (qwen3_5)") {
+  // The linear-attention layer's conv1d window and recurrent state handed from rank to rank along each row.
+  check_two_ranks_on("dist_cp_gdn", "tiny-qwen3_5", "[\"q_proj\", \"in_proj_qkv\", \"in_proj_z\", \"out_proj\"]", "qwen3_5");
 }
 
 TEST_CASE("context parallel: the key is checked against the world, the row length, other splits and the family") {
@@ -148,8 +161,12 @@ TEST_CASE("context parallel: the key is checked against the world, the row lengt
   CHECK(error_of("moe", 2, 4, 64, "expert_parallel = 2\n").find("not together with expert_parallel = 2") != std::string::npos);
   CHECK(error_of("moe", 2, 4, 64, "shard_base = true\n").find("not together with shard_base") != std::string::npos);
   CHECK(error_of("mla", 2, 2, 64).empty());  // MLA's per-head k and v go through the ring as any attention's
-  CHECK(error_of("gdn", 2, 2, 64).find("linear-attention (Gated DeltaNet) layers") != std::string::npos);
+  CHECK(error_of("gdn", 2, 2, 64).empty());  // Gated DeltaNet: window and state handed from chunk to chunk
+  CHECK(error_of("gdn", 2, 2, 8).find("Gated DeltaNet conv1d window (linear_conv_kernel_dim = 4) reaches past a chunk of "
+                                      "data.sequence_len / 2N = 2 tokens") != std::string::npos);
   CHECK(error_of("vl", 2, 2, 64).find("(qwen2_5_vl): a vision-language model splices vision features") != std::string::npos);
+  // Qwen3.5's multimodal checkpoint form is read for its language model (the tower not read): a text decoder.
+  CHECK(error_of((fs::path(AXENGINE_TEST_DATA_DIR) / "models" / "qwen3_5_vl").string(), 2, 2, 64).empty());
   CHECK(error_of("moe", 0, 2, 64).rfind("run.toml:4:20: 'distributed.context_parallel'", 0) == 0);
   // Not launched: the table has no effect, nothing to check.
   std::ofstream(dir / "run.toml") << "[model]\npath = \"mla\"\n[distributed]\ncontext_parallel = 2\n";

@@ -733,9 +733,9 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
   // Context parallelism: a training forward runs this rank's tokens of every row (models/context_parallel.hpp).
   cp_split_.reset();
   if (cp_ && cp_->size() > 1 && !want_logits && !decode_step_ && batch.labels.defined()) {
-    if (embeds.defined() || rope_pos.defined() || attention_groups.defined() || !cfg_.linear_layers.empty())
+    if (embeds.defined() || rope_pos.defined() || attention_groups.defined())
       throw UsageError(str("model forward: context parallelism does not split ", cfg_.model_type,
-                           " (given embeddings, multimodal RoPE, attention groups or linear-attention layers)"));
+                           " (given embeddings, multimodal RoPE or attention groups)"));
     if (S % (2 * cp_->size()) != 0)
       throw UsageError(str("model forward: 2 x context_parallel = ", 2 * cp_->size(),
                            " does not divide the row length ", S, " (each rank holds 2 chunks of every row)"));

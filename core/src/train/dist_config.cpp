@@ -24,8 +24,9 @@ void bind_distributed(TableBinder& t, DistributedConfig& c) {
             "ranks per context-parallel group: they train the same micro-batches, each holding 1/N of every packed "
             "row's tokens through the layers (zig-zag chunks r and 2N-1-r of 2N; ring attention: K/V blocks travel "
             "between the ranks, each attends its own queries); world = data-parallel x context_parallel. Must divide "
-            "the world size, and 2N must divide data.sequence_len. Dense, MoE and MLA attention families; not "
-            "linear-attention hybrids or vision-language models, not with expert_parallel > 1 or shard_base; "
+            "the world size, and 2N must divide data.sequence_len. Dense, MoE and MLA attention families and the Gated "
+            "DeltaNet hybrids (their conv window and recurrent state handed along each row's chunks); not "
+            "vision-language models, not with expert_parallel > 1 or shard_base; "
             "docs/distributed.md, \"Context parallelism\"");
   t.field("shard_base", c.shard_base,
           "each rank keeps 1/world of every decoder layer's frozen weights (dense or packed) and all-gathers a layer "

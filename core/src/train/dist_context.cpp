@@ -73,18 +73,24 @@ void check_context_parallel(const RunConfig& config, const DistributedConfig& d,
   const std::string cfg_path = (std::filesystem::path(config.model.path) / "config.json").string();
   const nlohmann::json j = models::read_json_file(cfg_path);
   const std::string type = j.value("model_type", std::string());
-  // Any vision-language checkpoint (qwen2_5_vl, qwen3_vl, gemma3 ...): the model splices vision features into whole rows.
-  if (j.contains("vision_config"))
-    fail(ax::str(cfg_path, " (", type, "): a vision-language model splices vision features into whole rows; not split over ranks"));
   models::HfConfig hf;
+  std::string unparsed;
   try {
     hf = models::parse_hf_config(j, cfg_path);
   } catch (const std::exception& e) {
-    fail(ax::str(cfg_path, " (", type, ") is not a built-in decoder family that splits its rows: ", e.what()));
+    unparsed = e.what();
   }
-  if (!hf.linear_layers.empty())
-    fail(ax::str(cfg_path, " (", type, "): its linear-attention (Gated DeltaNet) layers carry a recurrent state along the "
-                 "row, which a rank holding a later block of tokens would need from the one before; not split"));
+  // Any vision-language checkpoint (qwen2_5_vl, qwen3_vl, gemma3 ...): the model splices vision features into whole
+  // rows. Not a multimodal checkpoint read for its language model only (Qwen3.5's: HfConfig::text_part, the tower
+  // not read): that is a text decoder.
+  if (j.contains("vision_config") && (!unparsed.empty() || !hf.text_part))
+    fail(ax::str(cfg_path, " (", type, "): a vision-language model splices vision features into whole rows; not split over ranks"));
+  if (!unparsed.empty()) fail(ax::str(cfg_path, " (", type, ") is not a built-in decoder family that splits its rows: ", unparsed));
+  // Gated DeltaNet layers: a chunk's conv1d window reaches W-1 tokens back, into the previous chunk only
+  // (models/parts/gdn_context_parallel.hpp).
+  if (!hf.linear_layers.empty() && hf.gdn.conv_kernel - 1 > sequence_len / (2 * N))
+    fail(ax::str(cfg_path, " (", type, "): its Gated DeltaNet conv1d window (linear_conv_kernel_dim = ", hf.gdn.conv_kernel,
+                 ") reaches past a chunk of data.sequence_len / 2N = ", sequence_len / (2 * N), " tokens"));
 }
 
 }  // namespace ax::train

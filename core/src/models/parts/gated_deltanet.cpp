@@ -1,5 +1,6 @@
 #include "models/parts/gated_deltanet.hpp"
 
+#include <optional>
 #include <tuple>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include "axengine/strings.hpp"
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
+#include "models/parts/gdn_context_parallel.hpp"
 
 namespace ax::models {
 
@@ -108,7 +110,13 @@ at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, co
     std::tie(conv.initial_state, state) = cached_linear_state(i);
     conv.output_final_state = true;
   }
-  auto c = autograd::causal_conv1d(kernels_->get<ops::CausalConv1d>(ops::dtype_name(dtype_)), std::move(conv));
+  // Context parallelism: this rank's chunks of every row, each from the window and state the row's chunk before
+  // it leaves (parts/gdn_context_parallel.hpp); x holds this rank's tokens, cu the whole batch's samples.
+  std::optional<GdnContextSplit> cp;
+  if (cp_split_) cp.emplace(*cp_split_, cu);
+  const auto conv_op = kernels_->get<ops::CausalConv1d>(ops::dtype_name(dtype_));
+  autograd::CausalConv1dOutput c = cp ? autograd::CausalConv1dOutput{cp->conv1d(conv_op, std::move(conv)), at::Tensor()}
+                                      : autograd::causal_conv1d(conv_op, std::move(conv));
   const at::Tensor& y = c.y;
 
   ops::LinearAttentionArgs la;
@@ -123,7 +131,8 @@ at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, co
   la.check_values = false;
   la.initial_state = state;
   la.output_final_state = decode_step_ != nullptr;
-  auto r = autograd::linear_attention(linear_attention_backend(), std::move(la));
+  auto r = cp ? autograd::LinearAttentionOutput{cp->linear_attention(linear_attention_backend(), std::move(la)), at::Tensor()}
+              : autograd::linear_attention(linear_attention_backend(), std::move(la));
   if (decode_step_) store_linear_state(i, c.final_state, r.final_state);
   const at::Tensor& o = r.out;  // [T, Hv, Dv]
 
