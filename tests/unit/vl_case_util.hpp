@@ -153,6 +153,22 @@ inline int check_parity(const std::string& dir, const std::string& backends, con
   return check_loss_and_grads(out, l.as<ax::models::VlModel>().text().lora().modules, g);
 }
 
+// For tests/python/check_vlm_peft.py, in `out`: the samples (ids; pixel_values and grid where they have images) with
+// our logits of each from the packed batch (expected.safetensors), and the base model's dir (base_dir.txt).
+inline void export_for_peft(const std::filesystem::path& out, const std::string& dir, const Packed& p, const ax::safetensors::File& g,
+                            const at::Tensor& logits) {
+  std::vector<std::pair<std::string, at::Tensor>> expected;  // peft's logits of each sample alone against ours
+  for (int k = 0; k < 3; ++k) {
+    auto [row, off, len] = p.where[k];
+    expected.emplace_back(ax::str("ids.", k), g.get(ax::str("ids.", k)));
+    expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
+    for (const char* key : {"pixel_values.", "grid."})  // gemma3's images have no grid
+      if (g.find(ax::str(key, k))) expected.emplace_back(ax::str(key, k), g.get(ax::str(key, k)));
+  }
+  ax::safetensors::save((out / "expected.safetensors").string(), expected);
+  std::ofstream(out / "base_dir.txt") << dir;
+}
+
 // Adapters we save reload with the same logits, name the language model's modules as peft does
 // (`want_keys`: some of them) and exclude the vision side. With AXENGINE_VLM_PEFT_EXPORT_DIR set (and `export_dir`),
 // the adapter, the samples and our logits are left there for tests/python/check_vlm_peft.py.
@@ -201,18 +217,7 @@ inline void check_adapter_round_trip(const std::string& dir, const Packed& p, co
     ax::test::remove_tree(out);
     return;
   }
-  std::vector<std::pair<std::string, at::Tensor>> expected;  // peft's logits of each sample alone against ours
-  for (int k = 0; k < 3; ++k) {
-    auto [row, off, len] = p.where[k];
-    expected.emplace_back(ax::str("ids.", k), g.get(ax::str("ids.", k)));
-    expected.emplace_back(ax::str("logits.", k), logits[row].narrow(0, off, len).contiguous());
-    if (g.find(ax::str("grid.", k))) {
-      expected.emplace_back(ax::str("pixel_values.", k), g.get(ax::str("pixel_values.", k)));
-      expected.emplace_back(ax::str("grid.", k), g.get(ax::str("grid.", k)));
-    }
-  }
-  ax::safetensors::save((out / "expected.safetensors").string(), expected);
-  std::ofstream(out / "base_dir.txt") << dir;
+  export_for_peft(out, dir, p, g, logits);
 }
 
 // 30 plain SGD steps of a new rank-4 LoRA on `targets` (default: every projection) lower the loss of the packed batch.

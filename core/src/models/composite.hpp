@@ -3,6 +3,7 @@
 // (built in or a plugin's) implements CompositeModel on its Model; merge_lora_dir (models/tools.cpp) finds it.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -19,6 +20,9 @@ struct CompositeLayout {
   // A stored tensor that is not the language model's: written as stored (the same bytes when the output
   // dtype is the base's; floating tensors cast to another one).
   std::function<bool(const std::string&)> kept;
+  // A kept tensor's fp32 delta (by stored name): an adapter of the vision side folded into its weight, which is
+  // then written as (stored + delta) in the output dtype.
+  std::map<std::string, at::Tensor> kept_delta;
   // config.json's tie_word_embeddings for the language model, read from the composite config.
   std::function<bool(const nlohmann::json&)> tied;
 };

@@ -149,6 +149,7 @@ void write_composite_model_dir(const DecoderModel& dm, const CompositeLayout& la
     for (const auto& n : ckpt.names())
       if (layout.kept(n)) {
         at::Tensor t = ckpt.get(n);
+        if (auto d = layout.kept_delta.find(n); d != layout.kept_delta.end()) t = t.to(at::kFloat) + d->second.to(at::kCPU);
         merged.emplace_back(n, at::isFloatingType(t.scalar_type()) ? t.to(dtype).contiguous() : t);
       }
   }

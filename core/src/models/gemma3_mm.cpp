@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -16,6 +17,7 @@
 #include "axengine/selection.hpp"
 #include "axengine/strings.hpp"
 #include "models/decoder_plan.hpp"
+#include "models/autograd_ops.hpp"
 #include "models/lora.hpp"
 #include "ops/check.hpp"
 
@@ -154,6 +156,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> gemma3_vision_tensors(
   return out;
 }
 
+std::vector<std::string> gemma3_vision_linears(const Gemma3MmConfig& c) {
+  // The tower's q/k/v/out_proj, fc1, fc2: every [out, in] weight but the position table's. The projector's
+  // mm_input_projection_weight is a bare parameter (a matmul, not an nn.Linear): peft has no LoRA module for it.
+  std::vector<std::string> out;
+  for (const auto& [name, shape] : gemma3_vision_tensors(c))
+    if (shape.size() == 2 && name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 && name.find("position_embedding") == std::string::npos)
+      out.push_back(name.substr(0, name.size() - 7));
+  return out;
+}
+
 at::Tensor image_groups(const at::Tensor& ids_in, const at::Tensor& cu_in, int64_t image_token_id) {
   at::Tensor ids = ids_in.to(at::kCPU, at::kLong).contiguous(), cu = cu_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* id = ids.data_ptr<int64_t>();
@@ -189,6 +201,7 @@ const at::Tensor& Gemma3Vision::w(const std::string& name) const {
 }
 
 at::Tensor Gemma3Vision::linear(const at::Tensor& x, const std::string& module) const {
+  if (lora_) return lora_->linear(x, w(module + ".weight"), w(module + ".bias"), module);
   return at::linear(x, w(module + ".weight"), w(module + ".bias"));
 }
 
@@ -211,12 +224,14 @@ at::Tensor Gemma3Vision::layer(int64_t i, const at::Tensor& x, const at::Tensor&
   a.causal = false;
   a.check_values = false;  // built here
   if (!attention_) attention_ = attention_chain_of(*kernels_, dtype_, "");
-  at::Tensor h = x + linear(attention_->forward(a).out.reshape({N, H * D}), p + "self_attn.out_proj");
+  // Through the autograd adapter: with LoRA on the tower the gradient reaches q / k / v's factors.
+  at::Tensor h = x + linear(autograd::attention(attention_, std::move(a)).reshape({N, H * D}), p + "self_attn.out_proj");
   return h + linear(at::gelu(linear(layer_norm(h, p + "layer_norm2"), p + "mlp.fc1"), "tanh"), p + "mlp.fc2");
 }
 
 at::Tensor Gemma3Vision::forward(const at::Tensor& pixel_values) const {
-  at::NoGradGuard no_grad;  // frozen: no graph is kept
+  std::optional<at::NoGradGuard> no_grad;  // frozen: no graph is kept
+  if (!lora_ || lora_->empty()) no_grad.emplace();
   const SiglipConfig& v = cfg_.vision;
   const int64_t S = v.image_size, side = v.patches_per_side(), P = side * side, C = v.hidden_size;
   if (pixel_values.dim() != 4 || pixel_values.size(1) != v.num_channels || pixel_values.size(2) != S || pixel_values.size(3) != S)
@@ -250,7 +265,7 @@ VlInspect inspect(const json& cfg, const std::string& source) {
   return {g.text, "gemma3 (language model gemma3_text)",
           str("SigLIP, ", g.vision.num_layers, " layers, hidden ", g.vision.hidden_size, ", heads ", g.vision.num_heads, ", image ",
               g.vision.image_size, " / patch ", g.vision.patch_size, "; ", g.mm_tokens_per_image, " tokens per image"),
-          gemma3_vision_tensors(g), {}};
+          gemma3_vision_tensors(g), {}, gemma3_vision_linears(g)};
 }
 
 }  // namespace
@@ -268,6 +283,8 @@ Gemma3MmModel::Gemma3MmModel(Gemma3MmConfig cfg, const safetensors::Checkpoint& 
     : VlModel(gemma3_mm_description(), device), cfg_(std::move(cfg)) {
   safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<Gemma3Vision>(cfg_, vis, dtype, device, kernels);
+  vision_lora_ = VisionLora(dtype, kernels);
+  vision_->set_lora(&vision_lora_);
   warn_unused(vis, vision_->used_keys());  // e.g. a SigLIP pooling head (vision_use_head): gemma3 reads the patches
   load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
 }

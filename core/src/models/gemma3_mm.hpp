@@ -65,6 +65,9 @@ Gemma3MmConfig parse_gemma3_mm_config(const nlohmann::json& j, const std::string
 // The tower's and projector's tensors (names in the vision view) and their shapes.
 std::vector<std::pair<std::string, std::vector<int64_t>>> gemma3_vision_tensors(const Gemma3MmConfig& c);
 
+// The tower's linear layers (vision view module names): its LoRA sites (VlInspect::linears).
+std::vector<std::string> gemma3_vision_linears(const Gemma3MmConfig& c);
+
 // transformers' token_type_ids mask groups: every maximal run of image_token_id inside one span of `cu`
 // (host int64, 0 ... T) is one group (ids 0, 1, ... in order), other tokens -1. int32 [T], host.
 at::Tensor image_groups(const at::Tensor& ids, const at::Tensor& cu, int64_t image_token_id);
@@ -73,13 +76,16 @@ at::Tensor image_groups(const at::Tensor& ids, const at::Tensor& cu, int64_t ima
 // chat template, preprocessor_config.json and a tokenizer holding its image tokens.
 void init_gemma3_mm_dir(const std::string& out_dir, uint64_t seed);
 
-// The frozen SigLIP tower and the projector.
+// The SigLIP tower and the projector: frozen, or with LoRA on the tower's linear layers (set_lora: the model's
+// VisionLora, sites named as the tower's weights).
 class Gemma3Vision {
  public:
   Gemma3Vision(const Gemma3MmConfig& cfg, const safetensors::Checkpoint& ckpt, at::ScalarType dtype, at::Device device,
                std::shared_ptr<KernelSet> kernels);
-  // pixel_values [N, C, image_size, image_size] -> soft tokens [N * mm_tokens_per_image, text hidden]. No autograd.
+  // pixel_values [N, C, image_size, image_size] -> soft tokens [N * mm_tokens_per_image, text hidden]. No autograd
+  // unless a LoRA is set.
   at::Tensor forward(const at::Tensor& pixel_values) const;
+  void set_lora(const VisionLora* lora) { lora_ = lora; }
   const std::vector<std::pair<std::string, at::Tensor>>& weights() const { return named_; }
   const std::vector<std::string>& used_keys() const { return used_; }
 
@@ -90,6 +96,7 @@ class Gemma3Vision {
   at::Tensor layer(int64_t i, const at::Tensor& x, const at::Tensor& cu) const;
 
   Gemma3MmConfig cfg_;
+  const VisionLora* lora_ = nullptr;
   at::ScalarType dtype_;
   at::Device device_;
   std::shared_ptr<KernelSet> kernels_;

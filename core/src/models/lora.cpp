@@ -16,18 +16,19 @@
 #include "axengine/strings.hpp"
 #include "models/family.hpp"
 #include "models/lora_all_linear.hpp"
+#include "models/vision_lora.hpp"
 #include "models/hf_config.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-bool name_matches(const std::string& path, const std::string& target) {
+bool lora_name_matches(const std::string& path, const std::string& target) {
   return path == target || (path.size() > target.size() && path.compare(path.size() - target.size(), target.size(), target) == 0 &&
                             path[path.size() - target.size() - 1] == '.');
 }
+
+namespace {
 
 // peft's _MOE_TARGET_MODULE_MAPPING / _MOE_FUSED_TARGETS (peft/utils/transformers_weight_conversion.py):
 // the transformers 4 per-expert names (the family's, models/family.hpp) and the fused parameter each maps to.
@@ -92,6 +93,11 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
   if (spec.r <= 0) throw UsageError(str("lora: r must be positive, got ", spec.r));
   if (spec.dropout < 0 || spec.dropout >= 1) throw UsageError(str("lora: dropout must be in [0, 1), got ", spec.dropout));
   if (spec.targets.empty()) throw UsageError("lora: no target modules given");
+  // A vision-language family plans its vision side itself (models/vision_lora.hpp) and passes the language
+  // model's spec without them: here they reach a model that has no vision side.
+  if (const auto vision = split_vision_targets(spec.targets).second; !vision.empty())
+    throw UsageError(str("lora: vision_targets [", join(vision, ", "), "] given, but this ", model_type,
+                         " model has no vision side (lora.vision_targets is for the vision-language families)"));
   if (is_all_linear(spec.targets)) {
     const AllLinear all = resolve_all_linear(model_type, sites);
     if (!all.not_supported.empty()) {
@@ -102,7 +108,7 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
                            all.not_supported.size() > shown ? str(" and ", all.not_supported.size() - shown, " more") : "",
                            ", which axengine puts no LoRA on; give the targets as a list instead (those of the list above "
                            "select the same modules without ", all.not_supported.front().find("gate.weight") != std::string::npos
-                                                                    ? "the routers)" : "the vision tower)"));
+                                                                    ? "the routers)" : "the vision tower; lora.vision_targets names its linear layers)"));
     }
     spec.targets = all.targets;
   }
@@ -156,7 +162,7 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
       continue;
     }
     for (const auto& t : linear_targets)
-      if (name_matches(s.path, t)) {
+      if (lora_name_matches(s.path, t)) {
         out.push_back({s, spec.r, spec.alpha});
         used.insert(t);
         break;

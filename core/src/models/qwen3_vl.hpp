@@ -115,7 +115,8 @@ void check_qwen3_vision_checkpoint(const Qwen3VisionConfig& v, const safetensors
 // fp32 [N, 4]}, on the host.
 std::pair<at::Tensor, at::Tensor> position_taps(const Grids& grids, int64_t merge, int64_t side);
 
-// The frozen vision tower (weights under transformers' names without the "visual." prefix).
+// The vision tower (weights under transformers' names without the "visual." prefix): frozen, or with LoRA on its
+// linear layers (set_lora: the model's VisionLora, whose sites are named with the prefix).
 class Qwen3VisionTower {
  public:
   Qwen3VisionTower(const Qwen3VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
@@ -124,8 +125,10 @@ class Qwen3VisionTower {
     at::Tensor merged;                // [N / merge², out_hidden_size]: replaces the image tokens' embeddings
     std::vector<at::Tensor> deepstack;  // one per deepstack_visual_indexes, in block order: added after decoder layer k
   };
-  // pixel_values [N, patch_dim] (all images, in order), grids summing to N patches. No autograd: frozen.
+  // pixel_values [N, patch_dim] (all images, in order), grids summing to N patches. No autograd unless a LoRA
+  // is set (then the graph reaches its factors).
   Features forward(const at::Tensor& pixel_values, const Grids& grids) const;
+  void set_lora(const VisionLora* lora) { lora_ = lora; }
   const std::vector<std::pair<std::string, at::Tensor>>& weights() const { return named_; }  // checkpoint names
   const std::vector<std::string>& used_keys() const { return used_; }
   static std::vector<OpCall> calls();  // the attention; everything else is ATen
@@ -139,6 +142,8 @@ class Qwen3VisionTower {
                    int64_t max_len) const;
 
   Qwen3VisionConfig cfg_;
+  std::string prefix_;  // the vision view's prefix of the tower's names ("visual.")
+  const VisionLora* lora_ = nullptr;
   at::ScalarType dtype_;
   at::Device device_;
   std::shared_ptr<KernelSet> kernels_;

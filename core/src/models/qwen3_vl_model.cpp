@@ -34,7 +34,13 @@ VlInspect qwen3_vl_inspect(const Qwen3VlConfig& vl, const std::string& architect
                     " learned positions, deepstack blocks ", ops::check::shape_str(v.deepstack_visual_indexes), "; mrope_section ",
                     ops::check::shape_str(vl.mrope_section), " interleaved"),
                 {}, {}};
-  for (const auto& [n, s] : qwen3_vision_tensors(v)) out.vision.emplace_back("visual." + n, s);
+  for (const auto& [n, s] : qwen3_vision_tensors(v)) {
+    out.vision.emplace_back("visual." + n, s);
+    // Its linear layers (the LoRA sites): the blocks' qkv, proj, linear_fc1/2 and the mergers' linear_fc1/2 — every
+    // [out, in] weight but the learned position table's.
+    if (s.size() == 2 && n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0 && n != "pos_embed.weight")
+      out.linears.push_back("visual." + n.substr(0, n.size() - 7));
+  }
   VisionConfig depth;  // check_vision_blocks reads the depth only
   depth.depth = v.depth;
   out.check_sizes = [depth](const safetensors::Checkpoint& vis) { check_vision_blocks(depth, vis, "visual."); };
@@ -56,6 +62,8 @@ Qwen3VlModel::Qwen3VlModel(const VlDescription& desc, Qwen3VlConfig cfg, const s
     : VlModel(desc, device), cfg_(std::move(cfg)) {
   safetensors::Checkpoint vis = vl_vision_view(desc_, ckpt);
   vision_ = std::make_unique<Qwen3VisionTower>(cfg_.vision, vis, "visual.", dtype, device, kernels);
+  vision_lora_ = VisionLora(dtype, kernels);
+  vision_->set_lora(&vision_lora_);
   warn_unused(vis, vision_->used_keys());
   load_text(cfg_.text, ckpt, dtype, std::move(kernels), weights);
 }

@@ -1,4 +1,5 @@
-// The Qwen3-VL vision tower (Qwen3VLVisionModel), frozen: no LoRA, no autograd.
+// The Qwen3-VL vision tower (Qwen3VLVisionModel): frozen (no autograd), or with LoRA on the linear layers that
+// lora.vision_targets name (models/vision_lora.hpp).
 //
 // Patches arrive flattened [N, C·T·P·P] in the processor's order (per image, 2x2 merge blocks in raster order,
 // the four patches of a block together) and keep it: every block attends over a whole image frame. The patch
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -101,7 +103,7 @@ std::vector<OpCall> Qwen3VisionTower::calls() { return {{"attention", "", ""}}; 
 
 Qwen3VisionTower::Qwen3VisionTower(const Qwen3VisionConfig& cfg, const safetensors::Checkpoint& ckpt, const std::string& prefix,
                                    at::ScalarType dtype, at::Device device, std::shared_ptr<KernelSet> kernels)
-    : cfg_(cfg), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
+    : cfg_(cfg), prefix_(prefix), dtype_(dtype), device_(device), kernels_(std::move(kernels)) {
   check_qwen3_vision_checkpoint(cfg_, ckpt, prefix);
   for (const auto& [name, shape] : qwen3_vision_tensors(cfg_)) {
     const std::string key = prefix + name;
@@ -121,6 +123,7 @@ const at::Tensor& Qwen3VisionTower::w(const std::string& name) const {
 }
 
 at::Tensor Qwen3VisionTower::linear(const at::Tensor& x, const std::string& module) const {
+  if (lora_) return lora_->linear(x, w(module + ".weight"), w(module + ".bias"), prefix_ + module);
   return at::linear(x, w(module + ".weight"), w(module + ".bias"));
 }
 
@@ -163,7 +166,8 @@ at::Tensor Qwen3VisionTower::block(int64_t i, const at::Tensor& x, const at::Ten
 }
 
 Qwen3VisionTower::Features Qwen3VisionTower::forward(const at::Tensor& pixel_values, const Grids& grids) const {
-  at::NoGradGuard no_grad;  // frozen: nothing here requires grad, and no graph is kept
+  std::optional<at::NoGradGuard> no_grad;  // frozen: nothing here requires grad, and no graph is kept
+  if (!lora_ || lora_->empty()) no_grad.emplace();
   int64_t N = 0;
   for (const auto& [t, h, w] : grids) N += t * h * w;
   if (pixel_values.dim() != 2 || pixel_values.size(0) != N || pixel_values.size(1) != cfg_.patch_dim())

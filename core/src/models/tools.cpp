@@ -27,6 +27,7 @@
 #include "models/layer_bytes.hpp"
 #include "models/lora_all_linear.hpp"
 #include "models/composite.hpp"
+#include "models/vision_lora.hpp"
 #include "models/vlm.hpp"
 #include "models/tied_head.hpp"
 #include "models/training_record.hpp"
@@ -300,12 +301,15 @@ std::string inspect_model_dir(const std::string& dir) {
   }
 
   os << "LoRA targets   (name: modules it matches)\n";
-  std::map<std::string, std::pair<int64_t, std::string>> by_leaf;
-  for (const auto& s : models::lora_sites(c)) {
-    auto& e = by_leaf[s.leaf + (s.experts ? " (experts)" : "")];
-    if (e.first++ == 0) e.second = s.path;
-  }
-  for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
+  auto list_sites = [&os](const std::vector<models::LoraSite>& sites) {
+    std::map<std::string, std::pair<int64_t, std::string>> by_leaf;
+    for (const auto& s : sites) {
+      auto& e = by_leaf[s.leaf + (s.experts ? " (experts)" : "")];
+      if (e.first++ == 0) e.second = s.path;
+    }
+    for (const auto& [leaf, e] : by_leaf) os << "  " << leaf << ": " << e.first << " (e.g. " << e.second << ")\n";
+  };
+  list_sites(models::lora_sites(c));
   // peft's "all-linear" on this model (models/lora_all_linear.hpp). A vision-language model's LoRA is planned under
   // its description's LoRA family, whose targets peft converts for no expert on qwen3_vl_moe (models/qwen3_vl_moe.cpp).
   const std::string lora_type = vld ? vld->lora_family : c.model_type;
@@ -316,6 +320,13 @@ std::string inspect_model_dir(const std::string& dir) {
        << (all.not_supported.size() > 1 ? str(" and ", all.not_supported.size() - 1, " more") : "")
        << ", which axengine puts no LoRA on";
   os << "\n";
+  // The vision side's sites, which lora.vision_targets name (models/vision_lora.hpp).
+  if (vl) {
+    const auto vision = models::vision_lora_sites(*vl);
+    if (vision.empty()) os << "LoRA vision_targets: none (LoRA on the " << vld->vision_what << " is not implemented for " << vld->family << ")\n";
+    else os << "LoRA vision_targets (name: modules it matches; peft's path model.<module>)\n";
+    list_sites(vision);
+  }
   if (const auto& n = models::family_of(c).per_expert; c.num_experts > 0 && n && lora_type == c.model_type)
     os << "  note: on this MoE model " << n->gate << "+" << n->up << " / " << n->down
        << " target the fused experts (as peft does for transformers 5): one rank-2r LoRA on gate_up_proj, "

@@ -15,6 +15,7 @@
 #include "axengine/strings.hpp"
 #include "models/decoder_plan.hpp"
 #include "models/lora.hpp"
+#include "models/vision_lora.hpp"
 
 namespace ax::models {
 namespace fs = std::filesystem;
@@ -69,15 +70,46 @@ void VlModel::warn_unused(const safetensors::Checkpoint& vis, const std::vector<
 std::vector<std::pair<std::string, at::Tensor>> VlModel::named_parameters() const {
   auto out = text_->named_parameters();
   for (const auto& p : vision_weights()) out.push_back(p);
+  for (const auto& p : vision_lora_.parameters()) out.push_back(p);
   return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> VlModel::trainable_parameters() const {
+  auto out = text_->trainable_parameters();
+  for (const auto& p : vision_lora_.parameters()) out.push_back(p);
+  return out;
+}
+
+void VlModel::set_training(bool training) {
+  text_->set_training(training);
+  vision_lora_.set_training(training);
 }
 
 void VlModel::save_adapter(const std::string& dir) const {
   if (text_->lora().modules.empty()) throw UsageError("save_adapter: the model has no LoRA adapter");
-  save_peft(text_->lora(), dir);
+  LoraSet all = text_->lora();  // the same tensors, the vision side's modules added
+  for (const auto& m : vision_lora_.lora().modules) all.modules.push_back(m);
+  save_peft(all, dir);
   const std::string path = (fs::path(dir) / "adapter_config.json").string();
   nlohmann::json j = read_json_file(path);
-  j["exclude_modules"] = desc_.exclude;
+  if (vision_lora_.empty()) {
+    j["exclude_modules"] = desc_.exclude;
+  } else {
+    // One target_modules for both sides: the language model's leaves and the vision side's names; every other
+    // module those names select in peft's model is excluded.
+    std::set<std::string> names(vision_lora_.lora().spec.targets.begin(), vision_lora_.lora().spec.targets.end());
+    std::set<std::string> wrapped;
+    for (const auto& m : all.modules) wrapped.insert(m.site.peft_path.empty() ? m.site.path : m.site.peft_path);
+    for (const auto& m : text_->lora().modules)
+      if (!m.site.experts) names.insert(m.site.leaf);
+    std::vector<std::string> known = vision_module_paths_;
+    for (const auto& s : vl_lora_sites(text_->config()))
+      if (!s.experts) known.push_back(s.peft_path);  // experts are parameters (target_parameters), not modules
+    const std::vector<std::string> target_names(names.begin(), names.end());
+    const std::string exclude = exclude_regex(target_names, known, wrapped);
+    j["target_modules"] = target_names;
+    j["exclude_modules"] = exclude.empty() ? nlohmann::json(nullptr) : nlohmann::json(exclude);
+  }
   safetensors::write_file_atomic(path, j.dump(2) + "\n", "adapter");
 }
 
@@ -93,6 +125,10 @@ CompositeLayout VlModel::checkpoint_layout(const std::string& model_dir) const {
     return it == stored.end() ? n : it->second;
   };
   l.kept = [d = &desc_](const std::string& n) { return d->vision_name(n).has_value(); };
+  // The vision side's adapters fold into the tower's weights (the stored name of each site's weight).
+  for (const auto& n : safetensors::Checkpoint::open_dir(model_dir).names())
+    if (auto v = desc_.vision_name(n); v && v->size() > 7 && v->compare(v->size() - 7, 7, ".weight") == 0)
+      if (const LoraModule* m = vision_lora_.lora().find(v->substr(0, v->size() - 7))) l.kept_delta[n] = lora_delta(*m);
   const std::string source = (fs::path(model_dir) / "config.json").string();
   l.tied = [d = &desc_, source](const nlohmann::json& cfg) { return d->inspect(cfg, source).text.tie_word_embeddings; };
   return l;
@@ -135,19 +171,64 @@ void refuse_saved(const LoraSet& lora, const std::string& adapter_dir, const std
 
 void VlFamily::check_lora_request(const ModelLoadOptions& o) const {
   if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
-  if (o.lora)  // the vision side is frozen: it has no LoRA sites
-    for (const auto& t : o.lora->targets)
+  if (o.lora)  // lora.targets are the language model's; the vision side's are lora.vision_targets
+    for (const auto& t : split_vision_targets(o.lora->targets).first)
       for (const auto& v : desc_.vision_targets)
         if (t.find(v) != std::string::npos)
           throw UsageError(str("lora: target '", t, "' names a module of the ", desc_.family, " ", desc_.vision_what,
-                               ", which is frozen (LoRA applies to the language model only)"));
-  if (!o.adapter_dir.empty()) {
-    const std::string path = (fs::path(o.adapter_dir) / "adapter_config.json").string();
-    nlohmann::json j = read_json_file(path);
-    if (j.is_object() && j.contains("exclude_modules") && !j["exclude_modules"].is_null() && j["exclude_modules"] != desc_.exclude)
-      throw UsageError(str(path, ": 'exclude_modules' ", j["exclude_modules"].dump(), " is not supported (only \"", desc_.exclude,
-                           "\", the ", desc_.vision_what, ", which has no LoRA here anyway)"));
+                               "; lora.targets are the language model's modules, name the ", desc_.vision_what,
+                               "'s in lora.vision_targets"));
+}
+
+std::vector<LoraSite> VlFamily::selected_vision_sites(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
+  const std::vector<std::string> targets = o.lora ? split_vision_targets(o.lora->targets).second : std::vector<std::string>{};
+  if (targets.empty()) return {};
+  const VlInspect vis = desc_.inspect(hf_config, (fs::path(o.dir) / "config.json").string());
+  return select_vision_sites(targets, vision_lora_sites(vis), vision_modules(vis), desc_.family, desc_.vision_what);
+}
+
+VlFamily::Adapters VlFamily::plan_adapters(const nlohmann::json& hf_config, const ModelLoadOptions& o, const HfConfig& text,
+                                           at::ScalarType dtype, at::Device device) const {
+  const auto text_sites = vl_lora_sites(text);
+  const VlInspect vis = desc_.inspect(hf_config, (fs::path(o.dir) / "config.json").string());
+  const auto vision_sites = vision_lora_sites(vis);
+  Adapters out;
+  if (o.lora) {
+    LoraSpec spec = *o.lora;
+    const auto [text_targets, vision_targets] = split_vision_targets(o.lora->targets);
+    spec.targets = text_targets;
+    out.text = make_lora(spec, desc_.lora_family, text_sites, dtype, device);
+    if (!vision_targets.empty()) {
+      spec.targets = vision_targets;
+      spec.seed = o.lora->seed + 1;  // the vision side's A from a stream of its own
+      out.vision = make_lora(spec, desc_.lora_family, selected_vision_sites(hf_config, o), dtype, device);
+    }
+    return out;
   }
+  // An adapter (ours or peft's): its target_modules over both sides' sites, less what its exclude_modules names,
+  // as peft selects them on transformers' model.
+  const std::string cfg_path = (fs::path(o.adapter_dir) / "adapter_config.json").string();
+  const nlohmann::json cfg = read_json_file(cfg_path);
+  const auto excluded = adapter_excludes(cfg.is_object() ? cfg : nlohmann::json::object(), cfg_path);
+  std::vector<LoraSite> sites;
+  std::set<std::string> vision_paths;
+  for (const auto& s : text_sites)
+    if (!excluded(s.peft_path)) sites.push_back(s);
+  for (const auto& s : vision_sites)
+    if (!excluded(s.peft_path)) sites.push_back(s), vision_paths.insert(s.path);
+  LoraSet all = load_peft(o.adapter_dir, desc_.lora_family, sites, dtype, device);
+  refuse_saved(all, o.adapter_dir, desc_.family);
+  out.text = all;
+  out.vision = all;
+  std::erase_if(out.text.modules, [&](const LoraModule& m) { return vision_paths.count(m.site.path) != 0; });
+  std::erase_if(out.vision.modules, [&](const LoraModule& m) { return vision_paths.count(m.site.path) == 0; });
+  std::set<std::string> leaves;  // the names a save writes for them
+  for (const auto& m : out.vision.modules) leaves.insert(m.site.leaf);
+  out.vision.spec.targets.assign(leaves.begin(), leaves.end());
+  if (out.text.modules.empty() && !out.vision.modules.empty())
+    throw UsageError(str(o.adapter_dir, ": the adapter has modules of the ", desc_.vision_what, " only; an adapter here has the language "
+                         "model's too"));
+  return out;
 }
 
 std::unique_ptr<Model> VlFamily::load(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
@@ -157,14 +238,17 @@ std::unique_ptr<Model> VlFamily::load(const nlohmann::json& hf_config, const Mod
   DecoderModel& text = model->text();
   text.set_activation_checkpointing(o.activation_checkpointing);
   if (o.lora || !o.adapter_dir.empty()) {
-    const at::Device device(o.device);
-    const auto sites = vl_lora_sites(text.config());
-    LoraSet lora = o.lora ? make_lora(*o.lora, desc_.lora_family, sites, dtype, device)
-                          : load_peft(o.adapter_dir, desc_.lora_family, sites, dtype, device);
-    refuse_saved(lora, o.adapter_dir, desc_.family);
+    Adapters a = plan_adapters(hf_config, o, text.config(), dtype, at::Device(o.device));
     fs::path base = fs::absolute(o.dir).lexically_normal();
-    lora.base_model = (base.has_filename() ? base : base.parent_path()).string();
-    text.set_lora(std::move(lora));
+    a.text.base_model = (base.has_filename() ? base : base.parent_path()).string();
+    text.set_lora(std::move(a.text));
+    if (!a.vision.modules.empty()) {
+      std::vector<std::string> paths;
+      for (const auto& m : vision_modules(desc_.inspect(hf_config, (fs::path(o.dir) / "config.json").string())))
+        paths.push_back(vision_peft_path(m));
+      log::info(str(desc_.family, ": LoRA on ", a.vision.modules.size(), " modules of the ", desc_.vision_what));
+      model->set_vision_lora(std::move(a.vision), std::move(paths));
+    }
   }
   log::info(str("loaded ", desc_.family, " model from ", o.dir, " (", text.config().num_layers, " layers, hidden ",
                 text.config().hidden_size, "; ", model->vision_summary(), ")"));
@@ -186,15 +270,24 @@ ModelCheck VlFamily::check(const nlohmann::json& hf_config, const ModelLoadOptio
     return std::find(p.text_ops_left_out.begin(), p.text_ops_left_out.end(), c.op) != p.text_ops_left_out.end();
   });
   for (const auto& c : p.vision) out.ops.push_back(c);
-  out.ops = ordered_calls(std::move(out.ops));
   out.quantize = text.quantize;
-  const auto sites = vl_lora_sites(p.text);
-  if (o.lora) out.lora_modules = static_cast<int64_t>(plan_lora(*o.lora, desc_.lora_family, sites).size());
-  if (!o.adapter_dir.empty()) {
-    const LoraSet adapter = load_peft(o.adapter_dir, desc_.lora_family, sites, dtype, at::kCPU);
-    refuse_saved(adapter, o.adapter_dir, desc_.family);
-    out.lora_modules = static_cast<int64_t>(adapter.modules.size());
+  std::size_t n_text = 0, n_vision = 0;
+  if (o.lora) {  // planned, not made: no factors allocated for a check
+    LoraSpec spec = *o.lora;
+    spec.targets = split_vision_targets(o.lora->targets).first;
+    n_text = plan_lora(spec, desc_.lora_family, vl_lora_sites(p.text)).size();
+    n_vision = selected_vision_sites(hf_config, o).size();
+  } else if (!o.adapter_dir.empty()) {
+    const Adapters a = plan_adapters(hf_config, o, p.text, dtype, at::kCPU);
+    n_text = a.text.modules.size();
+    n_vision = a.vision.modules.size();
   }
+  if (o.lora || !o.adapter_dir.empty()) out.lora_modules = static_cast<int64_t>(n_text + n_vision);
+  if (n_vision > 0) {
+    out.ops.push_back({"linear.lora", "dense", ""});  // the vision side's adapted linear layers (VisionLora::linear)
+    out.summary += str("; LoRA on ", n_vision, " modules of the ", desc_.vision_what);
+  }
+  out.ops = ordered_calls(std::move(out.ops));
   return out;
 }
 

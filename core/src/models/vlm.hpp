@@ -28,6 +28,7 @@
 #include "models/composite.hpp"
 #include "models/decoder.hpp"
 #include "models/hf_config.hpp"
+#include "models/vision_lora.hpp"
 #include "models/vl_decode.hpp"
 
 namespace ax::models {
@@ -42,6 +43,9 @@ struct VlInspect {
   TensorShapes vision;       // the vision side's tensors, under the names of the description's vision view
   // Checks the vision view's sizes before anything is listed (a config claiming 10^9 blocks); may be empty.
   std::function<void(const safetensors::Checkpoint& vision_view)> check_sizes;
+  // The vision side's linear layers (module names of the vision view, each with a [out, in] "<name>.weight" in
+  // `vision`): its LoRA sites, which lora.vision_targets select (models/vision_lora.hpp). Empty: none.
+  std::vector<std::string> linears;
 };
 
 struct VlDescription {
@@ -49,7 +53,9 @@ struct VlDescription {
   std::string lora_family;   // the language model's decoder family (make_lora / load_peft / all-linear)
   std::string exclude;       // adapter_config.json's exclude_modules in adapters we write: the vision side
   std::string vision_what;   // the vision side in messages: "vision tower", "vision tower or projector"
-  std::vector<std::string> vision_targets;  // LoRA target substrings that name a vision module (refused)
+  // Substrings of a language-model target (lora.targets) that name a vision module: refused there, with a
+  // pointer to lora.vision_targets.
+  std::vector<std::string> vision_targets;
   // A stored tensor name -> the decoder's name (model.layers.*, lm_head.weight), or none for the vision side.
   std::function<std::optional<std::string>(const std::string&)> text_name;
   // A stored tensor name -> the name the vision side reads, or none for the language model.
@@ -84,10 +90,12 @@ at::ScalarType vl_model_dtype(const ModelLoadOptions& o);
 class VlModel : public Model, public CompositeModel, public VlDecode {
  public:
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override { return text_->trainable_parameters(); }
-  void set_training(bool training) override { text_->set_training(training); }
-  // The peft adapter, with exclude_modules the description's: the target names (q_proj, gate_proj...) also name
-  // modules of the vision side in transformers' module tree, and peft is told to leave it alone, as it is here.
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const override;
+  void set_training(bool training) override;
+  // The peft adapter, the language model's and the vision side's modules in one. Without vision modules,
+  // exclude_modules is the description's: the target names (q_proj, gate_proj...) also name modules of the vision
+  // side in transformers' module tree, and peft is told to leave it alone, as it is here. With them, the
+  // target_modules hold both sides' names and exclude_modules every other module they name (exclude_regex).
   void save_adapter(const std::string& dir) const override;
   WeightStats weight_stats() const override { return text_->weight_stats(); }
 
@@ -97,6 +105,13 @@ class VlModel : public Model, public CompositeModel, public VlDecode {
   // The language model under the stored names, the vision side kept as stored.
   CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
   const VlDescription& description() const { return desc_; }
+  // The vision side's adapters (lora.vision_targets, or those of a loaded adapter); empty: a frozen vision side.
+  const VisionLora& vision_lora() const { return vision_lora_; }
+  // `module_paths`: every module of the vision side under peft's paths (what the adapter's names could select).
+  void set_vision_lora(LoraSet lora, std::vector<std::string> module_paths) {
+    vision_lora_.set(std::move(lora));
+    vision_module_paths_ = std::move(module_paths);
+  }
   // What the load's log line says after the language model's size, e.g. "vision 2 blocks, hidden 32".
   virtual std::string vision_summary() const = 0;
 
@@ -123,6 +138,9 @@ class VlModel : public Model, public CompositeModel, public VlDecode {
   const VlDescription& desc_;
   at::Device device_;
   std::unique_ptr<DecoderModel> text_;
+  // The family's tower calls its linear layers through it (made with the tower's dtype and kernels).
+  VisionLora vision_lora_;
+  std::vector<std::string> vision_module_paths_;
 };
 
 class VlFamily : public ModelFamily, public ModelFamilyCheck {
@@ -147,7 +165,15 @@ class VlFamily : public ModelFamily, public ModelFamilyCheck {
   const VlDescription& desc_;
 
  private:
-  void check_lora_request(const ModelLoadOptions& o) const;  // both given, vision targets, the adapter's excludes
+  void check_lora_request(const ModelLoadOptions& o) const;  // both given, vision modules named by lora.targets
+  // The adapters the load asks for: the language model's and the vision side's (o.device; the dtype's).
+  struct Adapters {
+    LoraSet text, vision;
+  };
+  // The vision sites o.lora's vision_targets select (checked; none without them).
+  std::vector<LoraSite> selected_vision_sites(const nlohmann::json& hf_config, const ModelLoadOptions& o) const;
+  Adapters plan_adapters(const nlohmann::json& hf_config, const ModelLoadOptions& o, const HfConfig& text, at::ScalarType dtype,
+                         at::Device device) const;
 };
 
 }  // namespace ax::models

@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "axengine/config.hpp"
 #include "axengine/model.hpp"
@@ -11,6 +12,9 @@ namespace ax::train {
 struct LoraConfig {
   LoraSpec spec;
   std::string init_from;  // a PEFT adapter directory to continue training ("" = fresh adapter)
+  // lora.vision_targets: the vision side's modules (vision-language families); the model load gets them in
+  // spec.targets as "vision:<name>" (models/vision_lora.hpp, with_vision_targets).
+  std::vector<std::string> vision_targets;
 };
 
 LoraConfig read_lora_config(const RunConfig& config);

@@ -27,6 +27,7 @@
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
+#include "models/vision_lora.hpp"
 #include "train/dist_context.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_shard_base.hpp"
@@ -228,6 +229,10 @@ void check_something_trains(const RunConfig& cfg, const LoraConfig& lora, const 
   if (lora.spec.targets.empty() && lora.init_from.empty() && train.unfrozen_parameters.empty())
     config_fail(cfg.file, node_at(cfg, "lora.targets"),
                 "lora.targets is empty (no adapter) and train.unfrozen_parameters is not set: nothing would train");
+  // The vision side's adapters are part of the language model's adapter (one peft adapter): no adapter, none.
+  if (lora.spec.targets.empty() && lora.init_from.empty() && !lora.vision_targets.empty())
+    config_fail(cfg.file, node_at(cfg, "lora.vision_targets"),
+                "lora.vision_targets needs an adapter on the language model too: lora.targets is empty (no adapter)");
   if (!train.unfrozen_parameters.empty() && dist.shard_base)
     config_fail(cfg.file, node_at(cfg, "train.unfrozen_parameters"),
                 "train.unfrozen_parameters cannot be used with [distributed] shard_base: its layers' base tensors are frozen "
@@ -344,7 +349,10 @@ ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora
   o.activation_checkpointing = train.activation_checkpointing;
   o.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
   if (!lora.init_from.empty()) o.adapter_dir = lora.init_from;
-  else if (!lora.spec.targets.empty()) o.lora = lora.spec;  // lora.targets = []: no adapter
+  else if (!lora.spec.targets.empty()) {  // lora.targets = []: no adapter
+    o.lora = lora.spec;
+    o.lora->targets = models::with_vision_targets(lora.spec.targets, lora.vision_targets);
+  }
   return o;
 }
 

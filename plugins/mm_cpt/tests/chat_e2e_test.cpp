@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "axengine/models.hpp"
+#include "axengine/safetensors.hpp"
 #include "e2e_util.hpp"
 // Last: c10 (through ATen) defines a CHECK macro of its own, doctest's must win.
 #include <doctest/doctest.h>
@@ -64,9 +66,10 @@ void make_layout(const fs::path& dir, int rows, const Family& f) {
   fs::rename(dir / "data/vl-chat/train.jsonl.tmp", dir / "data/vl-chat/train.jsonl");
 }
 
-// `axengine run` with the family's config over 48 generated conversations: 30 steps, the loss falls.
-void train_and_check(const Family& f) {
-  const fs::path dir = mm_e2e::scratch("mm_chat_e2e", f.preset);
+// `axengine run` with the family's config over 48 generated conversations: 30 steps, the loss falls. `vision_targets`
+// (a TOML array): LoRA on the tower too, whose adapters the final checkpoint then holds.
+void train_and_check(const Family& f, const std::string& vision_targets = "") {
+  const fs::path dir = mm_e2e::scratch("mm_chat_e2e", std::string(f.preset) + (vision_targets.empty() ? "" : "-vision"));
   make_layout(dir, 48, f);
   std::string cmd = std::string("AXENGINE_CACHE_DIR=") + (dir / "cache").string() + " " + AXENGINE_BIN + " run --config " +
                     (dir / "configs/vl.toml").string();
@@ -76,6 +79,7 @@ void train_and_check(const Family& f) {
                               std::string("lora.dropout=0.0"), std::string("train.max_steps=30"), std::string("device.type=cpu"),
                               std::string("train.activation_checkpointing=false")})
     cmd += " --set '" + s + "'";
+  if (!vision_targets.empty()) cmd += " --set 'lora.vision_targets=" + vision_targets + "'";
   cmd += " > " + (dir / "run.log").string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   const std::string log = slurp(dir / "run.log");
@@ -93,6 +97,17 @@ void train_and_check(const Family& f) {
   CHECK(mean(25) < 0.7 * mean(0));
   // Only the assistant turns train: every step feeds more tokens (prompts, images) than it trains on.
   for (const auto& s : steps) CHECK(s["trainable_tokens"].get<int64_t>() < s["tokens"].get<int64_t>());
+  if (!vision_targets.empty()) {  // the tower's adapters trained: B moved off its zeros
+    const fs::path adapter = dir / "runs" / f.run_dir / "checkpoints/step-00000030/adapter_model.safetensors";
+    auto st = ax::safetensors::File::open(adapter.string());
+    int vision = 0;
+    for (const auto& t : st->tensors())
+      if (t.name.find(".visual.") != std::string::npos && t.name.find("lora_B") != std::string::npos) {
+        ++vision;
+        CHECK(st->get(t.name).abs().max().item<double>() > 0);
+      }
+    CHECK(vision > 0);
+  }
   fs::remove_all(dir);
 }
 
@@ -104,6 +119,10 @@ TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen2_5-vl on
 
 TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl on image conversations, loss falls") {
   train_and_check(kQwen3Vl);
+}
+
+TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl with LoRA on the tower too (lora.vision_targets), loss falls") {
+  train_and_check(kQwen3Vl, R"(["qkv", "attn.proj", "linear_fc1", "linear_fc2"])");
 }
 
 TEST_CASE("chat_template with images e2e: axengine run trains tiny-qwen3-vl-moe on image conversations, loss falls") {
