@@ -1,7 +1,7 @@
 // Context parallelism ([distributed] context_parallel, models/context_parallel.hpp) inside one process: N models,
 // one per thread, joined by an in-memory group (barriers; sums in rank order), each running its zig-zag 1/N of
 // every packed row with ring attention (models/ring_attention.hpp), give the single-process losses and (their LoRA
-// gradients summed, as the trainer's reduction leaves them) its LoRA gradients to 1e-6 of the largest magnitude,
+// gradients summed, as the trainer's reduction leaves them) its LoRA gradients to 2e-6 of the largest magnitude,
 // step by step over SGD steps, on rows packing several samples whose boundaries fall inside and across the ranks'
 // chunks. The families cover plain RoPE with llama3 scaling and biases (llama), RoPE with q/k norms (qwen3), MoE
 // with the router aux loss in the loss (mixtral), sliding-window layers of 3 tokens with sandwich norms (gemma3:
@@ -204,10 +204,11 @@ void check_close(const Trace& got, const Trace& want) {
       CAPTURE(i);
       const at::Tensor& x = got.grads[s][i];
       const at::Tensor& y = want.grads[s][i];
-      // As the tiled MLP tests (model_long_context_test.cpp): 1e-6 of the largest magnitude, at least 1. Measured:
-      // at most 2.4e-7 (about 1.2e-6 of the tensor's own largest entry, fp32 sums over other token splits).
+      // 2e-6 of the largest magnitude, at least 1. Measured: 2.4e-7 when the ring computed its blocks by its own fp32
+      // math; 1.13e-6 (one LoRA gradient at step 3, 4 ranks) since they run through the attention op, whose fp32
+      // sums go in other orders (per op call, then merged): fp32 rounding carried over 3 SGD steps.
       const double scale = std::max(1.0, y.abs().max().item<double>());
-      CHECK((x - y).abs().max().item<double>() <= 1e-6 * scale);
+      CHECK((x - y).abs().max().item<double>() <= 2e-6 * scale);
       CHECK(y.abs().max().item<double>() > 0);  // a gradient that is there to compare
     }
   }
@@ -216,7 +217,7 @@ void check_close(const Trace& got, const Trace& want) {
 
 }  // namespace
 
-TEST_CASE("context parallel: N ranks of one group give the single-process losses and LoRA grads to 1e-6 (CPU)") {
+TEST_CASE("context parallel: N ranks of one group give the single-process losses and LoRA grads to 2e-6 (CPU)") {
   at::set_num_threads(1);
   for (const char* name : {"llama", "qwen3", "mixtral", "gemma3", "gpt_oss", "deepseek_v3"}) {
     for (bool ckpt : {false, true}) {

@@ -199,15 +199,16 @@ class ReferenceAttention final : public Attention {
         at::Tensor vg = by_group(a.v.slice(0, c.k0, c.k1), Hkv, ct);              // [Hkv, S, Dv]
         at::Tensor gog = by_group(b.grad_out.slice(0, c.q0, c.q1), Hkv, ct);      // [Hkv, G·C, Dv]
         at::Tensor s = scores(a, qg, kg, hidden(a, rows, c), Hkv, scale);
-        // The lse and out handed in, at the compute precision: this call's own plus how far the handed ones are
-        // from them rounded as handed (fp32 lse, out in q's dtype). Nothing when they are this call's forward's,
-        // so the oracle's gradients stay exact; ring attention's merged ones otherwise (the formulas' P and O).
+        // The lse and out handed in, at the compute precision. Where that is finer than they were handed in (fp32
+        // lse under fp64; out in bf16/fp16): this call's own plus how far the handed ones are from them rounded as
+        // handed, which is nothing when they are this call's forward's (the oracle's gradients stay exact) and
+        // ring attention's merged ones otherwise (the formulas' P and O).
         at::Tensor own_l = row_lse(a, s, Hkv, C, ct);
         at::Tensor own_o = at::matmul(at::exp(s - finite(own_l)), vg);
-        const at::Tensor given_l = finite(b.lse.slice(1, c.q0, c.q1).reshape({Hkv, (Hq / Hkv) * C, 1}));
-        const at::Tensor l = finite(own_l) + (given_l - finite(own_l).to(at::kFloat)).to(ct);
+        at::Tensor l = finite(b.lse.slice(1, c.q0, c.q1).reshape({Hkv, (Hq / Hkv) * C, 1}));
+        if (ct != at::kFloat) l = finite(own_l) + (l - finite(own_l).to(at::kFloat)).to(ct);
         at::Tensor o = by_group(b.out.slice(0, c.q0, c.q1), Hkv, ct);
-        o = own_o + (o - own_o.to(dt).to(ct));
+        if (ct != dt) o = own_o + (o - own_o.to(dt).to(ct));
         at::Tensor p = at::exp(s - finite(l));
         at::Tensor rowdot = (gog * o).sum(-1, /*keepdim=*/true);                   // [Hkv, G·C, 1]
         at::Tensor ds = p * (at::matmul(gog, vg.transpose(1, 2)) - rowdot);
