@@ -112,28 +112,38 @@ void check_rope(const RopeCase& c) {
 
 // ---- attention -------------------------------------------------------------------------------------
 
-// One [T, T] mask over the whole packed batch: key j is visible to query i when both lie in the same
-// sequence, j <= i (causal) and j >= i − window.
+// One [T, Tk] mask over the whole packed batch: key j is visible to query i when both lie in the same
+// sequence b, j <= i' (causal) and j >= i' − window, where i' = i + cu_k[b+1] − cu[b+1] is the key row query i
+// is aligned with (bottom-right; i' = i without cu_k). A row that sees no key: out 0, lse −inf.
 at::Tensor naive_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<int>& cu,
-                           double scale, bool causal, int64_t window, at::Tensor* lse, const at::Tensor& sinks = {}) {
-  const int64_t T = q.size(0), Hq = q.size(1), G = Hq / k.size(1);
-  at::Tensor seq = at::empty({T}, at::kLong);
-  for (size_t b = 0; b + 1 < cu.size(); ++b) seq.slice(0, cu[b], cu[b + 1]).fill_(static_cast<int64_t>(b));
-  at::Tensor i = at::arange(T).unsqueeze(1), j = at::arange(T).unsqueeze(0);
-  at::Tensor visible = seq.unsqueeze(1) == seq.unsqueeze(0);
+                           double scale, bool causal, int64_t window, at::Tensor* lse, const at::Tensor& sinks = {},
+                           std::vector<int> cu_k = {}) {
+  if (cu_k.empty()) cu_k = cu;
+  const int64_t T = q.size(0), Tk = k.size(0), Hq = q.size(1), G = Hq / k.size(1);
+  at::Tensor seq = at::empty({T}, at::kLong), kseq = at::empty({Tk}, at::kLong), aligned = at::arange(T);
+  for (size_t b = 0; b + 1 < cu.size(); ++b) {
+    seq.slice(0, cu[b], cu[b + 1]).fill_(static_cast<int64_t>(b));
+    kseq.slice(0, cu_k[b], cu_k[b + 1]).fill_(static_cast<int64_t>(b));
+    aligned.slice(0, cu[b], cu[b + 1]).add_(cu_k[b + 1] - cu[b + 1]);
+  }
+  at::Tensor i = aligned.unsqueeze(1), j = at::arange(Tk).unsqueeze(0);
+  at::Tensor visible = seq.unsqueeze(1) == kseq.unsqueeze(0);
   if (causal) visible = visible & (j <= i);
   if (window >= 0) visible = visible & (j >= i - window);
-  at::Tensor kk = k.repeat_interleave(G, 1), vv = v.repeat_interleave(G, 1);                // [T, Hq, *]
-  at::Tensor scores = at::einsum("ihd,jhd->hij", {q, kk}) * scale;                            // [Hq, T, T]
+  at::Tensor kk = k.repeat_interleave(G, 1), vv = v.repeat_interleave(G, 1);                // [Tk, Hq, *]
+  at::Tensor scores = at::einsum("ihd,jhd->hij", {q, kk}) * scale;                            // [Hq, T, Tk]
   scores = scores.masked_fill(visible.logical_not(), -INFINITY);
   if (sinks.defined()) {
     // transformers' eager gpt_oss attention: the sink as one more column of the softmax, then dropped.
     at::Tensor full = at::cat({scores, sinks.view({Hq, 1, 1}).expand({Hq, T, 1})}, -1);
     *lse = at::logsumexp(full, -1);
-    return at::einsum("hij,jhd->ihd", {at::softmax(full, -1).narrow(-1, 0, T), vv});
+    return at::einsum("hij,jhd->ihd", {at::softmax(full, -1).narrow(-1, 0, Tk), vv});
   }
-  *lse = at::logsumexp(scores, -1);
-  return at::einsum("hij,jhd->ihd", {at::softmax(scores, -1), vv});
+  // Rows that see nothing get zero scores for the softmax (no NaN in autograd) and zero weights after it.
+  const at::Tensor none = visible.any(-1).logical_not().unsqueeze(-1);                       // [T, 1]
+  const at::Tensor safe = scores.masked_fill(none, 0.0);
+  *lse = at::logsumexp(safe, -1).masked_fill(none.squeeze(-1), -INFINITY);
+  return at::einsum("hij,jhd->ihd", {at::softmax(safe, -1).masked_fill(none, 0.0), vv});
 }
 
 struct AttnCase {
@@ -142,6 +152,7 @@ struct AttnCase {
   bool causal = true;
   double scale = 0.0;
   bool sinks = false;
+  std::vector<int> cu_k = {};  // the keys' own boundaries (empty: cu)
 };
 
 AttentionArgs build_attn(const AttnCase& c, at::ScalarType dt) {
@@ -149,9 +160,11 @@ AttentionArgs build_attn(const AttnCase& c, at::ScalarType dt) {
   const int64_t T = c.cu.back();
   AttentionArgs a;
   a.q = at::randn({T, c.Hq, c.D}, at::kDouble).to(dt);
-  a.k = at::randn({T, c.Hkv, c.D}, at::kDouble).to(dt);
-  a.v = at::randn({T, c.Hkv, c.Dv}, at::kDouble).to(dt);
+  const int64_t Tk = c.cu_k.empty() ? T : c.cu_k.back();
+  a.k = at::randn({Tk, c.Hkv, c.D}, at::kDouble).to(dt);
+  a.v = at::randn({Tk, c.Hkv, c.Dv}, at::kDouble).to(dt);
   a.cu_seqlens = at::tensor(c.cu, at::kInt);
+  if (!c.cu_k.empty()) a.cu_seqlens_k = at::tensor(c.cu_k, at::kInt);
   a.causal = c.causal;
   a.window_left = c.window;
   a.softmax_scale = c.scale;
@@ -165,10 +178,12 @@ void check_attn(const AttnCase& c) {
   at::Tensor q = leaf(a.q), k = leaf(a.k), v = leaf(a.v), lse;
   at::Tensor s = c.sinks ? leaf(a.sinks.to(at::kDouble)) : at::Tensor();
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.D));
-  at::Tensor y = naive_attention(q, k, v, c.cu, scale, c.causal, c.window, &lse, s);
+  at::Tensor y = naive_attention(q, k, v, c.cu, scale, c.causal, c.window, &lse, s, c.cu_k);
   AttentionResult r = op->forward(a);
   CHECK(test::rel_err(r.out, y.detach()) < 1e-12);
-  CHECK(test::rel_err(r.lse, lse.detach()) < 1e-6);  // the contract keeps lse in fp32
+  const at::Tensor none = lse.detach().isneginf();  // rows that see no key
+  CHECK(at::equal(r.lse.isneginf(), none));
+  CHECK(test::rel_err(r.lse.masked_fill(none, 0.0), lse.detach().masked_fill(none, 0.0)) < 1e-6);  // fp32 (contract)
   at::Tensor gy = at::randn(y.sizes(), at::kDouble);
   auto g = grads_of(y, gy, c.sinks ? std::vector<at::Tensor>{q, k, v, s} : std::vector<at::Tensor>{q, k, v});
   AttentionBackwardArgs b;
@@ -262,6 +277,18 @@ TEST_CASE("attention reference: sinks join each row's softmax (lse, out, dq/dk/d
   check_attn({.window = 2, .sinks = true});
   check_attn({.causal = false, .scale = 0.3, .sinks = true});
   check_attn({.cu = {0, 1}, .sinks = true});
+}
+
+// Query lengths 5, 0, 1, 7 against key lengths 8, 3, 0, 4: keys longer (offset rows), shorter (the first rows see
+// nothing: out 0, lse -inf), keys without queries, a query without keys; a left-only window without causal.
+TEST_CASE("attention reference: separate key boundaries, aligned bottom-right (causal, window, non-causal, sinks)") {
+  const std::vector<int> cu_k = {0, 8, 11, 11, 15};
+  check_attn({.cu_k = cu_k});
+  check_attn({.Hkv = 1, .Dv = 8, .window = 2, .cu_k = cu_k});
+  check_attn({.causal = false, .scale = 0.3, .cu_k = cu_k});
+  check_attn({.window = 1, .causal = false, .cu_k = cu_k});
+  check_attn({.sinks = true, .cu_k = cu_k});
+  check_attn({.window = 0, .sinks = true, .cu_k = cu_k});
 }
 
 TEST_CASE("linear.lora reference: formula and autograd (dense and nf4, with and without LoRA and bias)") {
@@ -373,7 +400,14 @@ TEST_CASE("attention: bad input is rejected with the argument named") {
       {[](auto& a) { a.cu_seqlens = at::tensor({0, 6, 5, 13}, at::kInt); }, "attention: cu_seqlens: must be nondecreasing"},
       {[](auto& a) { a.cu_seqlens = at::tensor({1, 13}, at::kInt); }, "attention: cu_seqlens: must start at 0"},
       {[](auto& a) { a.max_seqlen = 3; }, "attention: max_seqlen: is 3 but the longest sequence has 7 tokens"},
-      {[](auto& a) { a.causal = false; a.window_left = 4; }, "attention: window_left: a sliding window needs causal"},
+      {[](auto& a) { a.max_seqlen_k = 4; }, "attention: max_seqlen_k: is given without cu_seqlens_k"},
+      {[](auto& a) { a.cu_seqlens_k = at::tensor({0, 13}, at::kInt); },
+       "attention: cu_seqlens_k: has 2 entries, cu_seqlens 5: one boundary per sequence on both sides"},
+      {[](auto& a) { a.cu_seqlens_k = at::tensor({0, 5, 12}, at::kInt); }, "attention: cu_seqlens_k: must end at the row count 13, got 12"},
+      {[](auto& a) { a.cu_seqlens_k = at::tensor({0, 6, 6, 6, 13}, at::kInt); a.max_seqlen_k = 6; },
+       "attention: max_seqlen_k: is 6 but the longest key sequence has 7 rows"},
+      {[](auto& a) { a.cu_seqlens_k = a.cu_seqlens; a.groups = at::zeros({13}, at::kInt); },
+       "attention: cu_seqlens_k: is not taken with bidirectional groups"},
       {[](auto& a) { a.out = at::empty({13, 4, 8}, at::kDouble); }, "attention: out: must have shape [13, 4, 6]"},
       {[](auto& a) { a.sinks = at::zeros({2}, at::kFloat); }, "attention: sinks: must have shape [4]"},
       {[](auto& a) { a.sinks = at::zeros({4}, at::kDouble); }, "attention: sinks: must be fp32"},

@@ -195,9 +195,10 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "72/8: grad_y@0 saved@8 need_dx@32 need_dlora@33 need_dgates@34 out@40");
   CHECK(AX_LAYOUT(AttentionArgs, AX_FIELD(q) AX_FIELD(k) AX_FIELD(v) AX_FIELD(cu_seqlens) AX_FIELD(max_seqlen)
                                      AX_FIELD(softmax_scale) AX_FIELD(causal) AX_FIELD(window_left) AX_FIELD(out)
-                                         AX_FIELD(check_values) AX_FIELD(sinks) AX_FIELD(groups)) ==
-        "96/8: q@0 k@8 v@16 cu_seqlens@24 max_seqlen@32 softmax_scale@40 causal@48 window_left@56 out@64 "
-        "check_values@72 sinks@80 groups@88");  // ABI 3.0: attention sinks; 8.0: bidirectional groups
+                                         AX_FIELD(check_values) AX_FIELD(sinks) AX_FIELD(groups) AX_FIELD(cu_seqlens_k)
+                                             AX_FIELD(max_seqlen_k)) ==
+        "112/8: q@0 k@8 v@16 cu_seqlens@24 max_seqlen@32 softmax_scale@40 causal@48 window_left@56 out@64 "
+        "check_values@72 sinks@80 groups@88 cu_seqlens_k@96 max_seqlen_k@104");  // ABI 3.0: sinks; 8.0: groups; 10.0: keys' own boundaries
   CHECK(AX_LAYOUT(AttentionResult, AX_FIELD(out) AX_FIELD(lse) AX_FIELD(saved)) ==
         "40/8: out@0 lse@8 saved@16");
   CHECK(AX_LAYOUT(AttentionGrads, AX_FIELD(dq) AX_FIELD(dk) AX_FIELD(dv) AX_FIELD(dsinks)) ==

@@ -24,7 +24,8 @@
 // 7.0: ModelCheck::ops holds OpCalls (op, weight format, layout) and ModelCheck::quantize is new (model_check.hpp).
 // 8.0: AttentionArgs::groups (bidirectional groups: gemma3's image tokens).
 // 9.0: WeightTensor::block_rows and WeightFormat::fp8 (block-scaled FP8 weights kept packed).
-#define AXENGINE_PLUGIN_ABI_MAJOR 9
+// 10.0: AttentionArgs::cu_seqlens_k and max_seqlen_k (key-side varlen boundaries: ring attention's blocks).
+#define AXENGINE_PLUGIN_ABI_MAJOR 10
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

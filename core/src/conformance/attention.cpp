@@ -1,6 +1,8 @@
 // The conformance problems of attention (docs/ops/attention.md): out, lse and dq, dk, dv against the
 // reference over packed variable-length batches (incl. length-1 sequences), GQA / MQA / MHA, sliding
 // windows, non-causal, Dv != D (MLA's 192/128 among them), non-contiguous q/k/v (slices of a fused qkv), preallocated outputs;
+// keys with their own boundaries (cu_seqlens_k: longer and shorter than the queries, aligned bottom-right, rows
+// that see no key, sequences empty on one side: ring attention's blocks), left-only windows without causal;
 // attention sinks (out, lse and dsinks too) for backends claiming the layout "sinks"; determinism and bad
 // input. The checks are the suite's generic ones (suite.cpp); dq and dk's closeness
 // where they vanish by cancellation is this op's own.
@@ -18,19 +20,27 @@ using ops::AttentionArgs;
 using ops::AttentionBackwardArgs;
 using ops::AttentionGrads;
 
+int64_t total(const std::vector<int64_t>& lengths) {
+  int64_t t = 0;
+  for (auto v : lengths) t += v;
+  return t;
+}
+std::string lengths_name(const std::vector<int64_t>& lengths) {
+  std::vector<std::string> d;
+  for (auto v : lengths) d.push_back(std::to_string(v));
+  return join(d, "+");
+}
+
 struct Shape {
   std::vector<int64_t> seqlens;
   int64_t Hq, Hkv, D, Dv;
+  std::vector<int64_t> kseqlens = {};  // the keys' own lengths (cu_seqlens_k); empty: the queries'
   std::string name() const {
-    std::vector<std::string> d;
-    for (auto v : seqlens) d.push_back(std::to_string(v));
-    return ax::str("seqlens=", join(d, "+"), ",", kv({{"Hq", Hq}, {"Hkv", Hkv}, {"D", D}, {"Dv", Dv}}));
+    const std::string k = kseqlens.empty() ? "" : ax::str(",kseqlens=", lengths_name(kseqlens));
+    return ax::str("seqlens=", lengths_name(seqlens), k, ",", kv({{"Hq", Hq}, {"Hkv", Hkv}, {"D", D}, {"Dv", Dv}}));
   }
-  int64_t T() const {
-    int64_t t = 0;
-    for (auto v : seqlens) t += v;
-    return t;
-  }
+  int64_t T() const { return total(seqlens); }
+  int64_t Tk() const { return kseqlens.empty() ? T() : total(kseqlens); }
 };
 
 struct Variant {
@@ -53,19 +63,24 @@ struct Variant {
 };
 
 struct Data {
-  at::Tensor q, k, v, cu, grad, sinks;
+  at::Tensor q, k, v, cu, cuk, grad, sinks;
 };
+
+at::Tensor offsets(const std::vector<int64_t>& lengths) {
+  std::vector<int32_t> cu{0};
+  for (auto l : lengths) cu.push_back(cu.back() + static_cast<int32_t>(l));
+  return at::tensor(cu, at::kInt);
+}
 
 Data make_data(const Shape& s, const std::string& name, unsigned seed) {
   at::Generator g = case_generator(seed, name);
   Data p;
   const int64_t T = s.T();
   p.q = at::randn({T, s.Hq, s.D}, g, at::kFloat);
-  p.k = at::randn({T, s.Hkv, s.D}, g, at::kFloat);
-  p.v = at::randn({T, s.Hkv, s.Dv}, g, at::kFloat);
-  std::vector<int32_t> cu{0};
-  for (auto l : s.seqlens) cu.push_back(cu.back() + static_cast<int32_t>(l));
-  p.cu = at::tensor(cu, at::kInt);
+  p.k = at::randn({s.Tk(), s.Hkv, s.D}, g, at::kFloat);
+  p.v = at::randn({s.Tk(), s.Hkv, s.Dv}, g, at::kFloat);
+  p.cu = offsets(s.seqlens);
+  if (!s.kseqlens.empty()) p.cuk = offsets(s.kseqlens);
   p.grad = at::randn({T, s.Hq, s.Dv}, g, at::kFloat);
   // Sinks around the scores' own size (|S| ~ 1 here): large enough that a backend ignoring them, or
   // adding them to lse without rescaling out, is far outside every tolerance; some heads dominated by the
@@ -91,6 +106,10 @@ AttentionArgs make_args(const Data& p, const Shape& s, const Variant& v, at::Sca
   }
   a.cu_seqlens = p.cu.to(dev);
   if (v.max_seqlen_given) a.max_seqlen = std::max<int64_t>(1, *std::max_element(s.seqlens.begin(), s.seqlens.end()));
+  if (p.cuk.defined()) {
+    a.cu_seqlens_k = p.cuk.to(dev);
+    if (v.max_seqlen_given) a.max_seqlen_k = std::max<int64_t>(1, *std::max_element(s.kseqlens.begin(), s.kseqlens.end()));
+  }
   a.causal = v.causal;
   a.window_left = v.window;
   if (v.sinks) a.sinks = p.sinks.to(dev);  // fp32 whatever the dtype (the contract)
@@ -127,6 +146,7 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     if (noncontig) grad = non_contiguous(grad);
     Call c;
     c.inputs = {{"q", args->q}, {"k", args->k}, {"v", args->v}, {"cu_seqlens", args->cu_seqlens}};
+    if (args->cu_seqlens_k.defined()) c.inputs.emplace_back("cu_seqlens_k", args->cu_seqlens_k);
     if (args->sinks.defined()) c.inputs.emplace_back("sinks", args->sinks);
     if (phase != "fwd") c.inputs.emplace_back("grad_out", grad);
     c.run = [args, grad, phase](const Backend& be, const Tensors& out) {
@@ -152,7 +172,18 @@ Problem problem(const Suite& suite, const std::string& phase, const std::string&
     return c;
   };
   const OpTolerance& tol = suite.spec().tolerance(dtype);
-  if (phase == "fwd") {
+  if (phase == "fwd" && !s.kseqlens.empty()) {
+    // Rows that see no key have lse -inf: the same rows must, and the others are compared as usual.
+    p.compare = {{"out", tol.forward}};
+    p.extra = [](const Tensors& got, const Tensors& want) {
+      const at::Tensor g = output(got, "lse"), w = output(want, "lse");
+      if (!g.defined() || g.sizes() != w.sizes()) return check_close("lse", g, w, kLseTolerance);  // names the fault
+      const at::Tensor none = w.isneginf();
+      if (!at::equal(g.isneginf(), none)) fail("lse: -inf (a row that sees no key) on other rows than the reference's");
+      return check_close("lse", g.masked_fill(none, 0.0), w.masked_fill(none, 0.0), kLseTolerance);
+    };
+    if (v.out) p.preallocated = {"out"};
+  } else if (phase == "fwd") {
     p.compare = {{"out", tol.forward}, {"lse", kLseTolerance}};
     if (v.out) p.preallocated = {"out"};
   } else if (phase == "bwd") {
@@ -190,6 +221,11 @@ std::vector<BadInput> bad_inputs(const Suite& suite, const std::string& dtype) {
        [=](B be) { auto a = good; a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 3, 6}, opt.dtype(at::kInt)); fwd(be, a); }},
       {"cu_seqlens_decreasing", "cu_seqlens",
        [=](B be) { auto a = good; a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 3, 7}, opt.dtype(at::kInt)); fwd(be, a); }},
+      {"cu_seqlens_k_count", "cu_seqlens_k",
+       [=](B be) { auto a = good; a.cu_seqlens_k = at::tensor(std::vector<int32_t>{0, 7}, opt.dtype(at::kInt)); fwd(be, a); }},
+      {"cu_seqlens_k_total", "cu_seqlens_k",
+       [=](B be) { auto a = good; a.cu_seqlens_k = at::tensor(std::vector<int32_t>{0, 3, 6}, opt.dtype(at::kInt)); fwd(be, a); }},
+      {"max_seqlen_k_alone", "max_seqlen_k", [=](B be) { auto a = good; a.max_seqlen_k = 4; fwd(be, a); }},
       {"sinks_shape", "sinks", [=](B be) { auto a = good; a.sinks = at::zeros({3}, opt.dtype(at::kFloat)); fwd(be, a); }},
       {"sinks_dtype", "sinks", [=](B be) { auto a = good; a.sinks = at::zeros({4}, opt.dtype(dt == at::kFloat ? at::kHalf : dt)); fwd(be, a); }},
       {"out_shape", "out", [=](B be) { auto a = good; a.out = at::empty({7, 4, 15}, opt.dtype(dt)); fwd(be, a); }},
@@ -218,8 +254,14 @@ void attention_problems(Suite& suite) {
       {{7, 1, 12}, 4, 4, 192, 128},  // MLA (DeepSeek-V3): qk 192 = nope 128 + rope 64, v 128; packed rows
   };
   if (!suite.quick()) shapes.push_back({{130, 65, 1, 64}, 8, 2, 128, 128});
+  // Keys with their own boundaries, as ring attention's blocks have them: longer keys (offset queries), shorter keys
+  // (leading rows that see nothing), a sequence without queries and one without keys; GQA, Dv != D.
+  const std::vector<Shape> key_shapes = {
+      {{5, 0, 3, 7}, 4, 2, 16, 16, {9, 4, 0, 3}},
+      {{6, 2}, 6, 1, 20, 12, {2, 11}},
+  };
   std::vector<Variant> vs = {{}, {.causal = true, .window = 3}, {.causal = false, .max_seqlen_given = false},
-                             {.causal = true, .window = -1, .noncontig = true, .out = true}};
+                             {.causal = true, .window = -1, .noncontig = true, .out = true}, {.causal = false, .window = 2}};
   // Sink variants only for backends that claim them (a backend listing no layouts claims every one).
   if (suite.claims_layout("sinks"))
     for (Variant v : {Variant{.sinks = true}, Variant{.window = 3, .sinks = true},
@@ -233,6 +275,10 @@ void attention_problems(Suite& suite) {
           p.graph = i == 0 && (j == 0 || j == 3);
           suite.accuracy(p);
         }
+    for (const Shape& s : key_shapes)
+      for (const Variant& v : vs)
+        if (!v.noncontig)  // the fused-qkv slices need one row count for q, k and v
+          for (const char* phase : {"fwd", "bwd"}) suite.accuracy(problem(suite, phase, dtype, s, v));
     suite.determinism(problem(suite, "fwd+bwd", dtype, {{40, 24}, 8, 2, 32, 32}, {}));
     if (suite.claims_layout("sinks"))
       suite.determinism(problem(suite, "fwd+bwd", dtype, {{40, 24}, 8, 2, 32, 32}, {.sinks = true}));

@@ -541,7 +541,7 @@ at::Tensor DecoderModel::attention_block(int64_t i, const at::Tensor& x, const a
   if (attention_groups_.defined()) a.groups = attention_groups_.to(at::kInt);
   // Context parallelism: this rank's queries over every rank's keys, K/V going around the ring.
   at::Tensor o = decode_step_ ? cached_attention(i, a)  // KV-cached decode
-                 : cp_split_  ? ring_attention(*cp_split_, a)
+                 : cp_split_  ? ring_attention(*cp_split_, a, attention_backend())
                               : autograd::attention(attention_backend(), std::move(a));
   o = o.reshape({T, Hq * D});
   if (gate.defined()) o = o * at::sigmoid(gate);

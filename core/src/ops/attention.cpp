@@ -21,8 +21,10 @@ void validate(const AttentionArgs& a) {
   check::rank(kOp, "k", a.k, 3);
   check::rank(kOp, "v", a.v, 3);
   const int64_t Hkv = a.k.size(1);
-  check::shape(kOp, "k", a.k, {T, -1, D});
-  check::shape(kOp, "v", a.v, {T, Hkv, -1});
+  const bool own_k = a.cu_seqlens_k.defined();  // keys with their own boundaries: any row count
+  const int64_t Tk = own_k ? a.k.size(0) : T;
+  check::shape(kOp, "k", a.k, {Tk, -1, D});
+  check::shape(kOp, "v", a.v, {Tk, Hkv, -1});
   if (Hkv < 1 || Hq % Hkv != 0)
     check::fail(kOp, "k", str("has ", Hkv, " heads, which must divide q's ", Hq, " heads (GQA)"));
   if (D < 1) check::fail(kOp, "q", "head_dim must be >= 1");
@@ -37,7 +39,6 @@ void validate(const AttentionArgs& a) {
   if (a.max_seqlen < 0) check::fail(kOp, "max_seqlen", str("must be >= 0, got ", a.max_seqlen));
   if (!(a.softmax_scale >= 0)) check::fail(kOp, "softmax_scale", str("must be >= 0 (0 = 1/sqrt(D)), got ", a.softmax_scale));
   if (a.window_left < -1) check::fail(kOp, "window_left", str("must be >= -1, got ", a.window_left));
-  if (a.window_left >= 0 && !a.causal) check::fail(kOp, "window_left", "a sliding window needs causal = true");
   check::out_like(kOp, "out", a.out, {T, Hq, a.v.size(2)}, dt, dev);
   if (a.sinks.defined()) {
     check::rank(kOp, "sinks", a.sinks, 1);
@@ -51,6 +52,22 @@ void validate(const AttentionArgs& a) {
     check::dtype(kOp, "groups", a.groups, at::kInt);
     check::same_device(kOp, "groups", a.groups, "q", dev);
     if (!a.causal) check::fail(kOp, "groups", "bidirectional groups need causal = true (without it every row sees its sequence)");
+  }
+  if (own_k) {
+    check::cu_seqlens(kOp, "cu_seqlens_k", a.cu_seqlens_k, Tk, dev, "q", a.check_values);
+    if (a.cu_seqlens_k.numel() != a.cu_seqlens.numel())
+      check::fail(kOp, "cu_seqlens_k", str("has ", a.cu_seqlens_k.numel(), " entries, cu_seqlens ", a.cu_seqlens.numel(),
+                                           ": one boundary per sequence on both sides"));
+    if (a.groups.defined()) check::fail(kOp, "cu_seqlens_k", "is not taken with bidirectional groups");
+  } else if (a.max_seqlen_k != 0) {
+    check::fail(kOp, "max_seqlen_k", "is given without cu_seqlens_k");
+  }
+  if (a.max_seqlen_k < 0) check::fail(kOp, "max_seqlen_k", str("must be >= 0, got ", a.max_seqlen_k));
+  if (a.check_values && own_k && a.max_seqlen_k > 0) {
+    at::Tensor cu = a.cu_seqlens_k.to(at::kCPU, at::kLong);
+    const int64_t longest = (cu.narrow(0, 1, cu.numel() - 1) - cu.narrow(0, 0, cu.numel() - 1)).max().item<int64_t>();
+    if (longest > a.max_seqlen_k)
+      check::fail(kOp, "max_seqlen_k", str("is ", a.max_seqlen_k, " but the longest key sequence has ", longest, " rows"));
   }
   if (a.check_values) {
     at::Tensor cu = a.cu_seqlens.to(at::kCPU).contiguous();

@@ -17,7 +17,8 @@
 // as the contract's [Hq, T] view of it; backward gives it back to cuDNN in that same storage.
 //
 // What this backend declines (`unfit`), the next backend of the preference list serves: sinks (it does
-// not claim the layout), sliding windows, head dims that are not multiples of 8 or above 128, pre-sm_90.
+// not claim the layout), sliding windows, separate key boundaries (cu_seqlens_k), head dims that are not
+// multiples of 8 or above 128, pre-sm_90.
 // (The frontend admits up to 256 on sm_90, MLA's qk 192 / v 128 among them, but these graphs have not been
 // run at such dims: until the conformance suite has certified them on a GPU, `aten` takes them.)
 #include "cudnn_attention.hpp"
@@ -307,6 +308,9 @@ std::string cudnn_attention_unfit(const ops::AttentionArgs& a) {
   if (a.sinks.defined()) return "attention sinks";
   if (a.window_left >= 0) return "a sliding window";
   if (a.groups.defined()) return "bidirectional groups";
+  // Its graphs describe one ragged offset tensor for q, k and v alike: keys with their own boundaries (ring
+  // attention's blocks) are another graph, not built or certified yet.
+  if (a.cu_seqlens_k.defined()) return "separate key boundaries (cu_seqlens_k)";
   const int64_t D = a.q.size(2), Dv = a.v.size(2);
   if (D % 8 != 0 || Dv % 8 != 0 || D > 128 || Dv > 128)
     return str("head dims ", D, "/", Dv, " (this backend takes multiples of 8 up to 128; larger ones, e.g. MLA's 192/128, "

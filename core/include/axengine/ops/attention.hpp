@@ -8,6 +8,8 @@
 // so a row's weights sum to less than one. Backends that take them claim the layout "sinks".
 // Optional bidirectional groups (gemma3's images): rows of one sequence with the same group id >= 0 also see
 // each other's later rows; the window still applies. Backends that cannot take them decline such calls.
+// Optional separate key-side boundaries (cu_seqlens_k, flash-attn's varlen API): sequence b's queries and keys
+// then differ in length, and the masks align them bottom-right (ring attention's blocks, docs/ops/attention.md).
 #pragma once
 #include <memory>
 #include <optional>
@@ -22,13 +24,14 @@ namespace ax::ops {
 
 struct AttentionArgs {
   at::Tensor q;  // [T, Hq, D]
-  at::Tensor k;  // [T, Hkv, D]   Hq % Hkv == 0
-  at::Tensor v;  // [T, Hkv, Dv]
+  at::Tensor k;  // [Tk, Hkv, D]   Hq % Hkv == 0; Tk = T unless cu_seqlens_k is given
+  at::Tensor v;  // [Tk, Hkv, Dv]
   at::Tensor cu_seqlens;  // int32 [B+1], cu_seqlens[0] == 0, nondecreasing, cu_seqlens[B] == T
   int64_t max_seqlen = 0;  // max sequence length (0: the op computes it, a device sync)
   double softmax_scale = 0.0;  // 0: 1/sqrt(D)
   bool causal = true;
-  int64_t window_left = -1;  // sliding window: keys i - window_left .. i; -1 = unlimited
+  // sliding window: keys i - window_left .. i; -1 = unlimited. Without causal it limits the left side only.
+  int64_t window_left = -1;
   at::Tensor out;  // optional preallocated output [T, Hq, Dv]
   bool check_values = true;  // check cu_seqlens contents on the host (a device sync)
   // Optional fp32 [Hq] on q's device: head h's sink logit (already in score units, not scaled). With it
@@ -39,13 +42,20 @@ struct AttentionArgs {
   // groups[i] == groups[j] >= 0 (the tokens of one image, transformers' token_type_ids mask); -1 = no group.
   // The window still hides keys left of i - window_left. Backends that cannot take them decline the call.
   at::Tensor groups;
+  // Optional int32 [B+1] on q's device: the key rows' own boundaries (sequence b's keys are k rows
+  // [cu_seqlens_k[b], cu_seqlens_k[b+1])), as flash-attn's varlen cu_seqlens_k; undefined = cu_seqlens. With
+  // Lq and Lk a sequence's lengths, query a (0-based) is aligned with key a + Lk - Lq: causal shows it keys
+  // j <= a + Lk - Lq, the window keys j >= a + Lk - Lq - window_left (flash-attn's bottom-right alignment).
+  // A row that sees no key gets out = 0 and lse = -inf. Not with groups. Backends that cannot take it decline.
+  at::Tensor cu_seqlens_k;
+  int64_t max_seqlen_k = 0;  // longest key sequence (0: the op computes it); only with cu_seqlens_k
 };
 
 struct AttentionResult {
   at::Tensor out;  // [T, Hq, Dv], dtype of q
   // Log-sum-exp of the scaled scores per (head, row), fp32 [Hq, T] (natural log), the sink included when
-  // there is one. Part of the contract
-  // so that backends can share it with the engine; backward receives it back.
+  // there is one; -inf for a row that sees no key (and has no sink). Part of the contract so that backends can
+  // share it with the engine (ring attention merges blocks by it); backward receives it back.
   at::Tensor lse;
   std::vector<at::Tensor> saved;  // anything else the backend wants back in backward
 };
@@ -55,10 +65,12 @@ struct AttentionGrads {
   at::Tensor dsinks;  // fp32 [Hq]; defined exactly when args.sinks is
 };
 
+// Backward computes P = exp(S - lse) and rowsum(dO ∘ out) from the lse and out it is handed, not its own
+// forward's: ring attention hands each block the merged (out, lse) of all blocks.
 struct AttentionBackwardArgs {
   at::Tensor grad_out;  // [T, Hq, Dv]
-  at::Tensor out;       // the forward's out
-  at::Tensor lse;       // the forward's lse
+  at::Tensor out;       // the forward's out (or a merged one)
+  at::Tensor lse;       // the forward's lse (or a merged one)
   std::vector<at::Tensor> saved;
   AttentionGrads grads_out;  // optional preallocated outputs
 };

@@ -98,7 +98,7 @@ at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const at::Ten
     // Context parallelism: per-head k (the shared rope key is per token, so it splits as k does) and v through
     // the ring, as the other families' attention.
     ops::AttentionArgs a = mla_attention_args(o, m, x, freqs, cu, max_len);
-    at::Tensor out = cp_split_ ? ring_attention(*cp_split_, a) : autograd::attention(attention_backend(), std::move(a));
+    at::Tensor out = cp_split_ ? ring_attention(*cp_split_, a, attention_backend()) : autograd::attention(attention_backend(), std::move(a));
     return linear(out.reshape({x.size(0), o.num_heads * o.v_head_dim}), p + "o_proj");
   }
   // KV-cached decode: the cache holds each token's latent and rope key (as the model is served). A prefill runs the

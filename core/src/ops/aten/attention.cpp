@@ -1,5 +1,9 @@
 // Production attention: LibTorch's own FlashAttention-2 kernels in their varlen form
-// (at::_flash_attention_forward / _backward with cum_seq_q = cum_seq_k = cu_seqlens), bf16/fp16 on CUDA.
+// (at::_flash_attention_forward / _backward with cum_seq_q = cu_seqlens and cum_seq_k = cu_seqlens_k, or
+// cu_seqlens again without it), bf16/fp16 on CUDA. Flash aligns unequal query and key lengths bottom-right, as
+// the contract does; a row that sees no key comes out of flash with out 0 and lse +inf (its own marker, which
+// makes its backward's P = exp(S − lse) zero): the contract's lse there is −inf, so the forward turns +inf into
+// −inf and the backward turns it back. Only calls with cu_seqlens_k can have such rows.
 // GQA is native (k/v keep their Hkv heads, nothing is repeated); the sliding window is flash's
 // window_size_left with window_size_right = 0 under causal. The forward's varlen lse is already the
 // contract's fp32 [Hq, T]; the forward's rng state (unused without dropout, but the backward's
@@ -98,6 +102,7 @@ std::string flash_unfit(const AttentionArgs& a) {
   if (a.groups.defined()) return "bidirectional groups (gemma3's image tokens)";
   if (flash_dim(a) > 256)
     return str("head dims ", a.q.size(2), "/", a.v.size(2), " (flash takes at most 256, padding included)");
+  if (a.k.size(0) == 0) return "no key rows";
   return {};
 }
 
@@ -127,13 +132,37 @@ at::Tensor flash_layout(const at::Tensor& t) {
 // a device sync). Never below 2: with a bound of 1 and GQA, flash's varlen forward reshapes q as if
 // every sequence had exactly one row ("seqlenq_ngroups_swapped"), which breaks with empty sequences in
 // the pack; a looser bound only adds an idle tile row.
-int64_t seqlen_bound(const AttentionArgs& a) {
-  int64_t L = a.max_seqlen;
+int64_t seqlen_bound(const at::Tensor& cu_seqlens, int64_t max_seqlen) {
+  int64_t L = max_seqlen;
   if (L == 0) {
-    at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong);
+    at::Tensor cu = cu_seqlens.to(at::kCPU, at::kLong);
     L = (cu.narrow(0, 1, cu.numel() - 1) - cu.narrow(0, 0, cu.numel() - 1)).max().item<int64_t>();
   }
   return std::max<int64_t>(L, 2);
+}
+
+// The key side's boundaries and bound: its own with cu_seqlens_k, the queries' otherwise.
+struct Bounds {
+  at::Tensor cu_q, cu_k;
+  int64_t max_q = 0, max_k = 0;
+};
+Bounds bounds(const AttentionArgs& a) {
+  Bounds b;
+  b.cu_q = a.cu_seqlens.contiguous();
+  b.max_q = seqlen_bound(b.cu_q, a.max_seqlen);
+  if (!a.cu_seqlens_k.defined()) {
+    b.cu_k = b.cu_q;
+    b.max_k = b.max_q;
+  } else {
+    b.cu_k = a.cu_seqlens_k.contiguous();
+    b.max_k = seqlen_bound(b.cu_k, a.max_seqlen_k);
+  }
+  return b;
+}
+
+// lse's marker of a row that sees no key: flash's +inf and the contract's −inf, one into the other.
+at::Tensor swap_inf(const at::Tensor& lse, double from, double to) {
+  return lse.masked_fill(lse == from, to);
 }
 
 double scale_of(const AttentionArgs& a) {
@@ -175,16 +204,17 @@ class AtenAttention final : public Attention {
       at::Tensor out = at::empty({0, Hq, a.v.size(2)}, a.q.options());
       return {emit(out, a.out), at::empty({Hq, 0}, a.q.options().dtype(at::kFloat)), {}};
     }
-    const at::Tensor cu = a.cu_seqlens.contiguous();
-    const int64_t L = seqlen_bound(a), P = flash_dim(a);
+    const Bounds n = bounds(a);
+    const int64_t P = flash_dim(a);
     auto [out, lse, rng_state, unused, debug_mask] = at::_flash_attention_forward(
-        flash_layout(pad_to(a.q, P)), flash_layout(pad_to(a.k, P)), flash_layout(pad_to(a.v, P)), cu, cu, L, L,
+        flash_layout(pad_to(a.q, P)), flash_layout(pad_to(a.k, P)), flash_layout(pad_to(a.v, P)), n.cu_q, n.cu_k, n.max_q, n.max_k,
         /*dropout_p=*/0.0, a.causal, /*return_debug_mask=*/false, scale_of(a), window_left(a), window_right(a));
     (void)debug_mask;
     out = cut_to(out, a.v.size(2));
     if (lse.dim() != 2 || lse.size(0) != Hq || lse.size(1) != T)
       throw std::runtime_error(ax::str("attention/aten: this LibTorch's varlen flash forward returned lse of shape ",
                                    lse.sizes(), ", expected [Hq, T] = [", Hq, ", ", T, "]"));
+    if (a.cu_seqlens_k.defined()) lse = swap_inf(lse, INFINITY, -INFINITY);
     if (a.sinks.defined()) std::tie(out, lse) = with_sinks(out, lse, a.sinks);
     return {emit(out, a.out), lse, {rng_state, unused}};
   }
@@ -194,19 +224,20 @@ class AtenAttention final : public Attention {
     AttentionGrads g;
     if (a.q.size(0) == 0) {
       g.dq = emit(at::empty_like(a.q), b.grads_out.dq);
-      g.dk = emit(at::empty_like(a.k), b.grads_out.dk);
-      g.dv = emit(at::empty_like(a.v), b.grads_out.dv);
+      g.dk = emit(at::zeros_like(a.k), b.grads_out.dk);  // key rows without queries (cu_seqlens_k) get no gradient
+      g.dv = emit(at::zeros_like(a.v), b.grads_out.dv);
       if (a.sinks.defined()) g.dsinks = emit(at::zeros_like(a.sinks), b.grads_out.dsinks);
       return g;
     }
     if (b.saved.size() != 2)
       throw std::runtime_error(ax::str("attention/aten: backward needs the 2 tensors its forward saved, got ", b.saved.size()));
-    const at::Tensor cu = a.cu_seqlens.contiguous();
-    const int64_t L = seqlen_bound(a), P = flash_dim(a);
+    const Bounds n = bounds(a);
+    const int64_t P = flash_dim(a);
+    const at::Tensor lse = a.cu_seqlens_k.defined() ? swap_inf(b.lse, -INFINITY, INFINITY) : b.lse.contiguous();
     DeterministicScope deterministic;
     auto [dq, dk, dv] = at::_flash_attention_backward(
         pad_to(b.grad_out, P), flash_layout(pad_to(a.q, P)), flash_layout(pad_to(a.k, P)), flash_layout(pad_to(a.v, P)),
-        pad_to(b.out, P), b.lse.contiguous(), cu, cu, L, L, /*dropout_p=*/0.0, a.causal, b.saved[0], b.saved[1],
+        pad_to(b.out, P), lse, n.cu_q, n.cu_k, n.max_q, n.max_k, /*dropout_p=*/0.0, a.causal, b.saved[0], b.saved[1],
         scale_of(a), window_left(a), window_right(a));
     g.dq = emit(cut_to(dq, a.q.size(2)), b.grads_out.dq);
     g.dk = emit(cut_to(dk, a.k.size(2)), b.grads_out.dk);
