@@ -43,6 +43,28 @@ std::unique_ptr<ax::Model> load_on_cuda(ax::Registry& reg, const char* dtype) {
   return ax::load_model(reg, o);
 }
 
+// The golden's packed batch through load_on_cuda's model in `dtype`, logits wanted. Without a CUDA device: false,
+// and the case says so (on the GPU machine it is real).
+struct CudaRun {
+  std::shared_ptr<ax::safetensors::File> g;
+  Packed p;
+  std::unique_ptr<ax::Registry> reg = std::make_unique<ax::Registry>();  // outlives the model's kernels
+  std::unique_ptr<ax::Model> model;
+  ax::ModelOutput out;
+  const std::vector<ax::models::LoraModule>& lora() const { return dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules; }
+};
+bool run_on_cuda(const char* dtype, CudaRun& r) {
+  if (!at::hasCUDA()) {
+    MESSAGE("no CUDA device: nothing to compare on this machine");
+    return false;
+  }
+  r.g = golden();
+  r.p = packed_batch(*r.g);
+  r.model = load_on_cuda(*r.reg, dtype);
+  r.out = r.model->forward(r.p.batch.to(at::Device("cuda:0")), true);
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("qwen3_vl_moe parity: experts and a dense layer under deepstack and interleaved mrope, packed rows vs transformers+peft") {
@@ -217,17 +239,10 @@ TEST_CASE("qwen3_vl_moe merge-lora: refused, naming the fused experts, and nothi
 // rope index, splice positions and deepstack rows moved to the device). Without a CUDA device the case says so and
 // passes; on the GPU machine it is real.
 TEST_CASE("qwen3_vl_moe on CUDA: image+text logits, loss and LoRA gradients vs transformers+peft (fp32)") {
-  if (!at::hasCUDA()) {
-    MESSAGE("no CUDA device: nothing to compare on this machine");
-    return;
-  }
-  auto g = golden();
-  Packed p = packed_batch(*g);
-  ax::Registry reg;
-  auto model = load_on_cuda(reg, "fp32");
-  auto out = model->forward(p.batch.to(at::Device("cuda:0")), true);
-  check_logits(out.logits.to(at::kCPU), p, *g);
-  check_loss_and_grads(out, dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules, *g);
+  CudaRun r;
+  if (!run_on_cuda("fp32", r)) return;
+  check_logits(r.out.logits.to(at::kCPU), r.p, *r.g);
+  check_loss_and_grads(r.out, r.lora(), *r.g);
 }
 
 // bf16 on the GPU, where moe.mlp's GPU kernels (scattermoe on sm_80+) take the experts: the logits and the loss
@@ -235,25 +250,18 @@ TEST_CASE("qwen3_vl_moe on CUDA: image+text logits, loss and LoRA gradients vs t
 // the largest logit at sample 1 on an H100 (bench/results/gpu-ctest-nvidia-h100-2026-12-07-session5.md), with
 // margin (the fp32 case above holds the path itself to transformers).
 TEST_CASE("qwen3_vl_moe on CUDA, bf16: the default kernels (moe.mlp) run it near transformers' fp32 logits") {
-  if (!at::hasCUDA()) {
-    MESSAGE("no CUDA device: nothing to compare on this machine");
-    return;
-  }
-  auto g = golden();
-  Packed p = packed_batch(*g);
-  ax::Registry reg;
-  auto model = load_on_cuda(reg, "bf16");
-  auto out = model->forward(p.batch.to(at::Device("cuda:0")), true);
-  at::Tensor logits = out.logits.to(at::kCPU, at::kFloat);
+  CudaRun r;
+  if (!run_on_cuda("bf16", r)) return;
+  at::Tensor logits = r.out.logits.to(at::kCPU, at::kFloat);
   for (int k = 0; k < 3; ++k) {
     CAPTURE(k);
-    auto [row, off, len] = p.where[k];
-    CHECK(rel_max(logits[row].narrow(0, off, len), g->get(ax::str("logits.", k))) <= 0.25);
+    auto [row, off, len] = r.p.where[k];
+    CHECK(rel_max(logits[row].narrow(0, off, len), r.g->get(ax::str("logits.", k))) <= 0.25);
   }
-  const double want = g->get("loss").item<double>();
-  CHECK(std::abs(out.loss.item<double>() - want) <= 2e-2 * want);
-  out.loss.backward();
-  for (const auto& m : dynamic_cast<Qwen3VlModel&>(*model).text().lora().modules) {
+  const double want = r.g->get("loss").item<double>();
+  CHECK(std::abs(r.out.loss.item<double>() - want) <= 2e-2 * want);
+  r.out.loss.backward();
+  for (const auto& m : r.lora()) {
     CAPTURE(m.peft_key);
     REQUIRE(m.a.grad().defined());
     CHECK(at::isfinite(m.a.grad()).all().item<bool>());

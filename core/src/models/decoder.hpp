@@ -1,6 +1,9 @@
 // The decoder-only transformer behind llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gemma3_text, olmoe,
-// gpt_oss, qwen3_5(_moe), glm4_moe and deepseek_v3: one implementation driven by
-// HfConfig (the families differ in q/k norms, MoE routing details and checkpoint key names only).
+// gpt_oss, qwen3_5(_moe), qwen3_next, glm4_moe and deepseek_v3: every layer an assembly of parts chosen once at
+// construction from the config the family's description filled in (models/layer_parts.hpp).
+// Its files: decoder_load.cpp (the constructor), decoder.cpp (weights, forward, parameters), decoder_layer.cpp
+// (a layer's forward), decoder_decode.cpp (KV-cached decode), decoder_merge.cpp, decoder_unfrozen.cpp,
+// decoder_residency.cpp, expert_parallel.cpp, moe_mlp_block.cpp, and each part's file (layer_parts.hpp).
 //
 // Weights are held under transformers 5 names (fused experts: mlp.experts.gate_up_proj [E, 2I, H],
 // mlp.experts.down_proj [E, H, I], router mlp.gate.weight), whatever layout the checkpoint used.
@@ -24,6 +27,7 @@
 #include "models/context_parallel.hpp"
 #include "models/decoder_checkpoint.hpp"
 #include "models/hf_config.hpp"
+#include "models/layer_parts.hpp"
 #include "models/layer_residency.hpp"
 #include "models/lora.hpp"
 
@@ -140,9 +144,30 @@ class DecoderModel : public Model, public CausalLmDecode {
   void save_trained(const std::string& dir) const;
   const ops::WeightTensor& projection(const std::string& name) const;  // a frozen_ entry, e.g. "lm_head.weight"
   at::Tensor linear(const at::Tensor& x, const std::string& module);  // module path, e.g. model.layers.0.self_attn.q_proj
-  // inv_freq: this forward's rotary frequencies (rope_inv_freq; dynamic RoPE's depend on the batch).
-  at::Tensor attention_block(int64_t layer, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
-                             const at::Tensor& inv_freq);
+  friend struct Parts;  // each part names the member below that runs it (models/layer_parts.hpp)
+  // The parts' forwards. Mixers (in.inv_freq: the layer's rotary frequencies; dynamic RoPE's depend on the batch):
+  at::Tensor attention_block(int64_t layer, const at::Tensor& x, const LayerInputs& in);  // parts/attention.cpp
+  // deepseek_v3's multi-head latent attention (models/parts/mla_layer.cpp).
+  at::Tensor mla_block(int64_t layer, const at::Tensor& x, const LayerInputs& in);
+  // A Gated DeltaNet layer's mixer (models/parts/gated_deltanet.cpp) and its linear_attention backend chain.
+  at::Tensor gated_deltanet_block(int64_t layer, const at::Tensor& x, const LayerInputs& in);
+  std::shared_ptr<ops::LinearAttention> linear_attention_backend();
+  // Feed-forward parts; a MoE block appends its router logits for the aux loss (if its model's loss has one).
+  at::Tensor swiglu_mlp(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);  // parts/dense_mlp.cpp
+  at::Tensor gelu_mlp(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);
+  at::Tensor moe_block(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);  // parts/moe_block.cpp
+  at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
+  // deepseek_v3 / glm4_moe (MoeKind::group_topk_sigmoid): the group-limited sigmoid router and the experts
+  // (models/parts/group_moe_block.cpp). No aux loss: these models' loss has none.
+  at::Tensor group_moe_block(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);
+  at::Tensor shared_expert(int64_t layer, const at::Tensor& x, std::vector<at::Tensor>& router_logits);  // parts/shared_expert.cpp
+  // The layer's residual arrangements (decoder_layer.cpp): the whole layer, its parts `l` joined by its norms.
+  at::Tensor prenorm_layer(int64_t layer, const LayerParts& l, const at::Tensor& h, const LayerInputs& in,
+                           std::vector<at::Tensor>& router_logits);
+  at::Tensor sandwich_layer(int64_t layer, const LayerParts& l, const at::Tensor& h, const LayerInputs& in,
+                            std::vector<at::Tensor>& router_logits);
+  // l's feed-forward part and shared expert over x, in token shards with [train] tiled_mlp.
+  at::Tensor feed_forward(int64_t layer, const LayerParts& l, const at::Tensor& x, std::vector<at::Tensor>& router_logits);
   // While decode runs (decode_step_ set): appends a's k/v (after RoPE) to the cache and attends a's queries
   // over it, with a's scale, window and causality. A family's own attention calls it at the same point.
   at::Tensor cached_attention(int64_t layer, const ops::AttentionArgs& a);
@@ -162,16 +187,6 @@ class DecoderModel : public Model, public CausalLmDecode {
   std::pair<at::Tensor, at::Tensor> cached_linear_state(int64_t layer) const;
   void store_linear_state(int64_t layer, const at::Tensor& conv, const at::Tensor& state);
   at::Tensor embed(const at::Tensor& ids) const;  // the token embeddings [T, H] (times embed_scale where set)
-  at::Tensor dense_mlp(int64_t layer, const at::Tensor& h);
-  at::Tensor shared_expert(int64_t layer, const at::Tensor& h);  // models/parts/shared_expert.cpp
-  at::Tensor moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);
-  at::Tensor gpt_oss_moe_block(int64_t layer, const at::Tensor& h, std::vector<at::Tensor>& router_logits);  // gpt_oss_moe.cpp
-  // deepseek_v3 / glm4_moe (MoeKind::group_topk_sigmoid): the group-limited sigmoid router and the experts
-  // (models/parts/group_moe_block.cpp). No aux loss: these models' loss has none.
-  at::Tensor group_moe_block(int64_t layer, const at::Tensor& h);
-  // deepseek_v3's multi-head latent attention (HfConfig::is_mla; models/parts/mla_layer.cpp).
-  at::Tensor mla_block(int64_t layer, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
-                       const at::Tensor& inv_freq);
   // The moe.experts routing of each token's top-k expert ids [T, k].
   ops::MoeRouting moe_routing(const at::Tensor& top_i) const;
   // The moe.mlp call of one layer's experts (`prefix`: "...mlp.experts."): its two weights and their LoRA are
@@ -185,9 +200,6 @@ class DecoderModel : public Model, public CausalLmDecode {
   // The attention backend for the model's layout ("sinks" with per-head sinks, else "plain"): the resolved
   // backend with its run-time fallbacks (a backend may decline a call: docs/ops/attention.md), cached.
   std::shared_ptr<ops::Attention> attention_backend();
-  // A Gated DeltaNet layer's mixer (models/parts/gated_deltanet.cpp) and its linear_attention backend chain.
-  at::Tensor gated_deltanet_block(int64_t layer, const at::Tensor& x, const at::Tensor& cu);
-  std::shared_ptr<ops::LinearAttention> linear_attention_backend();
   // The rms_norm op on x (+ residual): {y, sum}; sum (x + residual, the residual stream) is undefined without
   // a residual. eps 0: the config's rms_norm_eps.
   std::pair<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::string& weight,
@@ -212,12 +224,12 @@ class DecoderModel : public Model, public CausalLmDecode {
     int64_t whole = 0, freed = 0, kept = 0;
   };
   HandOver hand_over_layer(int64_t i, LayerResidency& owner, StorageSet& whole);
-  // One decoder layer; appends the router logits of a MoE layer to router_logits.
-  at::Tensor layer(int64_t i, const at::Tensor& h, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
-                   const at::Tensor& inv_freq,
-                   std::vector<at::Tensor>& router_logits);
+  // Decoder layer i (its parts' forwards, decoder_layer.cpp); appends the router logits of a MoE layer to
+  // router_logits.
+  at::Tensor layer(int64_t i, const at::Tensor& h, const LayerInputs& in, std::vector<at::Tensor>& router_logits);
 
   HfConfig cfg_;
+  std::vector<LayerParts> layers_;  // every layer's parts (assemble_layers), chosen once at construction
   at::ScalarType dtype_;
   at::Device device_;
   std::shared_ptr<KernelSet> kernels_;

@@ -12,15 +12,12 @@
 #include "models/fp8_load.hpp"
 #include "models/family.hpp"
 #include "models/gpt_oss.hpp"
-#include "models/parts/gated_deltanet.hpp"
+#include "models/layer_parts.hpp"
 #include "models/parts/mla_layer.hpp"
-#include "models/parts/shared_expert.hpp"
 
 namespace ax::models {
 
 namespace {
-
-std::string layer_prefix(int64_t i) { return str("model.layers.", i, "."); }
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -81,64 +78,14 @@ safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensor
   return view;
 }
 
+bool keeps_fp32(const std::string& name) { return ends_with(name, ".e_score_correction_bias"); }
+
 TensorShapes internal_tensors(const HfConfig& c) {
   TensorShapes out;
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
+  const int64_t H = c.hidden_size;
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    std::string p = layer_prefix(i);
-    out.push_back({p + "input_layernorm.weight", {H}});
-    out.push_back({p + "post_attention_layernorm.weight", {H}});
-    if (c.is_linear_layer(i)) {
-      gated_deltanet_tensors(c, p, out);
-    } else if (c.is_mla()) {
-      mla_tensors(c, p, out);
-    } else {
-      out.push_back({p + "self_attn.q_proj.weight", {Hq * D * (c.attn_output_gate ? 2 : 1), H}});
-      out.push_back({p + "self_attn.k_proj.weight", {Hkv * D, H}});
-      out.push_back({p + "self_attn.v_proj.weight", {Hkv * D, H}});
-      out.push_back({p + "self_attn.o_proj.weight", {H, Hq * D}});
-      if (c.qkv_bias) {
-        out.push_back({p + "self_attn.q_proj.bias", {Hq * D * (c.attn_output_gate ? 2 : 1)}});
-        out.push_back({p + "self_attn.k_proj.bias", {Hkv * D}});
-        out.push_back({p + "self_attn.v_proj.bias", {Hkv * D}});
-      }
-      if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {H}});
-      if (c.qk_norm) {
-        out.push_back({p + "self_attn.q_norm.weight", {D}});
-        out.push_back({p + "self_attn.k_norm.weight", {D}});
-      }
-      if (c.qk_norm_full) {
-        out.push_back({p + "self_attn.q_norm.weight", {Hq * D}});
-        out.push_back({p + "self_attn.k_norm.weight", {Hkv * D}});
-      }
-      if (c.attention_sinks) out.push_back({p + "self_attn.sinks", {Hq}});
-    }
-    if (c.sandwich_norms) {
-      out.push_back({p + "pre_feedforward_layernorm.weight", {H}});
-      out.push_back({p + "post_feedforward_layernorm.weight", {H}});
-    }
-    if (c.is_moe_layer(i) && c.moe_kind == MoeKind::topk_softmax_clamped) {
-      gpt_oss_moe_tensors(c, p, out);
-    } else if (c.is_moe_layer(i)) {
-      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
-      out.push_back({p + "mlp.gate.weight", {E, H}});
-      if (c.moe_kind == MoeKind::group_topk_sigmoid) out.push_back({p + "mlp.gate.e_score_correction_bias", {E}});
-      out.push_back({p + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
-      out.push_back({p + "mlp.experts.down_proj", {E, H, I}});
-      if (c.shared_expert_intermediate_size > 0) shared_expert_tensors(c, p, out);
-    } else {
-      const int64_t I = c.intermediate_size;
-      out.push_back({p + "mlp.gate_proj.weight", {I, H}});
-      out.push_back({p + "mlp.up_proj.weight", {I, H}});
-      out.push_back({p + "mlp.down_proj.weight", {H, I}});
-      if (c.mlp_bias) {
-        out.push_back({p + "mlp.gate_proj.bias", {I}});
-        out.push_back({p + "mlp.up_proj.bias", {I}});
-        out.push_back({p + "mlp.down_proj.bias", {H}});
-      }
-    }
-  }
+  const auto layers = assemble_layers(c);  // each layer's parts list their tensors (models/layer_parts.hpp)
+  for (std::size_t i = 0; i < layers.size(); ++i) layer_tensors(c, layers[i], layer_prefix(static_cast<int64_t>(i)), out);
   out.push_back({"model.norm.weight", {H}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
   return out;

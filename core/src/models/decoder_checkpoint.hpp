@@ -27,6 +27,10 @@ safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensor
 
 // The weights in transformers 5 naming (fused experts), with shapes, layer by layer.
 TensorShapes internal_tensors(const HfConfig& c);
+// Whether internal tensor `name` stays fp32 in any compute dtype, as transformers keeps it
+// (_keep_in_fp32_modules_strict): the group router's correction bias, whose small differences between experts
+// would round away in bf16.
+bool keeps_fp32(const std::string& name);
 // The HF checkpoint keys a config expects in the layout HF save_pretrained writes, with shapes (for
 // init-model and inspect).
 TensorShapes expected_checkpoint_tensors(const HfConfig& cfg);

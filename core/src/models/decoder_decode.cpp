@@ -1,6 +1,7 @@
 // DecoderModel's KV-cached incremental forward (axengine/decode.hpp). Linear-attention (Gated DeltaNet) layers
 // keep no keys: each row's conv window and recurrent state, which gated_deltanet_block reads as the ops'
-// initial states of the step's segments and writes back from their final states (O(1) per token). decode runs the training forward's own
+// initial states of the step's segments and writes back from their final states (O(1) per token); what each
+// layer keeps is its mixer part's (MixerCache, models/layer_parts.hpp). decode runs the training forward's own
 // layers (embedding, norms, projections with LoRA, RoPE, MoE blocks) over just the new tokens; only attention
 // differs, and attention_block hands it to cached_attention while decode_step_ is set:
 //   - the new tokens' k/v (after RoPE / q-k norm) are written into the cache at their rows' positions;
@@ -83,29 +84,22 @@ std::unique_ptr<KvCache> DecoderModel::new_cache(int64_t batch, int64_t capacity
   if (batch < 1 || capacity < 1) throw UsageError(str("KV cache: batch ", batch, " and capacity ", capacity, " must be >= 1"));
   auto c = std::make_unique<DecoderKvCache>(this, batch, capacity);
   const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
-  const bool linear = !cfg_.linear_layers.empty();
-  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    if (cfg_.is_linear_layer(i)) {
-      const auto& g = cfg_.gdn;
-      c->k.emplace_back();
-      c->v.emplace_back();
-      c->conv.push_back(at::zeros({batch, g.conv_kernel - 1, 2 * g.key_heads * g.key_dim + g.value_heads * g.value_dim}, opts));
-      c->state.push_back(at::zeros({batch, g.value_heads, g.key_dim, g.value_dim}, opts.dtype(at::kFloat)));
-      continue;
-    }
-    if (cfg_.is_mla()) {
-      // MLA (deepseek_v3): the compressed latent (kv_lora_rank, after its norm) and the shared rope key (after
-      // RoPE), as the model is served: kv_lora_rank + rope numbers a token instead of heads x (qk + v).
-      c->k.push_back(at::zeros({batch, capacity, 1, cfg_.mla.kv_lora_rank}, opts));
-      c->v.push_back(at::zeros({batch, capacity, 1, cfg_.mla.qk_rope_head_dim}, opts));
-    } else {
-      c->k.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
-      c->v.push_back(at::zeros({batch, capacity, cfg_.num_kv_heads, cfg_.head_dim}, opts));
-    }
-    if (linear) {
-      c->conv.emplace_back();
-      c->state.emplace_back();
-    }
+  // Each layer's mixer says what it keeps (MixerCache): k/v entries, or a conv window and a recurrent state.
+  std::vector<MixerCache> kept;
+  bool any_state = false;
+  for (const LayerParts& l : layers_) {
+    kept.push_back(l.mixer->cache(cfg_, batch, capacity));
+    any_state = any_state || !kept.back().state.empty();
+  }
+  auto zeros = [&](const std::vector<int64_t>& shape, at::ScalarType dtype) {
+    return shape.empty() ? at::Tensor() : at::zeros(shape, opts.dtype(dtype));
+  };
+  for (const MixerCache& m : kept) {
+    c->k.push_back(zeros(m.k, dtype_));
+    c->v.push_back(zeros(m.v, dtype_));
+    if (!any_state) continue;  // both empty when no layer keeps a state (DecoderKvCache::truncate reads that)
+    c->conv.push_back(zeros(m.conv, dtype_));
+    c->state.push_back(zeros(m.state, at::kFloat));
   }
   return c;
 }
@@ -287,8 +281,9 @@ at::Tensor DecoderModel::decode(const std::vector<std::vector<int64_t>>& tokens,
   cast_lora_factors();
   at::Tensor h = in.embeds.defined() ? in.embeds.to(device_, dtype_) : embed(ids_t);
   std::vector<at::Tensor> router_logits;  // the aux loss is training's; decode drops them
+  const LayerInputs in_layers{pos_t, cu_t, C, inv_freq};
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    h = layer(i, h, pos_t, cu_t, C, inv_freq, router_logits);
+    h = layer(i, h, in_layers, router_logits);
     if (in.after_layer) h = in.after_layer(i, h);
     router_logits.clear();
   }

@@ -1,7 +1,7 @@
-// The kernel calls of a DecoderModel, derived from its config the way its forward decides them: the one list
-// the constructor resolves (a missing backend fails the load) and `validate`, `plugins explain` and
-// kernels.strict check (ModelCheck::ops). The forward asks its decisions of the same predicates, so the list
-// cannot drift from what it calls; tests/unit/model_op_plan_test.cpp records every call of a training step and
+// The kernel calls of a DecoderModel, derived from its assembled layers (models/layer_parts.hpp: each part says
+// which calls its forward makes): the one list the constructor resolves (a missing backend fails the load) and
+// `validate`, `plugins explain` and kernels.strict check (ModelCheck::ops). The forward runs the same parts, so
+// the list cannot drift from what it calls; tests/unit/model_op_plan_test.cpp records every call of a training step and
 // a logits forward of each family and compares.
 #pragma once
 #include <map>
@@ -18,9 +18,6 @@ namespace ax::models {
 
 // The attention op's layout: "sinks" with per-head sinks (gpt_oss; only backends claiming it qualify), else "".
 std::string attention_layout(const HfConfig& c);
-// Whether a dense MLP's activation is the swiglu op (silu gate) rather than plain ATen (gemma3_text's
-// gelu_pytorch_tanh, for which there is no fused op).
-bool swiglu_mlp(const HfConfig& c);
 // Whether the loss runs through linear_ce (the LM head and the loss in one op) when only the loss is asked for:
 // lm_head is a dense frozen weight without LoRA or bias. Otherwise the logits are made (linear.lora) and the
 // loss is ATen's cross_entropy.

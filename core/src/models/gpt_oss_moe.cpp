@@ -15,6 +15,7 @@
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
 #include "models/gpt_oss.hpp"
+#include "models/parts/routed_experts.hpp"
 
 namespace ax::models {
 
@@ -119,6 +120,13 @@ at::Tensor DecoderModel::gpt_oss_moe_block(int64_t i, const at::Tensor& x, std::
   a.alpha = cfg_.swiglu_alpha;
   a.limit = cfg_.swiglu_limit;
   return expert_mlp(std::move(a), p + "experts.");  // [T, H]
+}
+
+const FfnPart& Parts::moe_gpt_oss() {
+  static const FfnPart p{{"moe_gpt_oss", gpt_oss_moe_tensors, routed_experts_lora_sites, routed_experts_calls},
+                         &DecoderModel::gpt_oss_moe_block,
+                         true};
+  return p;
 }
 
 }  // namespace ax::models

@@ -1,8 +1,10 @@
-// The expert MLP of every MoE family (qwen2/3_moe, mixtral, olmoe, gpt_oss) as one moe.mlp call: the model
-// builds the routing and gates (family-specific), this fills in the fused expert weights, their LoRA and
-// the backend. LoRA dropout does not apply to the experts (as before moe.mlp: the op has no dropout).
+// The routed experts of every MoE part (parts/routed_experts.hpp) as one moe.mlp call: the part builds the
+// routing and gates (its router's), this fills in the fused expert weights, their LoRA and the backend.
+// LoRA dropout does not apply to the experts (as before moe.mlp: the op has no dropout).
 #include <algorithm>
 #include <tuple>
+
+#include <ATen/ATen.h>
 
 #include "axengine/error.hpp"
 #include "axengine/selection.hpp"
@@ -10,9 +12,45 @@
 #include "models/autograd_ops.hpp"
 #include "models/decoder.hpp"
 #include "models/expert_parallel.hpp"
+#include "models/parts/routed_experts.hpp"
 #include "models/tiled_mlp.hpp"
 
 namespace ax::models {
+
+void routed_experts_tensors(const HfConfig& c, const std::string& prefix, TensorShapes& out) {
+  const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  out.push_back({prefix + "mlp.experts.gate_up_proj", {E, 2 * I, H}});
+  out.push_back({prefix + "mlp.experts.down_proj", {E, H, I}});
+}
+
+void routed_experts_lora_sites(const HfConfig& c, const std::string& prefix, std::vector<LoraSite>& out) {
+  const int64_t E = c.num_experts, I = c.moe_intermediate_size, H = c.hidden_size;
+  out.push_back(LoraSite{prefix + "mlp.experts.gate_up_proj", "gate_up_proj", true, E, H, 2 * I});
+  out.push_back(LoraSite{prefix + "mlp.experts.down_proj", "down_proj", true, E, I, H});
+}
+
+void routed_experts_calls(const HfConfig&, const std::string& prefix, const HeldFormats& formats, std::vector<OpCall>& out) {
+  for (const char* proj : {"gate_up_proj", "down_proj"})
+    out.push_back({"moe.mlp", ops::to_string(formats.at(prefix + "mlp.experts." + proj)), "ENK"});
+}
+
+ops::MoeRouting DecoderModel::moe_routing(const at::Tensor& top_i) const {
+  ops::MoeRouting routing;
+  const int64_t E = cfg_.num_experts;
+  at::Tensor flat = top_i.reshape({-1});
+  // Sorted on the narrowest key type that holds every expert id: a stable sort's permutation does not depend
+  // on the key type, but CUDA's radix sort makes one pass (a kernel and a memset) per key byte, 8 for int64.
+  const at::ScalarType key = E <= 256 ? at::kByte : E <= 32768 ? at::kShort : at::kLong;
+  auto [sorted, perm] = flat.to(key).sort(/*stable=*/true, 0, false);
+  routing.sorted_expert_idxs = sorted.to(at::kLong);
+  routing.sorted_scattered_idxs = perm;
+  // End offsets read off the sorted ids (entries with expert <= e): one search instead of a count's fill,
+  // scatter_add and cumsum.
+  routing.expert_offsets = at::searchsorted(routing.sorted_expert_idxs, at::arange(E, flat.options().dtype(at::kLong)),
+                                            /*out_int32=*/false, /*right=*/true);
+  routing.top_k = top_i.size(-1);
+  return routing;
+}
 
 at::Tensor DecoderModel::expert_mlp(ops::MoeMlpArgs a, const std::string& prefix) {
   const std::string up = prefix + "gate_up_proj", down = prefix + "down_proj";

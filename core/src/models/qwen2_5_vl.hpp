@@ -76,6 +76,14 @@ Grids read_grids(const at::Tensor& image_grid_thw, const VisionConfig& v);  // v
 Grids read_grids(const at::Tensor& image_grid_thw, int64_t merge, const std::string& family);
 // Each patch's (h, w) in its frame, in the processor's block-major order (get_vision_position_ids): int64 [N, 2].
 at::Tensor patch_hw(const Grids& grids, int64_t merge);
+// The vision towers' 2-D rotary angles (Qwen2_5_VLVisionRotaryEmbedding, Qwen3VLVisionRotaryEmbedding): D/4
+// frequencies of `theta` for h, D/4 for w, the pair repeated: fp32 [N, D] on `device`, patches in patch_hw's order.
+at::Tensor vision_rope_angles(const Grids& grids, int64_t merge, int64_t head_dim, double theta, at::Device device);
+// A vision block's attention (both towers'): qkv [N, 3·H·D] into heads, q and k rotated by cos / sin [N, 1, D]
+// (apply_rotary_pos_emb_vision: rotate-half in fp32, back to the compute dtype), then bidirectional attention
+// within each span of cu (int32; the longest max_len) through `attention`. [N, H·D].
+at::Tensor vision_rotary_attention(const std::shared_ptr<ops::Attention>& attention, const at::Tensor& qkv, int64_t heads,
+                                   const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& cu, int64_t max_len);
 
 // What the rope index reads of a family's config (qwen2_5_vl, qwen3_vl: the same get_rope_index for images).
 struct MropeTokens {

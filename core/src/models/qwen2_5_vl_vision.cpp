@@ -92,6 +92,35 @@ at::Tensor patch_hw(const Grids& grids, int64_t merge) {
   return at::tensor(out, at::kLong).view({-1, 2});
 }
 
+at::Tensor vision_rope_angles(const Grids& grids, int64_t merge, int64_t D, double theta, at::Device device) {
+  at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, D / 2, 2, at::kFloat) / double(D / 2));
+  at::Tensor hw = to_device_async(patch_hw(grids, merge), device);
+  at::Tensor f = hw.to(at::kFloat).unsqueeze(-1) * to_device_async(inv, device).view({1, 1, -1});  // [N, 2, D/4]
+  at::Tensor ang = f.reshape({f.size(0), -1});
+  return at::cat({ang, ang}, -1);
+}
+
+at::Tensor vision_rotary_attention(const std::shared_ptr<ops::Attention>& attention, const at::Tensor& qkv, int64_t H,
+                                   const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& cu, int64_t max_len) {
+  const int64_t N = qkv.size(0), D = qkv.size(1) / (3 * H);
+  const at::Tensor heads = qkv.view({N, 3, H, D});
+  auto rot = [&](const at::Tensor& t) {
+    at::Tensor f = t.to(at::kFloat);
+    at::Tensor rh = at::cat({-f.narrow(-1, D / 2, D / 2), f.narrow(-1, 0, D / 2)}, -1);
+    return (f * cos + rh * sin).to(t.scalar_type());
+  };
+  ops::AttentionArgs a;
+  a.q = rot(heads.select(1, 0)).contiguous();
+  a.k = rot(heads.select(1, 1)).contiguous();
+  a.v = heads.select(1, 2).contiguous();
+  a.cu_seqlens = cu;
+  a.max_seqlen = max_len;
+  a.softmax_scale = 1.0 / std::sqrt(double(D));
+  a.causal = false;  // every patch of a span sees every other
+  a.check_values = false;  // built by the tower
+  return autograd::attention(attention, std::move(a)).reshape({N, H * D});
+}
+
 Grids read_grids(const at::Tensor& g, const VisionConfig& v) { return read_grids(g, v.spatial_merge_size, "qwen2_5_vl"); }
 
 Grids read_grids(const at::Tensor& g, int64_t merge, const std::string& family) {
@@ -211,26 +240,11 @@ at::Tensor VisionTower::rms_norm(const at::Tensor& x, const std::string& weight)
 at::Tensor VisionTower::block(int64_t i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               const at::Tensor& cu, int64_t max_len) const {
   const std::string p = str("blocks.", i, ".");
-  const int64_t N = x.size(0), H = cfg_.num_heads, D = cfg_.head_dim();
-  at::Tensor qkv = linear(rms_norm(x, p + "norm1.weight"), p + "attn.qkv").view({N, 3, H, D});
-  // apply_rotary_pos_emb_vision: rotate-half in fp32, back to the compute dtype.
-  auto rot = [&](const at::Tensor& t) {
-    at::Tensor f = t.to(at::kFloat);
-    at::Tensor rh = at::cat({-f.narrow(-1, D / 2, D / 2), f.narrow(-1, 0, D / 2)}, -1);
-    return (f * cos + rh * sin).to(t.scalar_type());
-  };
-  ops::AttentionArgs a;
-  a.q = rot(qkv.select(1, 0)).contiguous();
-  a.k = rot(qkv.select(1, 1)).contiguous();
-  a.v = qkv.select(1, 2).contiguous();
-  a.cu_seqlens = cu;
-  a.max_seqlen = max_len;
-  a.softmax_scale = 1.0 / std::sqrt(double(D));
-  a.causal = false;  // every patch of a window (an image) sees every other
-  a.check_values = false;  // built here
   if (!attention_) attention_ = attention_chain_of(*kernels_, dtype_, "");
-  at::Tensor o = autograd::attention(attention_, std::move(a));
-  at::Tensor h = x + linear(o.reshape({N, H * D}), p + "attn.proj");
+  // Each window (an image frame, in the full-attention blocks) attends within itself.
+  at::Tensor o = vision_rotary_attention(attention_, linear(rms_norm(x, p + "norm1.weight"), p + "attn.qkv"), cfg_.num_heads,
+                                         cos, sin, cu, max_len);
+  at::Tensor h = x + linear(o, p + "attn.proj");
   at::Tensor n = rms_norm(h, p + "norm2.weight");
   ops::SwigluArgs sw;
   sw.gate = linear(n, p + "mlp.gate_proj");
@@ -253,12 +267,9 @@ at::Tensor VisionTower::forward(const at::Tensor& pixel_values, const Grids& gri
   at::Tensor index = to_device_async(at::tensor(widx, at::kLong), device_);
   at::Tensor x = at::matmul(pixel_values.to(device_, dtype_), w("patch_embed.proj.weight").t());  // [N, C]
   x = permute_blocks(x, index, unit);
-  // 2-D rotary (Qwen2_5_VLVisionRotaryEmbedding): D/4 frequencies for h, D/4 for w, the pair repeated.
-  at::Tensor inv = 1.0 / at::pow(cfg_.rope_theta, at::arange(0, D / 2, 2, at::kFloat) / double(D / 2));
-  at::Tensor hw = to_device_async(patch_hw(grids, cfg_.spatial_merge_size), device_);
-  at::Tensor f = hw.to(at::kFloat).unsqueeze(-1) * to_device_async(inv, device_).view({1, 1, -1});  // [N, 2, D/4]
-  at::Tensor ang = f.reshape({N, -1});
-  ang = permute_blocks(at::cat({ang, ang}, -1), index, unit).unsqueeze(1);  // [N, 1, D]
+  // 2-D rotary, in the window order.
+  at::Tensor ang = vision_rope_angles(grids, cfg_.spatial_merge_size, D, cfg_.rope_theta, device_);
+  ang = permute_blocks(ang, index, unit).unsqueeze(1);  // [N, 1, D]
   at::Tensor cos = ang.cos(), sin = ang.sin();
   // Full attention: one span per image frame; windows: wcu.
   std::vector<int32_t> full{0};

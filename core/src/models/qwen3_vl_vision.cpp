@@ -140,26 +140,11 @@ at::Tensor Qwen3VisionTower::merger(const at::Tensor& x, const std::string& modu
 at::Tensor Qwen3VisionTower::block(int64_t i, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                    const at::Tensor& cu, int64_t max_len) const {
   const std::string p = str("blocks.", i, ".");
-  const int64_t N = x.size(0), H = cfg_.num_heads, D = cfg_.head_dim();
-  at::Tensor qkv = linear(layer_norm(x, p + "norm1"), p + "attn.qkv").view({N, 3, H, D});
-  // apply_rotary_pos_emb_vision: rotate-half in fp32, back to the compute dtype.
-  auto rot = [&](const at::Tensor& t) {
-    at::Tensor f = t.to(at::kFloat);
-    at::Tensor rh = at::cat({-f.narrow(-1, D / 2, D / 2), f.narrow(-1, 0, D / 2)}, -1);
-    return (f * cos + rh * sin).to(t.scalar_type());
-  };
-  ops::AttentionArgs a;
-  a.q = rot(qkv.select(1, 0)).contiguous();
-  a.k = rot(qkv.select(1, 1)).contiguous();
-  a.v = qkv.select(1, 2).contiguous();
-  a.cu_seqlens = cu;
-  a.max_seqlen = max_len;
-  a.softmax_scale = 1.0 / std::sqrt(double(D));
-  a.causal = false;  // every patch of an image frame sees every other
-  a.check_values = false;  // built here
   if (!attention_) attention_ = attention_chain_of(*kernels_, dtype_, "");
-  at::Tensor o = autograd::attention(attention_, std::move(a));
-  at::Tensor h = x + linear(o.reshape({N, H * D}), p + "attn.proj");
+  // Every patch of an image frame attends to every other (qwen2_5_vl.hpp: the two towers' shared attention).
+  at::Tensor o = vision_rotary_attention(attention_, linear(layer_norm(x, p + "norm1"), p + "attn.qkv"), cfg_.num_heads,
+                                         cos, sin, cu, max_len);
+  at::Tensor h = x + linear(o, p + "attn.proj");
   at::Tensor mid = linear(layer_norm(h, p + "norm2"), p + "mlp.linear_fc1");
   mid = cfg_.hidden_act == "gelu" ? at::gelu(mid) : at::gelu(mid, "tanh");
   return h + linear(mid, p + "mlp.linear_fc2");
@@ -179,11 +164,8 @@ Qwen3VisionTower::Features Qwen3VisionTower::forward(const at::Tensor& pixel_val
   auto [tap_idx, tap_w] = position_taps(grids, cfg_.spatial_merge_size, cfg_.grid_side());
   at::Tensor taps = w("pos_embed.weight").index_select(0, to_device_async(tap_idx.view({-1}), device_)).view({N, 4, -1});
   x = x + (taps * to_device_async(tap_w, device_).to(dtype_).unsqueeze(-1)).sum(1);
-  // 2-D rotary (Qwen3VLVisionRotaryEmbedding): D/4 frequencies for h, D/4 for w, the pair repeated.
-  at::Tensor inv = 1.0 / at::pow(cfg_.rope_theta, at::arange(0, D / 2, 2, at::kFloat) / double(D / 2));
-  at::Tensor hw = to_device_async(patch_hw(grids, cfg_.spatial_merge_size), device_);
-  at::Tensor ang = (hw.to(at::kFloat).unsqueeze(-1) * to_device_async(inv, device_).view({1, 1, -1})).reshape({N, -1});
-  ang = at::cat({ang, ang}, -1).unsqueeze(1);  // [N, 1, D]
+  // 2-D rotary (qwen2_5_vl.hpp's, as Qwen3VLVisionRotaryEmbedding computes it).
+  at::Tensor ang = vision_rope_angles(grids, cfg_.spatial_merge_size, D, cfg_.rope_theta, device_).unsqueeze(1);  // [N, 1, D]
   at::Tensor cos = ang.cos(), sin = ang.sin();
   // Attention spans: one per image frame.
   std::vector<int32_t> cu{0};

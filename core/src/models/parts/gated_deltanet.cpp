@@ -77,7 +77,8 @@ std::shared_ptr<ops::LinearAttention> DecoderModel::linear_attention_backend() {
   return linear_attention_chain_;
 }
 
-at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, const at::Tensor& cu) {
+at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, const LayerInputs& in) {
+  const at::Tensor& cu = in.cu;
   const GdnSizes s = gdn_sizes(cfg_);
   const std::string p = str("model.layers.", i, ".linear_attn.");
   const int64_t T = x.size(0);
@@ -148,6 +149,21 @@ at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, co
   g.up = normed;
   at::Tensor gated = autograd::swiglu(kernels_->get<ops::Swiglu>(ops::dtype_name(dtype_)), std::move(g));
   return linear(gated.reshape({T, s.value}), p + "out_proj");
+}
+
+namespace {
+// Decode keeps each row's conv window (the last W-1 inputs) and recurrent state, fp32: O(1) per token.
+MixerCache gated_deltanet_cache(const HfConfig& c, int64_t batch, int64_t) {
+  const GdnSizes s = gdn_sizes(c);
+  return {{}, {}, {batch, s.W - 1, s.conv}, {batch, s.Hv, s.Dk, s.Dv}};
+}
+}  // namespace
+
+const MixerPart& Parts::gated_deltanet() {
+  static const MixerPart p{{"gated_deltanet", gated_deltanet_tensors, gated_deltanet_lora_sites, gated_deltanet_calls},
+                           &DecoderModel::gated_deltanet_block,
+                           gated_deltanet_cache};
+  return p;
 }
 
 }  // namespace ax::models

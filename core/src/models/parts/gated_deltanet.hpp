@@ -1,6 +1,6 @@
 // The Gated DeltaNet mixer (the linear-attention layers of Qwen3.5 and Qwen3-Next; transformers 5.23's
-// Qwen3_5GatedDeltaNet): its tensors, LoRA sites and op calls. Its forward is DecoderModel::gated_deltanet_block
-// (parts/gated_deltanet.cpp), per layer HfConfig::is_linear_layer marks:
+// Qwen3_5GatedDeltaNet): its tensors, LoRA sites and op calls, the layer part Parts::gated_deltanet()
+// (models/layer_parts.hpp). Its forward is DecoderModel::gated_deltanet_block, per layer HfConfig::is_linear_layer marks:
 //   qkv = in_proj_qkv(x) → causal_conv1d (kernel linear_conv_kernel_dim, SiLU; the window restarts at each sample)
 //   → q, k [T, Hk, Dk], v [T, Hv, Dv];  β = sigmoid(in_proj_b(x));  g = −exp(A_log)·softplus(in_proj_a(x) + dt_bias)
 //   o = linear_attention(q, k, v, g, β; q and k L2-normalised, scale Dk^−½; the state restarts at each sample)

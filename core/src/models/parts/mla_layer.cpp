@@ -86,8 +86,9 @@ void mla_calls(const HfConfig& c, const std::string& prefix, const std::map<std:
   out.push_back({"attention", "", ""});  // qk head dim nope + rope, v head dim v_head_dim
 }
 
-at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const at::Tensor& pos, const at::Tensor& cu, int64_t max_len,
-                                   const at::Tensor& inv_freq) {
+at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const LayerInputs& in) {
+  const at::Tensor &pos = in.pos, &cu = in.cu, &inv_freq = in.inv_freq;
+  const int64_t max_len = in.max_len;
   const std::string p = str("model.layers.", i, ".self_attn.");
   MlaModules m;
   m.linear = [&](const at::Tensor& t, const std::string& module) { return linear(t, p + module); };
@@ -133,6 +134,19 @@ at::Tensor DecoderModel::mla_block(int64_t i, const at::Tensor& x, const at::Ten
     out = attend_cached(a, k.view({S, L, o.num_heads, o.qk_head_dim()}), v.view({S, L, o.num_heads, o.v_head_dim}));
   }
   return linear(out.reshape({x.size(0), o.num_heads * o.v_head_dim}), p + "o_proj");
+}
+
+namespace {
+// Decode keeps each token's compressed latent (kv_lora_rank, after its norm) and the shared rope key (after RoPE),
+// as the model is served: kv_lora_rank + rope numbers a token instead of heads x (qk + v).
+MixerCache mla_cache(const HfConfig& c, int64_t batch, int64_t capacity) {
+  return {{batch, capacity, 1, c.mla.kv_lora_rank}, {batch, capacity, 1, c.mla.qk_rope_head_dim}, {}, {}};
+}
+}  // namespace
+
+const MixerPart& Parts::mla() {
+  static const MixerPart p{{"mla", mla_tensors, mla_lora_sites, mla_calls}, &DecoderModel::mla_block, mla_cache};
+  return p;
 }
 
 }  // namespace ax::models

@@ -1,6 +1,6 @@
 // Multi-head latent attention as a decoder layer's mixer (deepseek_v3: HfConfig::is_mla): its tensors, LoRA sites
-// and op calls under self_attn., and its options from the config. The math is models/parts/mla.hpp's; the
-// forward is DecoderModel::mla_block (parts/mla_layer.cpp).
+// and op calls under self_attn., and its options from the config: the layer part Parts::mla()
+// (models/layer_parts.hpp). The math is models/parts/mla.hpp's; the forward is DecoderModel::mla_block.
 //
 //   self_attn.q_a_proj [q_lora_rank, H] (+ bias), q_a_layernorm [q_lora_rank], q_b_proj [Hq·(nope+rope), q_lora_rank]
 //     or q_proj [Hq·(nope+rope), H] when q_lora_rank is null

@@ -43,7 +43,7 @@ void shared_expert_calls(const HfConfig& c, const std::string& prefix, const std
   out.push_back({"swiglu", "", ""});
 }
 
-at::Tensor DecoderModel::shared_expert(int64_t i, const at::Tensor& x) {
+at::Tensor DecoderModel::shared_expert(int64_t i, const at::Tensor& x, std::vector<at::Tensor>&) {
   const std::string p = glu_module(cfg_, str("model.layers.", i, "."));
   ops::SwigluArgs a;
   a.gate = linear(x, p + "gate_proj");
@@ -52,6 +52,13 @@ at::Tensor DecoderModel::shared_expert(int64_t i, const at::Tensor& x) {
   if (cfg_.shared_experts_ungated) return y;
   // transformers: sigmoid(shared_expert_gate(x)) · shared_expert(x), in the compute dtype.
   return at::sigmoid(linear(x, str("model.layers.", i, ".mlp.shared_expert_gate"))) * y;
+}
+
+const FfnPart& Parts::shared_expert() {
+  static const FfnPart p{{"shared_expert", shared_expert_tensors, shared_expert_lora_sites, shared_expert_calls},
+                         &DecoderModel::shared_expert,
+                         false};
+  return p;
 }
 
 }  // namespace ax::models

@@ -1,7 +1,7 @@
 // The shared expert of Qwen3.5-MoE and Qwen3-Next's sparse MLP: a SiLU GLU of shared_expert_intermediate_size under
 // mlp.shared_expert., times sigmoid(mlp.shared_expert_gate(x)) (a [1, hidden] projection), added to the routed
 // experts' output. DeepSeek-V3 and GLM-4.5's (HfConfig::shared_experts_ungated): the GLU under mlp.shared_experts.,
-// no gate. Its forward is DecoderModel::shared_expert (parts/shared_expert.cpp).
+// no gate. The layer part Parts::shared_expert() (models/layer_parts.hpp); its forward is DecoderModel::shared_expert.
 #pragma once
 #include <map>
 #include <string>
