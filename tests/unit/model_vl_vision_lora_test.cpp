@@ -101,7 +101,16 @@ void check_vision_round_trip(const Case& c, const std::vector<std::string>& visi
   CHECK(st->tensors().size() == all_modules(vl).size() * 2);
   auto again = load(dir_of(c), "reference", (out / "adapter").string());
   CHECK(again.as<ax::models::VlModel>().vision_lora().lora().modules.size() == vl.vision_lora().lora().modules.size());
-  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 1e-6);
+  // Exact round trip (every factor bit for bit), logits to fp32 rounding: vl_case_util.hpp's check_adapter_round_trip
+  // says why not bitwise (CI's MKL gave 6.1e-6 on gemma3's text-only adapter).
+  const auto before = all_modules(vl);
+  const auto after = all_modules(again.as<ax::models::VlModel>());
+  REQUIRE(before.size() == after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    CHECK(at::equal(after[i].a, before[i].a));
+    CHECK(at::equal(after[i].b, before[i].b));
+  }
+  CHECK(rel_max(again.model->forward(p.batch, true).logits, logits) <= 5e-5);
   if (!env) {
     ax::test::remove_tree(out);
     return;
