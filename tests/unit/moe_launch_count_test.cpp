@@ -144,5 +144,9 @@ TEST_CASE("moe: one forward+backward of the tiny MoE model stays within its ATen
   // layers, the router softmax's in-kernel cast), 2,202 after. On a GPU the saving is larger than here:
   // the uint8-key sort saves radix passes inside one op, and CUDA's elementwise kernels cast on load and
   // store where the CPU's TensorIterator copies (so mul_out into bf16 saves a kernel only there).
-  CHECK(total <= 2210);
+  // 2,256 since the attention op takes keys' own boundaries (ring attention's blocks, docs/ops/attention.md): on
+  // the CPU the aten backend serves attention by the reference math, which now masks rows that see no key (lse
+  // -inf: isneginf, masked_fill, 4 a layer) and aligns keys bottom-right, 18 kernels a layer more; on a GPU the
+  // aten backend runs flash there. The MoE path's count is unchanged (2,202 without them).
+  CHECK(total <= 2260);
 }
