@@ -6,13 +6,14 @@
 #                mkdir -p .whl && pip download --no-deps -d .whl fla-core==0.6.0 liger-kernel==0.8.5 nvidia-cutlass==4.2.0.0
 #   device call: carry [".axdev", ".whl"], kind nvidia-h200, command: bash scripts/device/pending.sh STAGE
 # Stages (each writes its logs and bench results to $OUT; commit them under bench/results/ with device and date):
-#   tests      build, then the CUDA cases never run on a GPU yet (fp8, images in generate, ring in bf16,
-#              bf16 deepseek/glm parity, attention groups)
-#   sft-moe    bench/train_step sft-moe against HF+peft eager and liger+compile (issue 41)
-#   vlm        bench/vlm_sft (issue 40's 0.5x goal) and the processor bench for qwen3_vl and gemma3
-#   sft-dense  bench/train_step sft-dense, eager and liger+compile
-#   long-32k   bench/train_step long-dense-32k (alone: minutes a peer)
-#   moe        bench moe at the deepseek-v3 / glm4.5-air shapes with scattermoe, and the CUTLASS grouped GEMM probe
+#   tests      build, then the CUDA cases not yet passed on a GPU: the ring attention cases (their threads now skip
+#              autograd) and fp8 packed on CUDA (its draw fixed); the rest of this list passed on 2026-12-08
+#              (bench/results/cuda-tests-nvidia-h100-2026-12-08.log)
+#   sft-moe    bench/train_step sft-moe against HF+peft eager and liger+compile (issue 41); on 2026-12-08 the
+#              liger+compile peer failed inside Dynamo (docs/performance.md): still owed
+#   long-32k   bench/train_step long-dense-32k (alone: minutes a peer): still owed
+# Done once, kept to re-run on an H200 (the 2026-12-08 runs had an H100): vlm (bench/vlm_sft and the processor
+# bench), sft-dense, moe (bench moe at the deepseek-v3 / glm4.5-air shapes, the CUTLASS grouped GEMM probe).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 stage=${1:?stage: tests sft-moe vlm sft-dense long-32k moe}
@@ -37,7 +38,7 @@ build
 case "$stage" in
   tests)
     timeout 420 ctest --test-dir build-gpu -j 2 --output-on-failure --timeout 200 \
-      -R 'fp8|with images on CUDA|ring attention|bf16: glm4_moe and deepseek_v3|bidirectional groups|gemma3 multimodal on CUDA' \
+      -R 'ring attention|fp8 packed: on CUDA' \
       > "$OUT/ctest-pending.log" 2>&1
     tail -n 30 "$OUT/ctest-pending.log" ;;
   sft-moe) PEER_VARIANTS=eager,liger+compile bash bench/train_step/run.sh sft-moe 2>&1 | tail -n 40 ;;

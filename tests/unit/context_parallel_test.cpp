@@ -72,20 +72,28 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken, at::Tensor
       const ax::models::ContextSplit split{&comm, B, S};
       ax::ops::AttentionArgs mine = a;
       leaves(mine, split.local(q), split.local(k), split.local(v));
-      at::Tensor out = ax::models::ring_attention(split, mine, reg.kernel<ax::ops::Attention>(blocks));
-      (out * split.local(dout)).sum().backward();
+      at::Tensor out, dq, dk, dv, dsinks;
+      if (opts.device().is_cuda()) {  // autograd would run every rank's backward node on the device's one thread
+        const ax::models::RingGrads g = ax::models::ring_attention_grads(split, mine, split.local(dout), reg.kernel<ax::ops::Attention>(blocks));
+        out = g.out, dq = g.dq, dk = g.dk, dv = g.dv, dsinks = g.dsinks;
+      } else {
+        out = ax::models::ring_attention(split, mine, reg.kernel<ax::ops::Attention>(blocks));
+        (out * split.local(dout)).sum().backward();
+        dq = mine.q.grad(), dk = mine.k.grad(), dv = mine.v.grad();
+        if (sinks) dsinks = mine.sinks.grad();
+      }
       double e = 0;  // the largest difference, relative to the larger of 1 and the tensor's largest magnitude
       auto diff = [&](const at::Tensor& x, const at::Tensor& y) {
         const double scale = std::max(1.0, y.abs().max().item<double>());
         e = std::max(e, (x - y).abs().max().item<double>() / scale);
       };
       diff(out, split.local(want));
-      diff(mine.q.grad(), split.local(whole.q.grad()));
-      diff(mine.k.grad(), split.local(whole.k.grad()));
-      diff(mine.v.grad(), split.local(whole.v.grad()));
+      diff(dq, split.local(whole.q.grad()));
+      diff(dk, split.local(whole.k.grad()));
+      diff(dv, split.local(whole.v.grad()));
       err[static_cast<std::size_t>(r)] = e;
       if (sinks) {  // each rank's dsinks is its queries' share: the shares sum to the whole
-        at::Tensor g = mine.sinks.grad().clone();
+        at::Tensor g = dsinks.clone();
         comm.all_reduce_sum(g);
         diff(g, whole.sinks.grad());
         err[static_cast<std::size_t>(r)] = e;
@@ -144,6 +152,37 @@ TEST_CASE("ring attention's blocks through flash (aten, CUDA bf16): the attentio
   const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0);
   check_ring_grid(opts, "aten", 3e-2);
   CHECK(ring_vs_op(2, -1, false, true, opts, "aten") > 1e-1);  // the planted bug is seen
+}
+
+TEST_CASE("ring attention without autograd (ring_attention_grads, the CUDA tests' path) equals its autograd node bit for bit") {
+  at::set_num_threads(1);
+  const int64_t N = 3, B = 2, S = 24;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const at::Tensor q = at::randn({B * S, 4, 6}, gen), k = at::randn({B * S, 2, 6}, gen), v = at::randn({B * S, 2, 5}, gen);
+  const at::Tensor sink = at::randn({4}, gen), dout = at::randn({B * S, 4, 5}, gen);
+  Shared shared(N);
+  std::vector<int> same(static_cast<std::size_t>(N), 0);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < N; ++r)
+    threads.emplace_back([&, r] {
+      ThreadComm comm(shared, r);
+      const ax::models::ContextSplit split{&comm, B, S};
+      ax::ops::AttentionArgs a;
+      a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt);
+      a.max_seqlen = 17;
+      a.window_left = 7;
+      a.q = split.local(q).requires_grad_(true);
+      a.k = split.local(k).requires_grad_(true);
+      a.v = split.local(v).requires_grad_(true);
+      a.sinks = sink.clone().requires_grad_(true);
+      const ax::models::RingGrads g = ax::models::ring_attention_grads(split, a, split.local(dout));
+      const at::Tensor out = ax::models::ring_attention(split, a);
+      (out * split.local(dout)).sum().backward();
+      same[static_cast<std::size_t>(r)] = at::equal(g.out, out) && at::equal(g.dq, a.q.grad()) && at::equal(g.dk, a.k.grad()) &&
+                                          at::equal(g.dv, a.v.grad()) && at::equal(g.dsinks, a.sinks.grad());
+    });
+  for (auto& t : threads) t.join();
+  for (int64_t r = 0; r < N; ++r) CHECK(same[static_cast<std::size_t>(r)] == 1);
 }
 
 TEST_CASE("ring attention's blocks through the aten backend on the CPU (its reference math) match too") {

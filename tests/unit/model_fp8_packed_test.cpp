@@ -71,7 +71,10 @@ void draw_lora_b(ax::Model& m) {
   at::NoGradGuard ng;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   for (auto& [n, t] : m.trainable_parameters())
-    if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0, 0.3, gen);
+    // Drawn on the host and copied: a CPU generator cannot fill a CUDA tensor, and the draw stays the same
+    // on every device.
+    if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0)
+      t.copy_(at::empty(t.sizes(), t.options().device(at::kCPU)).normal_(0, 0.3, gen));
 }
 
 ax::Batch batch(int64_t vocab) {

@@ -196,90 +196,108 @@ void merge(at::Tensor& o, at::Tensor& l, const at::Tensor& ob, const at::Tensor&
   l = ln;
 }
 
+// What the forward keeps for the backward: this rank's merged out and lse of each query chunk (fp32).
+struct RingForward {
+  at::Tensor out;                 // [rows·block, Hq, Dv] in q's dtype
+  std::vector<at::Tensor> o, l;   // per query chunk j: out [B·c, Hq, Dv] (q's dtype), lse [Hq, B·c] (fp32)
+};
+
+RingForward ring_forward(RingState& st, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const Geometry& G = st.geo;
+  const auto f32 = q.options().dtype(at::kFloat);
+  std::vector<at::Tensor> qc, o, l;
+  for (int64_t j = 0; j < 2; ++j) {
+    qc.push_back(G.chunk(q, j));
+    o.push_back(at::zeros({G.B * G.c, G.Hq, v.size(2)}, f32));
+    l.push_back(at::full({G.Hq, G.B * G.c}, kNegInf, f32));
+  }
+  st.saved.clear();
+  walk(G, qc, k.contiguous(), v.contiguous(), [&](const Block& b) {
+    ops::AttentionResult res = st.op->forward(b.args);
+    merge(o[static_cast<std::size_t>(b.j)], l[static_cast<std::size_t>(b.j)], res.out, res.lse);
+    st.saved.push_back(std::move(res.saved));
+  }, {});
+  RingForward f;
+  for (int64_t j = 0; j < 2; ++j) {
+    auto& oj = o[static_cast<std::size_t>(j)];
+    auto& lj = l[static_cast<std::size_t>(j)];
+    if (st.sinks.defined()) {  // the sink joins each row's softmax as one more logit (docs/ops/attention.md)
+      const at::Tensor lf = at::logaddexp(lj, st.sinks.unsqueeze(1));
+      oj = oj * at::exp(lj - lf).transpose(0, 1).unsqueeze(-1);
+      lj = lf;
+    }
+    f.o.push_back(oj.to(q.scalar_type()));
+    f.l.push_back(lj);
+  }
+  f.out = G.tokens(f.o[0], f.o[1]);
+  return f;
+}
+
+// The same walk: each call's backward with the merged (out, lse), which makes its P and rowsum(dO ∘ O) those of
+// the whole rows (docs/ops/attention.md); dq summed here, dK/dV following their block one pass behind.
+RingGrads ring_backward(const RingState& st, const at::Tensor& q, const at::Tensor& kl, const at::Tensor& vl,
+                        const std::vector<at::Tensor>& o, const std::vector<at::Tensor>& l, const at::Tensor& grad_out) {
+  const Geometry& G = st.geo;
+  const at::Tensor dout = grad_out.to(q.scalar_type());
+  const auto f32 = q.options().dtype(at::kFloat);
+  std::vector<at::Tensor> qc, dOc, dq;
+  for (int64_t j = 0; j < 2; ++j) {
+    qc.push_back(G.chunk(q, j));
+    dOc.push_back(G.chunk(dout, j).contiguous());
+    dq.push_back(at::zeros(qc.back().sizes(), f32));
+  }
+  // The held block's gradient so far (fp32): it follows the block once each step has added to it, and after the
+  // last step's pass it has reached the block's owner.
+  std::vector<at::Tensor> grad{at::zeros(kl.sizes(), f32), at::zeros(vl.sizes(), f32)};
+  std::size_t n = 0;
+  walk(G, qc, kl, vl, [&](const Block& b) {
+    ops::AttentionBackwardArgs bw;
+    bw.grad_out = dOc[static_cast<std::size_t>(b.j)];
+    bw.out = o[static_cast<std::size_t>(b.j)];
+    bw.lse = l[static_cast<std::size_t>(b.j)];
+    bw.saved = st.saved.at(n++);
+    const ops::AttentionGrads g = st.op->backward(b.args, bw);
+    dq[static_cast<std::size_t>(b.j)].add_(g.dq.to(at::kFloat));
+    for (int64_t i = 0; i < 2; ++i) {
+      const at::Tensor& d = i == 0 ? g.dk : g.dv;
+      at::Tensor& acc = grad[static_cast<std::size_t>(i)];
+      acc.view({G.B, 2, G.c, acc.size(1), acc.size(2)}).select(1, b.jk).add_(d.to(at::kFloat).reshape({G.B, G.c, d.size(1), d.size(2)}));
+    }
+  }, [&] { grad = unpack(G.split.comm->ring_pass(pack(grad)), grad); });
+  RingGrads out;
+  if (st.sinks_grad) {  // -Σ_i exp(s_h - lse_i) · rowsum(dO_i ∘ O_i) over this rank's rows
+    out.dsinks = at::zeros({G.Hq}, f32);
+    for (int64_t j = 0; j < 2; ++j) {
+      const auto i = static_cast<std::size_t>(j);
+      const at::Tensor rowdot = (dOc[i].to(at::kFloat) * o[i].to(at::kFloat)).sum(-1).transpose(0, 1);  // [Hq, n]
+      out.dsinks.sub_((at::exp(st.sinks.unsqueeze(1) - l[i]) * rowdot).sum(1));
+    }
+  }
+  out.dq = G.tokens(dq[0], dq[1]).to(q.scalar_type());
+  out.dk = grad[0].to(kl.scalar_type());
+  out.dv = grad[1].to(vl.scalar_type());
+  return out;
+}
+
 struct RingFn : torch::autograd::Function<RingFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const OptT& sinks, c10::intrusive_ptr<RingState> st) {
-    const Geometry& G = st->geo;
-    const auto f32 = q.options().dtype(at::kFloat);
-    std::vector<at::Tensor> qc, o, l;
-    for (int64_t j = 0; j < 2; ++j) {
-      qc.push_back(G.chunk(q.detach(), j));
-      o.push_back(at::zeros({G.B * G.c, G.Hq, v.size(2)}, f32));
-      l.push_back(at::full({G.Hq, G.B * G.c}, kNegInf, f32));
-    }
-    st->saved.clear();
-    walk(G, qc, k.detach().contiguous(), v.detach().contiguous(), [&](const Block& b) {
-      ops::AttentionResult res = st->op->forward(b.args);
-      merge(o[static_cast<std::size_t>(b.j)], l[static_cast<std::size_t>(b.j)], res.out, res.lse);
-      st->saved.push_back(std::move(res.saved));
-    }, {});
-    std::vector<at::Tensor> out;
-    for (int64_t j = 0; j < 2; ++j) {
-      auto& oj = o[static_cast<std::size_t>(j)];
-      auto& lj = l[static_cast<std::size_t>(j)];
-      if (st->sinks.defined()) {  // the sink joins each row's softmax as one more logit (docs/ops/attention.md)
-        const at::Tensor lf = at::logaddexp(lj, st->sinks.unsqueeze(1));
-        oj = oj * at::exp(lj - lf).transpose(0, 1).unsqueeze(-1);
-        lj = lf;
-      }
-      out.push_back(oj.to(q.scalar_type()));
-    }
-    ctx->save_for_backward({q, k, v, out[0], out[1], l[0], l[1]});
+    RingForward f = ring_forward(*st, q.detach(), k.detach(), v.detach());
+    ctx->save_for_backward({q, k, v, f.o[0], f.o[1], f.l[0], f.l[1]});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
-    return G.tokens(out[0], out[1]);
+    return f.out;
   }
 
-  // The same walk: each call's backward with the merged (out, lse), which makes its P and rowsum(dO ∘ O) those of
-  // the whole rows (docs/ops/attention.md); dq summed here, dK/dV following their block one pass behind.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto st = c10::static_intrusive_pointer_cast<RingState>(ctx->saved_data["state"].toCapsule());
-    const Geometry& G = st->geo;
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor q = saved[0], kl = saved[1].contiguous(), vl = saved[2].contiguous();
-    const std::vector<at::Tensor> o{saved[3], saved[4]}, l{saved[5], saved[6]};
-    const at::Tensor dout = grads[0].to(q.scalar_type());
-    const auto f32 = q.options().dtype(at::kFloat);
-    std::vector<at::Tensor> qc, dOc, dq;
-    for (int64_t j = 0; j < 2; ++j) {
-      qc.push_back(G.chunk(q, j));
-      dOc.push_back(G.chunk(dout, j).contiguous());
-      dq.push_back(at::zeros(qc.back().sizes(), f32));
-    }
-    // The held block's gradient so far (fp32): it follows the block once each step has added to it, and after the
-    // last step's pass it has reached the block's owner.
-    std::vector<at::Tensor> grad{at::zeros(kl.sizes(), f32), at::zeros(vl.sizes(), f32)};
-    std::size_t n = 0;
-    walk(G, qc, kl, vl, [&](const Block& b) {
-      ops::AttentionBackwardArgs bw;
-      bw.grad_out = dOc[static_cast<std::size_t>(b.j)];
-      bw.out = o[static_cast<std::size_t>(b.j)];
-      bw.lse = l[static_cast<std::size_t>(b.j)];
-      bw.saved = st->saved.at(n++);
-      const ops::AttentionGrads g = st->op->backward(b.args, bw);
-      dq[static_cast<std::size_t>(b.j)].add_(g.dq.to(at::kFloat));
-      for (int64_t i = 0; i < 2; ++i) {
-        const at::Tensor& d = i == 0 ? g.dk : g.dv;
-        at::Tensor& acc = grad[static_cast<std::size_t>(i)];
-        acc.view({G.B, 2, G.c, acc.size(1), acc.size(2)}).select(1, b.jk).add_(d.to(at::kFloat).reshape({G.B, G.c, d.size(1), d.size(2)}));
-      }
-    }, [&] { grad = unpack(G.split.comm->ring_pass(pack(grad)), grad); });
-    at::Tensor dsinks;
-    if (st->sinks_grad) {  // -Σ_i exp(s_h - lse_i) · rowsum(dO_i ∘ O_i) over this rank's rows
-      dsinks = at::zeros({G.Hq}, f32);
-      for (int64_t j = 0; j < 2; ++j) {
-        const auto i = static_cast<std::size_t>(j);
-        const at::Tensor rowdot = (dOc[i].to(at::kFloat) * o[i].to(at::kFloat)).sum(-1).transpose(0, 1);  // [Hq, n]
-        dsinks.sub_((at::exp(st->sinks.unsqueeze(1) - l[i]) * rowdot).sum(1));
-      }
-    }
-    return {G.tokens(dq[0], dq[1]).to(q.scalar_type()), grad[0].to(kl.scalar_type()), grad[1].to(vl.scalar_type()),
-            dsinks, at::Tensor()};
+    auto s = ctx->get_saved_variables();
+    RingGrads g = ring_backward(*st, s[0], s[1].contiguous(), s[2].contiguous(), {s[3], s[4]}, {s[5], s[6]}, grads[0]);
+    return {g.dq, g.dk, g.dv, g.dsinks, at::Tensor()};
   }
 };
 
-}  // namespace
-
-at::Tensor ring_attention(const ContextSplit& split, const ops::AttentionArgs& a, std::shared_ptr<ops::Attention> blocks) {
+// The checked geometry and state of one call (ring_attention's and ring_attention_grads').
+c10::intrusive_ptr<RingState> ring_state(const ContextSplit& split, const ops::AttentionArgs& a, std::shared_ptr<ops::Attention> blocks) {
   const int64_t Tl = split.rows * split.block();
   if (!a.causal) throw UsageError("ring attention: context parallelism splits causal attention only");
   if (a.groups.defined())
@@ -307,13 +325,30 @@ at::Tensor ring_attention(const ContextSplit& split, const ops::AttentionArgs& a
   if (G.cu.size() < 2 || G.cu.front() != 0 || G.cu.back() != split.rows * split.seq)
     throw RuntimeError(ax::str("ring attention: cu_seqlens must run from 0 to the batch's ", split.rows * split.seq,
                                " tokens, got ", G.cu.size(), " entries ending at ", G.cu.empty() ? 0 : G.cu.back()));
-  OptT sinks;
   if (a.sinks.defined()) {
     st->sinks = a.sinks.detach().to(at::kFloat);
     st->sinks_grad = a.sinks.requires_grad();
-    sinks = a.sinks;
   }
-  return RingFn::apply(a.q, a.k, a.v, sinks, st);
+  return st;
+}
+
+}  // namespace
+
+at::Tensor ring_attention(const ContextSplit& split, const ops::AttentionArgs& a, std::shared_ptr<ops::Attention> blocks) {
+  auto st = ring_state(split, a, std::move(blocks));
+  return RingFn::apply(a.q, a.k, a.v, a.sinks.defined() ? OptT(a.sinks) : OptT(), st);
+}
+
+RingGrads ring_attention_grads(const ContextSplit& split, const ops::AttentionArgs& a, const at::Tensor& grad_out,
+                               std::shared_ptr<ops::Attention> blocks) {
+  at::NoGradGuard no_grad;
+  auto st = ring_state(split, a, std::move(blocks));
+  if (a.sinks.defined()) st->sinks_grad = true;
+  const at::Tensor q = a.q.detach(), k = a.k.detach().contiguous(), v = a.v.detach().contiguous();
+  RingForward f = ring_forward(*st, q, k, v);
+  RingGrads g = ring_backward(*st, q, k, v, f.o, f.l, grad_out);
+  g.out = f.out;
+  return g;
 }
 
 }  // namespace ax::models

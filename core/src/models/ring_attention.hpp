@@ -27,4 +27,14 @@ namespace ax::models {
 at::Tensor ring_attention(const ContextSplit& split, const ops::AttentionArgs& a,
                           std::shared_ptr<ops::Attention> blocks = nullptr);
 
+// ring_attention's forward and, given ∂L/∂out, its backward, run here without autograd: what its autograd node
+// computes (dsinks when a.sinks is defined). For callers that cannot leave the backward to autograd: several
+// ranks' threads on one CUDA device (the tests), whose nodes autograd would run one after another on that
+// device's one backward thread, each waiting for the others' ring passes.
+struct RingGrads {
+  at::Tensor out, dq, dk, dv, dsinks;
+};
+RingGrads ring_attention_grads(const ContextSplit& split, const ops::AttentionArgs& a, const at::Tensor& grad_out,
+                               std::shared_ptr<ops::Attention> blocks = nullptr);
+
 }  // namespace ax::models
