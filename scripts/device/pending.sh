@@ -12,11 +12,14 @@
 #   sft-moe    bench/train_step sft-moe against HF+peft eager and liger+compile (issue 41); on 2026-12-08 the
 #              liger+compile peer failed inside Dynamo (docs/performance.md): still owed
 #   long-32k   bench/train_step long-dense-32k (alone: minutes a peer): still owed
+#   ab37       issue 37 item 5 after dec37 (layers assembled from parts, merged in b1826bd): the MoE bench step
+#              at this checkout against b1826bd^1, alternating (bench/train_step/before_after.sh); first, here:
+#              bash bench/train_step/before_after.sh prepare b1826bd^1   (writes .axdev/pre.tar): still owed
 # Done once, kept to re-run on an H200 (the 2026-12-08 runs had an H100): vlm (bench/vlm_sft and the processor
 # bench), sft-dense, moe (bench moe at the deepseek-v3 / glm4.5-air shapes, the CUTLASS grouped GEMM probe).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-stage=${1:?stage: tests sft-moe vlm sft-dense long-32k moe}
+stage=${1:?stage: tests sft-moe long-32k ab37 vlm sft-dense moe}
 export OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 T0=$(date +%s)
 stamp() { echo "[pending.sh $(( $(date +%s) - T0 ))s] $*"; }
@@ -34,7 +37,7 @@ build() {  # incremental on a warm machine; /tmp/axbuild is where the bench scri
   stamp built
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 }
-build
+[ "$stage" = ab37 ] || build  # ab37 builds its own two trees (before_after.sh)
 case "$stage" in
   tests)
     timeout 420 ctest --test-dir build-gpu -j 2 --output-on-failure --timeout 200 \
@@ -54,6 +57,9 @@ case "$stage" in
     build-gpu/bin/axengine bench moe --shape deepseek-v3 --shape glm4.5-air --backend grouped_mm --backend scattermoe \
       --backend mlp:sonicmoe --backend mlp:scattermoe --iters 10 --out "$OUT/bench-moe-shapes.json" 2>&1 | tail -n 30
     [ -x build-gpu/bin/cutlass_grouped_bench ] && build-gpu/bin/cutlass_grouped_bench --json "$OUT/cutlass-grouped-bench.json" 2>&1 | tail -n 30 ;;
+  ab37)
+    [ -f .axdev/pre.tar ] || { echo "ab37: run 'bash bench/train_step/before_after.sh prepare b1826bd^1' before the call"; exit 2; }
+    AXENGINE_GPU_BUILD=$PWD/build-ab timeout 540 bash bench/train_step/before_after.sh run 4 2>&1 | tee "$OUT/ab37.txt" | tail -n 12 ;;
   *) echo "unknown stage $stage"; exit 2 ;;
 esac
 stamp done
