@@ -265,9 +265,22 @@ class Layers:
 
     def use(self, compiled):
         if compiled and self.compiled is None:
+            for layer in self.plain:
+                keep_liger_experts_eager(layer)
             self.compiled = [torch.compile(layer) for layer in self.plain]
         for i, layer in enumerate(self.compiled if compiled else self.plain):
             self.layers[i] = layer
+
+
+def keep_liger_experts_eager(layer):
+    """liger-kernel 0.8.5's fused MoE experts (LigerExperts) run outside dynamo, inside the compiled layer. Traced,
+    dynamo's Triton-kernel analysis fails on liger's kernel, breaks the graph there, and its resumed frame then adds
+    the experts' [T, H] output to the [B, S, H] residual (H100, 2026-12-08, docs/performance.md): the
+    liger+compile peer died on the first step. Eager experts are what a user of that stack gets to run."""
+    for m in layer.modules():
+        if m._get_name() == "LigerExperts" and not getattr(m, "_ax_eager", False):
+            m.forward = torch.compiler.disable(m.forward)
+            m._ax_eager = True
 
 
 def graphs_compiled():
