@@ -89,7 +89,9 @@ AX_FUZZ_HARNESS(dataset_chat_images) {
   ax::fuzz::write_file(path, text);
   toml::table entry{{"type", "chat_template"}, {"path", path}, {"image_base_dir", data_dir + "/images"}, {"max_pixels", 3136}};
   ax::fuzz::add_chat_options(entry, flags);
-  const ax::DatasetContext ctx{tok.get(), "fuzz.toml", ax::fuzz::scratch(), model};
+  // The committed model is a qwen2_5_vl, whose description names the image processor "qwen2_vl" (the fuzz-only build
+  // has no model families to ask: models/vlm.hpp).
+  const ax::DatasetContext ctx{tok.get(), "fuzz.toml", ax::fuzz::scratch(), model, "qwen2_vl"};
   auto ds = type->open(entry, ctx);
   const int64_t vocab = tok->vocab_size();
   std::vector<ax::Sample> prepared;  // the rows get() makes, in order

@@ -1,4 +1,4 @@
-// LoRA on the vision side (lora.vision_targets: "vision:<name>" entries of LoraSpec::targets, models/vision_lora.hpp) of qwen3_vl and gemma3 multimodal against
+// LoRA on the vision side (lora.vision_targets: LoraSpec::vision_targets, models/vision_lora.hpp) of qwen3_vl and gemma3 multimodal against
 // transformers + peft (goldens: scripts/goldens/make_vlm_vision_lora_goldens.py, fp32 CPU): peft's adapter on the
 // language model and the tower (vision_adapter/) loads here with the peer's logits, loss and every LoRA gradient,
 // vision factors included, on the packed samples of the families' parity tests; adapters we save name the modules
@@ -78,7 +78,8 @@ void check_vision_round_trip(const Case& c, const std::vector<std::string>& visi
   auto g = base_golden(c);
   Packed p = packed_of(c, *g);
   ax::LoraSpec spec;
-  spec.targets = ax::models::with_vision_targets({"q_proj", "v_proj", "down_proj"}, vision_targets);
+  spec.targets = {"q_proj", "v_proj", "down_proj"};
+  spec.vision_targets = vision_targets;
   spec.r = 3;
   spec.alpha = 7;
   spec.seed = 5;
@@ -194,7 +195,8 @@ TEST_CASE("vision LoRA: targets that name no linear layer of the vision side or 
   auto refused = [&](const std::string& dir, std::vector<std::string> vision, const std::string& want) {
     CAPTURE(dir);
     CAPTURE(want);
-    spec.targets = ax::models::with_vision_targets({"q_proj"}, vision);
+    spec.targets = {"q_proj"};
+    spec.vision_targets = vision;
     const std::string err = load_error(dir, spec);
     CAPTURE(err);
     CHECK(err.find(want) != std::string::npos);
@@ -208,5 +210,6 @@ TEST_CASE("vision LoRA: targets that name no linear layer of the vision side or 
   refused(ax::test::case_dir("qwen3").string(), {"qkv"}, "this qwen3 model has no vision side");
   // lora.targets are the language model's: a vision module there points to lora.vision_targets.
   spec.targets = {"q_proj", "qkv"};
+  spec.vision_targets.clear();
   CHECK(load_error(qwen3_vl, spec).find("name the vision tower's in lora.vision_targets") != std::string::npos);
 }

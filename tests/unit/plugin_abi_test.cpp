@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "axengine/chat_media.hpp"
 #include "axengine/dataset.hpp"
 #include "axengine/model.hpp"
 #include "axengine/op_spec.hpp"
@@ -232,14 +233,14 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "min_token_id@96 max_token_id@104 input_ids_host@112 extras_host@120");
   CHECK(AX_LAYOUT(ModelOutput, AX_FIELD(logits) AX_FIELD(loss) AX_FIELD(aux_loss)) ==
         "24/8: logits@0 loss@8 aux_loss@16");
-  CHECK(AX_LAYOUT(LoraSpec, AX_FIELD(targets) AX_FIELD(r) AX_FIELD(alpha) AX_FIELD(dropout) AX_FIELD(rslora)
-                                AX_FIELD(dtype) AX_FIELD(seed)) ==
-        "96/8: targets@0 r@24 alpha@32 dropout@40 rslora@48 dtype@56 seed@88");
+  CHECK(AX_LAYOUT(LoraSpec, AX_FIELD(targets) AX_FIELD(vision_targets) AX_FIELD(r) AX_FIELD(alpha) AX_FIELD(dropout)
+                                AX_FIELD(rslora) AX_FIELD(dtype) AX_FIELD(seed)) ==
+        "120/8: targets@0 vision_targets@24 r@48 alpha@56 dropout@64 rslora@72 dtype@80 seed@112");
   CHECK(AX_LAYOUT(ModelLoadOptions, AX_FIELD(dir) AX_FIELD(dtype) AX_FIELD(device) AX_FIELD(kernels) AX_FIELD(lora)
                                         AX_FIELD(adapter_dir) AX_FIELD(activation_checkpointing) AX_FIELD(weights)
                                             AX_FIELD(expert_parallel)) ==
-        "344/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@216 activation_checkpointing@248 weights@256 "
-        "expert_parallel@328");
+        "368/8: dir@0 dtype@32 device@64 kernels@96 lora@112 adapter_dir@240 activation_checkpointing@272 weights@280 "
+        "expert_parallel@352");
   CHECK(AX_LAYOUT(WeightPolicy, AX_FIELD(format) AX_FIELD(skip_modules) AX_FIELD(blocksize) AX_FIELD(double_quant)) ==
         "72/8: format@0 skip_modules@32 blocksize@56 double_quant@64");
   CHECK(AX_LAYOUT(WeightStats, AX_FIELD(format) AX_FIELD(params) AX_FIELD(bytes) AX_FIELD(packed_params)
@@ -252,8 +253,10 @@ TEST_CASE("abi guard: layouts of the structs plugins exchange with the host") {
         "32/8: params@0 weight_decay@24");
   CHECK(AX_LAYOUT(Sample, AX_FIELD(input_ids) AX_FIELD(labels) AX_FIELD(extras) AX_FIELD(materialise)) ==
         "128/8: input_ids@0 labels@24 extras@48 materialise@96");
-  CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir) AX_FIELD(model_dir)) ==
-        "104/8: tokenizer@0 config_file@8 base_dir@40 model_dir@72");
+  CHECK(AX_LAYOUT(DatasetContext, AX_FIELD(tokenizer) AX_FIELD(config_file) AX_FIELD(base_dir) AX_FIELD(model_dir)
+                                       AX_FIELD(image_processor)) ==
+        "136/8: tokenizer@0 config_file@8 base_dir@40 model_dir@72 image_processor@104");
+  CHECK(AX_LAYOUT(ChatImageOptions, AX_FIELD(min_pixels) AX_FIELD(max_pixels)) == "16/8: min_pixels@0 max_pixels@8");
 }
 
 TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins implement") {
@@ -305,6 +308,20 @@ TEST_CASE("abi guard: vtable slots and signatures of the interfaces plugins impl
   CHECK(slot(Size(&Dataset::size)) == 2);
   CHECK(slot(Get(&Dataset::get)) == 3);
   CHECK(slot(Size(&Dataset::skipped_rows)) == 4);
+  // 11.0: a processor kind (DatasetContext::image_processor), no longer a model_type.
+  using ChatImageProcessorOf = std::shared_ptr<const ChatImageProcessor> (ChatImageSupport::*)(
+      const std::string&, const ChatImageOptions&, const DatasetContext&) const;
+  using ChatImageKinds = std::vector<std::string> (ChatImageSupport::*)() const;
+  CHECK(slot(ChatImageProcessorOf(&ChatImageSupport::chat_image_processor)) == 2);
+  CHECK(slot(ChatImageKinds(&ChatImageSupport::chat_image_processors)) == 3);
+  using Marker = std::string (ChatImageProcessor::*)() const;
+  using Expand = std::string (ChatImageProcessor::*)(const std::string&) const;
+  using ImageTokens = std::vector<int32_t> (ChatImageProcessor::*)() const;
+  using AddExtras = void (ChatImageProcessor::*)(const std::vector<std::string>&, Sample&) const;
+  CHECK(slot(Marker(&ChatImageProcessor::image_marker)) == 2);
+  CHECK(slot(Expand(&ChatImageProcessor::expand)) == 3);
+  CHECK(slot(ImageTokens(&ChatImageProcessor::image_token_ids)) == 4);
+  CHECK(slot(AddExtras(&ChatImageProcessor::add_extras)) == 5);
 
   using Encode = std::vector<int32_t> (Tokenizer::*)(const std::string&, bool) const;
   using Decode = std::string (Tokenizer::*)(const std::vector<int32_t>&, bool) const;

@@ -1,14 +1,16 @@
 // Images in `chat_template` rows (docs/datasets.md, "Images in conversations"). Core's chat_template type reads
 // the rows, renders them with the model's chat template and trains on the assistant turns; how an image becomes
-// tokens and pixels is the model family's business, given by a processor a plugin provides:
+// tokens and pixels is the business of the image processor the model reads, which its family's description names
+// by kind (DatasetContext::image_processor: "qwen2_vl" for Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE, "gemma3") and a
+// plugin implements:
 //   - the template writes a marker per image ("<|image_pad|>" in Qwen2-VL's template);
 //   - the processor replaces the k-th marker with the k-th image's text (Qwen2.5-VL: the marker repeated
-//     grid_t·grid_h·grid_w / merge² times, from the image's header alone; Gemma 3 would write its begin token,
+//     grid_t·grid_h·grid_w / merge² times, from the image's header alone; Gemma 3 writes its begin token,
 //     256 soft tokens and its end token);
 //   - and turns the sample's image files into the extras its model reads (pixel_values, image_grid_thw).
 // A plugin's DatasetType that can do this also implements ChatImageSupport; the chat_template type finds it
-// among the registry's dataset types with dynamic_cast, so DatasetType and the plugin ABI are unchanged (as
-// StreamingDatasetType, axengine/stream.hpp).
+// among the registry's dataset types with dynamic_cast, so DatasetType is unchanged (as StreamingDatasetType,
+// axengine/stream.hpp); its own virtuals are part of the plugin ABI (11.0: a processor kind, not a model_type).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -43,12 +45,12 @@ struct ChatImageOptions {
 class ChatImageSupport {
  public:
   virtual ~ChatImageSupport();
-  // The processor for a model of config.json's `model_type`, or null when this provider does not handle it.
-  virtual std::shared_ptr<const ChatImageProcessor> chat_image_processor(const std::string& model_type,
-                                                                        const ChatImageOptions& options,
+  // A processor of `kind` (ctx.image_processor) for the model in ctx.model_dir, whose files (its
+  // preprocessor_config.json...) give its settings; null when this provider does not implement that kind.
+  virtual std::shared_ptr<const ChatImageProcessor> chat_image_processor(const std::string& kind, const ChatImageOptions& options,
                                                                         const DatasetContext& ctx) const = 0;
-  // The model_types it handles (for the error naming what would take images).
-  virtual std::vector<std::string> chat_image_families() const = 0;
+  // The kinds it implements (for the error naming a kind no loaded plugin implements).
+  virtual std::vector<std::string> chat_image_processors() const = 0;
 };
 
 }  // namespace ax

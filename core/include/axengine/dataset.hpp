@@ -62,6 +62,10 @@ struct DatasetContext {
   // The model directory of the run ([model].path, resolved): where a type finds the model's own files, such
   // as chat_template.jinja and tokenizer_config.json (the chat_template type). "" when no model is known.
   std::string model_dir;
+  // The kind of image processor the model reads ("qwen2_vl", "gemma3": named after transformers' image processor
+  // classes), from its family's description where the run is assembled; "" for a text-only model or none known.
+  // The chat_template type asks the plugins for a processor of this kind (axengine/chat_media.hpp).
+  std::string image_processor;
 };
 
 class DatasetType {

@@ -61,6 +61,9 @@ struct ModelOutput {
 // gate_up_proj and leave the dense MLP layers of a MoE model without LoRA).
 struct LoraSpec {
   std::vector<std::string> targets;
+  // lora.vision_targets: modules of a vision-language model's vision side (tower, projector) that get an adapter
+  // too; `targets` are then the language model's. A family without a vision side refuses a non-empty list.
+  std::vector<std::string> vision_targets;
   int64_t r = 8;
   double alpha = 16.0;
   double dropout = 0.0;       // on the LoRA branch's input while training (not supported on experts, as in peft)

@@ -16,6 +16,11 @@ namespace ax {
 // for its model_type (UsageError listing the known ones otherwise) and loads the model.
 std::unique_ptr<Model> load_model(const Registry& registry, const ModelLoadOptions& options);
 
+// The kind of image processor the model in `dir` reads (its config.json model_type's family description,
+// models/vlm.hpp): what DatasetContext::image_processor holds for a run of it. "" for a text-only family, or when
+// config.json is missing or gives no model_type (rows with images are then refused, naming what is wrong).
+std::string model_image_processor(const std::string& dir);
+
 // init-model presets: tiny-llama, tiny-qwen2, tiny-mistral, tiny-qwen3, tiny-qwen3-moe, tiny-mixtral.
 std::vector<std::string> model_presets();
 // Writes config.json, generation_config.json, model.safetensors (random init, N(0, 0.02) as HF's

@@ -25,7 +25,9 @@
 // 8.0: AttentionArgs::groups (bidirectional groups: gemma3's image tokens).
 // 9.0: WeightTensor::block_rows and WeightFormat::fp8 (block-scaled FP8 weights kept packed).
 // 10.0: AttentionArgs::cu_seqlens_k and max_seqlen_k (key-side varlen boundaries: ring attention's blocks).
-#define AXENGINE_PLUGIN_ABI_MAJOR 10
+// 11.0: DatasetContext::image_processor; ChatImageSupport takes a processor kind (chat_image_processor(kind, ...),
+//       chat_image_processors()) instead of a model_type; LoraSpec::vision_targets.
+#define AXENGINE_PLUGIN_ABI_MAJOR 11
 #define AXENGINE_PLUGIN_ABI_MINOR 0
 
 namespace ax {

@@ -40,6 +40,17 @@ Json split_placeholders(const std::string& text, const std::string& placeholder,
   return parts;
 }
 
+// config.json's model_type in `model_dir` ("" when there is none), for messages: which processor a model reads
+// is its family's to say (DatasetContext::image_processor).
+std::string config_model_type(const std::string& model_dir) {
+  if (model_dir.empty()) return "";
+  const std::string config = (std::filesystem::path(model_dir) / "config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(config, ec)) return "";
+  const nlohmann::json j = nlohmann::json::parse(read_regular_file(config), nullptr, false);
+  return j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+}
+
 }  // namespace
 
 std::string read_chat_images(Json& messages, const Json& images_column, const std::string& placeholder, ChatImages& out) {
@@ -130,33 +141,31 @@ std::string read_chat_images(Json& messages, const Json& images_column, const st
 
 ImageSetup find_image_processor(const Registry* registry, const ChatImageOptions& options, const DatasetContext& ctx) {
   ImageSetup out;
-  std::string model_type;
-  const std::string config = ctx.model_dir.empty() ? "" : (ctx.model_dir.back() == '/' ? ctx.model_dir : ctx.model_dir + "/") + "config.json";
-  std::error_code ec;
-  if (!config.empty() && std::filesystem::is_regular_file(config, ec)) {
-    nlohmann::json j = nlohmann::json::parse(read_regular_file(config), nullptr, false);
-    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
-  }
-  if (model_type.empty()) {
-    out.why = "the row holds images but the model's config.json gives no model_type (no model dir known?)";
+  const std::string model_type = config_model_type(ctx.model_dir);
+  const std::string model = model_type.empty() ? std::string("the model") : ax::str("the model (model_type '", model_type, "')");
+  const std::string& kind = ctx.image_processor;
+  if (kind.empty()) {
+    out.why = model_type.empty() ? std::string("the row holds images but the model's config.json gives no model_type (no model dir known?)")
+                                 : ax::str("the row holds images but ", model, " takes no images: its family reads no image processor "
+                                           "(the vision-language families do: docs/models.md)");
     return out;
   }
-  std::vector<std::string> families;
+  std::vector<std::string> kinds;
   if (registry)
     for (const Provider* p : registry->list(ProviderKind::dataset)) {
       const auto* support = dynamic_cast<const ChatImageSupport*>(static_cast<const DatasetType*>(p->object.get()));
       if (!support) continue;
-      for (auto& f : support->chat_image_families()) families.push_back(f);
+      for (auto& k : support->chat_image_processors()) kinds.push_back(k);
       try {
-        if ((out.processor = support->chat_image_processor(model_type, options, ctx))) return out;
+        if ((out.processor = support->chat_image_processor(kind, options, ctx))) return out;
       } catch (const std::exception& e) {
-        out.why = ax::str("the row holds images but the image processor of model_type '", model_type, "' cannot start: ", e.what());
+        out.why = ax::str("the row holds images but image processor '", kind, "' of ", model, " cannot start: ", e.what());
         return out;
       }
     }
-  out.why = ax::str("the row holds images but the model (model_type '", model_type, "') takes no images: ",
-                    families.empty() ? std::string("no loaded plugin processes images (the mm_cpt plugin does, for Qwen2-VL / Qwen2.5-VL)")
-                                     : ax::str("images are processed for model_type ", join(families, ", ")));
+  out.why = ax::str("the row holds images but no loaded plugin implements image processor '", kind, "', which ", model, " reads: ",
+                    kinds.empty() ? std::string("no loaded plugin processes images (the mm_cpt plugin does)")
+                                  : ax::str("the loaded plugins implement ", join(kinds, ", ")));
   return out;
 }
 

@@ -37,8 +37,9 @@ std::string read_chat_images(jinja::Json& messages, const jinja::Json& images_co
 // is one piece; a list of parts gives its text parts in order.
 std::vector<std::string> content_pieces(const jinja::Json& message);
 
-// The model's image processor, found among the registry's dataset types (a plugin's, axengine/chat_media.hpp)
-// for ctx.model_dir's config.json model_type; null with `why` (for the rows that hold images) when there is none.
+// The model's image processor, of the kind ctx.image_processor names (its family's), found among the registry's
+// dataset types (a plugin's, axengine/chat_media.hpp); null with `why` (for the rows that hold images, naming
+// config.json's model_type and the kind) when the model takes no images or no loaded plugin implements the kind.
 // Used by the chat_template type and by `generate` / `chat` (train/generate_jobs.cpp).
 struct ImageSetup {
   std::shared_ptr<const ChatImageProcessor> processor;

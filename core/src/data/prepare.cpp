@@ -380,6 +380,9 @@ FileSamples load_file(const DatasetType& type, const std::string& type_name, con
     describe_files(model_files, ctx.model_dir, os);
     key += os.str();
   }
+  // The processor the model's family names makes the image rows' tokens and pixels (absent for a text-only model,
+  // so those keys are as before).
+  if (!ctx.image_processor.empty()) key += "image_processor " + ctx.image_processor + "\n";
   std::string file = (fs::path(data.cache_dir) / (hash128(key) + ".safetensors")).string();
   FileSamples samples;
   if (data.cache && load_cache(file, samples, skipped)) {
@@ -409,11 +412,11 @@ std::string dataset_cache_key(const std::string& type, const toml::table& entry,
 }
 
 PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
-                              const Tokenizer& tokenizer, int64_t model_vocab) {
+                              const Tokenizer& tokenizer, int64_t model_vocab, const std::string& image_processor) {
   auto entries = dataset_entries(config);
   if (entries.empty()) throw UsageError(ax::str(config.file, ": no [[datasets]] entry: nothing to train on"));
   PreparedData out;
-  DatasetContext ctx{&tokenizer, config.file, config.dir, config.model.path};
+  DatasetContext ctx{&tokenizer, config.file, config.dir, config.model.path, image_processor};
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const toml::table& entry = *entries[i];
     TableBinder t(&entry, "datasets", BindContext{config.file, nullptr});

@@ -38,10 +38,12 @@ struct PreparedData {
 };
 
 // `model_vocab` (config.json vocab_size; 0 = unknown) bounds the token ids together with the tokenizer's.
+// `image_processor` is the model's (DatasetContext::image_processor: its family's, which the caller that
+// assembles the run knows, model_image_processor in axengine/models.hpp; "" = the model takes no images).
 // Samples without a token to train on within data.sequence_len are an error naming file:line, or dropped and
 // counted (SourceReport::no_loss) under on_bad_row = "skip".
 PreparedData prepare_datasets(const RunConfig& config, const DataConfig& data, const Registry& registry,
-                              const Tokenizer& tokenizer, int64_t model_vocab = 0);
+                              const Tokenizer& tokenizer, int64_t model_vocab = 0, const std::string& image_processor = "");
 
 // The cache key of one dataset file as an entry describes it (exposed for tests).
 std::string dataset_cache_key(const std::string& type, const toml::table& entry, const std::string& base_dir,

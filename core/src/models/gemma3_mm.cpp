@@ -274,7 +274,7 @@ const VlDescription& gemma3_mm_description() {
   static const VlDescription d{"gemma3", "gemma3_text", kSiglipExclude, "vision tower or projector",
                                // the SigLIP tower's q_proj / k_proj / v_proj share the language model's names
                                {"vision_tower", "multi_modal_projector", "out_proj", "fc1", "fc2", "patch_embedding"},
-                               text_name, vision_name, inspect, "tiny-gemma3-mm", init_gemma3_mm_dir};
+                               text_name, vision_name, inspect, "tiny-gemma3-mm", init_gemma3_mm_dir, "gemma3"};
   return d;
 }
 

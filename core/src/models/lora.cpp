@@ -95,7 +95,7 @@ std::vector<LoraPlan> plan_lora(const LoraSpec& spec_in, const std::string& mode
   if (spec.targets.empty()) throw UsageError("lora: no target modules given");
   // A vision-language family plans its vision side itself (models/vision_lora.hpp) and passes the language
   // model's spec without them: here they reach a model that has no vision side.
-  if (const auto vision = split_vision_targets(spec.targets).second; !vision.empty())
+  if (const auto& vision = spec.vision_targets; !vision.empty())
     throw UsageError(str("lora: vision_targets [", join(vision, ", "), "] given, but this ", model_type,
                          " model has no vision side (lora.vision_targets is for the vision-language families)"));
   if (is_all_linear(spec.targets)) {

@@ -103,7 +103,7 @@ const VlDescription& qwen2_5_vl_description() {
   static const VlDescription d{"qwen2_5_vl", "qwen2", ".*visual.*", "vision tower",
                                // the tower's modules; its MLP's gate_proj / up_proj / down_proj share the language model's names
                                {"visual", "qkv", "attn.proj", "patch_embed", "merger", "mlp.0", "mlp.2"},
-                               text_name, vision_name, inspect, "tiny-qwen2_5-vl", init_qwen2_5_vl_dir};
+                               text_name, vision_name, inspect, "tiny-qwen2_5-vl", init_qwen2_5_vl_dir, "qwen2_vl"};
   return d;
 }
 

@@ -53,7 +53,7 @@ const VlDescription& qwen3_vl_description() {
                                // the language model's projections (q_proj ... down_proj) share no name with the tower
                                {"visual", "qkv", "attn.proj", "patch_embed", "pos_embed", "merger", "linear_fc1", "linear_fc2"},
                                qwen2_5_vl_description().text_name, qwen2_5_vl_description().vision_name, inspect,
-                               "tiny-qwen3-vl", init_qwen3_vl_dir};
+                               "tiny-qwen3-vl", init_qwen3_vl_dir, "qwen2_vl"};  // Qwen2.5-VL's processor, its own config (patch 16)
   return d;
 }
 

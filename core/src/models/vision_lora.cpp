@@ -18,20 +18,6 @@
 
 namespace ax::models {
 
-std::vector<std::string> with_vision_targets(std::vector<std::string> targets, const std::vector<std::string>& vision_targets) {
-  for (const auto& v : vision_targets) targets.push_back(kVisionTargetPrefix + v);
-  return targets;
-}
-
-std::pair<std::vector<std::string>, std::vector<std::string>> split_vision_targets(const std::vector<std::string>& targets) {
-  std::pair<std::vector<std::string>, std::vector<std::string>> out;
-  const std::string prefix = kVisionTargetPrefix;
-  for (const auto& t : targets)
-    if (t.rfind(prefix, 0) == 0) out.second.push_back(t.substr(prefix.size()));
-    else out.first.push_back(t);
-  return out;
-}
-
 std::string vision_peft_path(const std::string& view_module) { return "model." + view_module; }
 
 std::vector<LoraSite> vision_lora_sites(const VlInspect& vis) {

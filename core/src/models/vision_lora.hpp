@@ -1,10 +1,8 @@
 // LoRA on a vision-language model's vision side (tower, projector), when `lora.vision_targets` names its modules
 // (docs/models.md "LoRA on the vision side").
 //
-//   targets    LoraSpec (a public struct of plugin ABI 9) has no field of its own for them: the vision side's
-//              names travel in LoraSpec::targets as "vision:<name>" entries (with_vision_targets), which the
-//              vision-language families split off (split_vision_targets) and every other family refuses
-//              (plan_lora). A field would be a layout change, an ABI major.
+//   targets    LoraSpec::vision_targets (plugin ABI 11): the vision-language families plan them on their vision
+//              side; every other family refuses a non-empty list (plan_lora).
 //   sites      the vision side's linear layers, from the family's description (VlInspect::linears): `path` the
 //              vision view's module name (visual.blocks.0.attn.qkv, vision_tower.encoder.layers.0.mlp.fc1),
 //              `peft_path` the module's path in transformers 5's module tree, where peft finds it
@@ -35,12 +33,6 @@ class KernelSet;
 namespace ax::models {
 
 struct VlInspect;
-
-inline constexpr const char* kVisionTargetPrefix = "vision:";
-// `targets` with each of `vision_targets` added as "vision:<name>".
-std::vector<std::string> with_vision_targets(std::vector<std::string> targets, const std::vector<std::string>& vision_targets);
-// LoraSpec::targets -> {the language model's names, the vision side's names (prefix removed)}.
-std::pair<std::vector<std::string>, std::vector<std::string>> split_vision_targets(const std::vector<std::string>& targets);
 
 // peft's target_modules rule: `target` names the module at `path` when it is the path or a dotted suffix of it
 // (models/lora.cpp).

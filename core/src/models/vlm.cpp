@@ -172,7 +172,7 @@ void refuse_saved(const LoraSet& lora, const std::string& adapter_dir, const std
 void VlFamily::check_lora_request(const ModelLoadOptions& o) const {
   if (o.lora && !o.adapter_dir.empty()) throw UsageError("give either a new LoRA spec or an adapter dir, not both");
   if (o.lora)  // lora.targets are the language model's; the vision side's are lora.vision_targets
-    for (const auto& t : split_vision_targets(o.lora->targets).first)
+    for (const auto& t : o.lora->targets)
       for (const auto& v : desc_.vision_targets)
         if (t.find(v) != std::string::npos)
           throw UsageError(str("lora: target '", t, "' names a module of the ", desc_.family, " ", desc_.vision_what,
@@ -181,7 +181,7 @@ void VlFamily::check_lora_request(const ModelLoadOptions& o) const {
 }
 
 std::vector<LoraSite> VlFamily::selected_vision_sites(const nlohmann::json& hf_config, const ModelLoadOptions& o) const {
-  const std::vector<std::string> targets = o.lora ? split_vision_targets(o.lora->targets).second : std::vector<std::string>{};
+  const std::vector<std::string> targets = o.lora ? o.lora->vision_targets : std::vector<std::string>{};
   if (targets.empty()) return {};
   const VlInspect vis = desc_.inspect(hf_config, (fs::path(o.dir) / "config.json").string());
   return select_vision_sites(targets, vision_lora_sites(vis), vision_modules(vis), desc_.family, desc_.vision_what);
@@ -195,11 +195,10 @@ VlFamily::Adapters VlFamily::plan_adapters(const nlohmann::json& hf_config, cons
   Adapters out;
   if (o.lora) {
     LoraSpec spec = *o.lora;
-    const auto [text_targets, vision_targets] = split_vision_targets(o.lora->targets);
-    spec.targets = text_targets;
+    spec.vision_targets.clear();  // the language model's adapter; the vision side's is planned here
     out.text = make_lora(spec, desc_.lora_family, text_sites, dtype, device);
-    if (!vision_targets.empty()) {
-      spec.targets = vision_targets;
+    if (!o.lora->vision_targets.empty()) {
+      spec.targets = o.lora->vision_targets;
       spec.seed = o.lora->seed + 1;  // the vision side's A from a stream of its own
       out.vision = make_lora(spec, desc_.lora_family, selected_vision_sites(hf_config, o), dtype, device);
     }
@@ -274,7 +273,7 @@ ModelCheck VlFamily::check(const nlohmann::json& hf_config, const ModelLoadOptio
   std::size_t n_text = 0, n_vision = 0;
   if (o.lora) {  // planned, not made: no factors allocated for a check
     LoraSpec spec = *o.lora;
-    spec.targets = split_vision_targets(o.lora->targets).first;
+    spec.vision_targets.clear();  // the language model's adapter; the vision side's counted below
     n_text = plan_lora(spec, desc_.lora_family, vl_lora_sites(p.text)).size();
     n_vision = selected_vision_sites(hf_config, o).size();
   } else if (!o.adapter_dir.empty()) {
@@ -292,3 +291,19 @@ ModelCheck VlFamily::check(const nlohmann::json& hf_config, const ModelLoadOptio
 }
 
 }  // namespace ax::models
+
+namespace ax {
+
+std::string model_image_processor(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path config = fs::path(dir) / "config.json";
+  std::error_code ec;
+  if (dir.empty() || !fs::is_regular_file(config, ec)) return "";
+  const nlohmann::json j = models::read_json_file(config.string());
+  const auto type = j.is_object() ? j.find("model_type") : j.end();
+  if (type == j.end() || !type->is_string()) return "";
+  const models::VlDescription* d = models::find_vl_description(type->get<std::string>());
+  return d ? d->image_processor : "";
+}
+
+}  // namespace ax

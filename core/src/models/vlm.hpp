@@ -64,6 +64,12 @@ struct VlDescription {
   // `axengine init-model --preset <preset>`: writes a tiny random model of the family (out_dir, seed).
   std::string preset;
   std::function<void(const std::string& out_dir, uint64_t seed)> init_preset;
+  // The kind of image processor the model reads (DatasetContext::image_processor; a plugin implements it,
+  // axengine/chat_media.hpp), named after the transformers 5 image processor class its AutoImageProcessor maps
+  // the model_type to: "qwen2_vl" (Qwen2VLImageProcessor: smart resize to a multiple of patch × merge, patches,
+  // merge; Qwen2.5-VL and Qwen3-VL, each with its own preprocessor_config.json), "gemma3" (Gemma3ImageProcessor:
+  // every image resized to the tower's size, a fixed number of soft tokens).
+  std::string image_processor;
 };
 
 // Every vision-language family's description (models/qwen2_5_vl_model.cpp, qwen3_vl_model.cpp, gemma3_mm.cpp).
@@ -73,6 +79,7 @@ const VlDescription& qwen3_vl_moe_description();  // models/qwen3_vl_moe.cpp
 const VlDescription& gemma3_mm_description();
 const std::vector<const VlDescription*>& vl_descriptions();
 const VlDescription* find_vl_description(const std::string& model_type);  // nullptr: not a VL family
+// (model_image_processor, axengine/models.hpp: a model dir's VlDescription::image_processor.)
 
 // The checkpoint's language model under the decoder's names / its vision side under the tower's names / both
 // (anything else as stored).

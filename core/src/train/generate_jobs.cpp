@@ -156,6 +156,7 @@ ChatPromptInput chat_prompt(Session& s, const Engine& engine, jinja::Json messag
       DatasetContext ctx;
       ctx.tokenizer = s.tokenizer.get();
       ctx.model_dir = s.model_dir;
+      ctx.image_processor = model_image_processor(s.model_dir);
       s.image_setup = data::find_image_processor(&engine.registry, ChatImageOptions{}, ctx);
     }
     if (!s.image_setup->processor)

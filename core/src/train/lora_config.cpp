@@ -28,7 +28,7 @@ void bind_lora(TableBinder& t, LoraConfig& c) {
   } else {
     t.field("targets", s.targets, "module names that get an adapter, as peft's target_modules (q_proj ... down_proj; MoE experts: gate_up_proj/down_proj, also as peft's target_parameters mlp.experts.gate_up_proj/mlp.experts.down_proj (gpt_oss), or gate_proj/up_proj/down_proj), or the string \"all-linear\": every linear layer but lm_head, as peft resolves it on the model's family (`inspect` shows it); [] = no adapter (then train.unfrozen_parameters says what trains)");
   }
-  t.field("vision_targets", c.vision_targets, "module names of a vision-language model's vision side (tower, projector) that get an adapter too, matched as peft matches target_modules but within the vision side only (qwen3_vl, qwen3_vl_moe: qkv, attn.proj, linear_fc1, linear_fc2 (the blocks' MLP and the mergers; mlp.linear_fc1, merger.linear_fc1, deepstack_merger_list.linear_fc1 for some); gemma3: q_proj, k_proj, v_proj, out_proj, fc1, fc2); the adapter saved makes peft wrap the same modules (docs/models.md \"LoRA on the vision side\"); [] = the vision side stays frozen; refused on a model without such modules");
+  t.field("vision_targets", s.vision_targets, "module names of a vision-language model's vision side (tower, projector) that get an adapter too, matched as peft matches target_modules but within the vision side only (qwen3_vl, qwen3_vl_moe: qkv, attn.proj, linear_fc1, linear_fc2 (the blocks' MLP and the mergers; mlp.linear_fc1, merger.linear_fc1, deepstack_merger_list.linear_fc1 for some); gemma3: q_proj, k_proj, v_proj, out_proj, fc1, fc2); the adapter saved makes peft wrap the same modules (docs/models.md \"LoRA on the vision side\"); [] = the vision side stays frozen; refused on a model without such modules");
   t.bounded("r", s.r, 1, 4096, "adapter rank");
   // > 0: alpha = 0 scales the update and its gradients to zero (nothing would train); a negative alpha only flips
   // the sign of B's updates, which peft does not check either but no recipe means.
@@ -155,11 +155,11 @@ void check_init_from(const RunConfig& config, const LoraConfig& lora, const std:
   for (const char* key : {"targets", "vision_targets"})
     if (table->get(key)) {
       std::vector<std::string> ours = s.targets;
-      ours.insert(ours.end(), lora.vision_targets.begin(), lora.vision_targets.end());
+      ours.insert(ours.end(), s.vision_targets.begin(), s.vision_targets.end());
       std::sort(ours.begin(), ours.end());
       ours.erase(std::unique(ours.begin(), ours.end()), ours.end());
       const auto theirs = adapter_targets(adapter);
-      if (ours != theirs) refuse(key, shown(std::string(key) == "targets" ? s.targets : lora.vision_targets), shown(theirs), "target_modules");
+      if (ours != theirs) refuse(key, shown(std::string(key) == "targets" ? s.targets : s.vision_targets), shown(theirs), "target_modules");
       break;
     }
   if (table->get("dtype")) {

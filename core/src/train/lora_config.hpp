@@ -10,11 +10,8 @@
 namespace ax::train {
 
 struct LoraConfig {
-  LoraSpec spec;
+  LoraSpec spec;          // lora.targets and lora.vision_targets included
   std::string init_from;  // a PEFT adapter directory to continue training ("" = fresh adapter)
-  // lora.vision_targets: the vision side's modules (vision-language families); the model load gets them in
-  // spec.targets as "vision:<name>" (models/vision_lora.hpp, with_vision_targets).
-  std::vector<std::string> vision_targets;
 };
 
 LoraConfig read_lora_config(const RunConfig& config);

@@ -129,7 +129,8 @@ void prepare_from_config(Engine& engine) {
   // written to a temp file of its own and renamed).
   std::optional<DirLock> lock;
   if (dc.cache) lock.emplace((std::filesystem::path(dc.cache_dir) / kDirLockFile).string(), ax::str("data.cache_dir ", dc.cache_dir));
-  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, train::model_vocab_size(engine.config.model.path));
+  auto prepared = data::prepare_datasets(engine.config, dc, engine.registry, *tok, train::model_vocab_size(engine.config.model.path),
+                                         model_image_processor(engine.config.model.path));
   log::info(data::describe(prepared));
   for (const auto& s : prepared.sources)
     if (!s.cache_file.empty()) log::info(ax::str("  cache: ", s.cache_file));

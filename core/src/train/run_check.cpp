@@ -18,6 +18,7 @@
 #include "axengine/hub_cache.hpp"
 #include "axengine/kernel_op.hpp"
 #include "axengine/log.hpp"
+#include "axengine/models.hpp"
 #include "axengine/ops/attention.hpp"
 #include "axengine/ops/linear_ce.hpp"
 #include "axengine/optimizer.hpp"
@@ -27,7 +28,6 @@
 #include "data/entry.hpp"
 #include "data/jsonl.hpp"
 #include "models/hf_config.hpp"
-#include "models/vision_lora.hpp"
 #include "train/dist_context.hpp"
 #include "train/dist_expert.hpp"
 #include "train/dist_shard_base.hpp"
@@ -230,7 +230,7 @@ void check_something_trains(const RunConfig& cfg, const LoraConfig& lora, const 
     config_fail(cfg.file, node_at(cfg, "lora.targets"),
                 "lora.targets is empty (no adapter) and train.unfrozen_parameters is not set: nothing would train");
   // The vision side's adapters are part of the language model's adapter (one peft adapter): no adapter, none.
-  if (lora.spec.targets.empty() && lora.init_from.empty() && !lora.vision_targets.empty())
+  if (lora.spec.targets.empty() && lora.init_from.empty() && !lora.spec.vision_targets.empty())
     config_fail(cfg.file, node_at(cfg, "lora.vision_targets"),
                 "lora.vision_targets needs an adapter on the language model too: lora.targets is empty (no adapter)");
   if (!train.unfrozen_parameters.empty() && dist.shard_base)
@@ -349,10 +349,7 @@ ModelLoadOptions model_load_options(const Engine& engine, const LoraConfig& lora
   o.activation_checkpointing = train.activation_checkpointing;
   o.weights = weight_policy(cfg.model);  // QLoRA: how the frozen base is packed at load
   if (!lora.init_from.empty()) o.adapter_dir = lora.init_from;
-  else if (!lora.spec.targets.empty()) {  // lora.targets = []: no adapter
-    o.lora = lora.spec;
-    o.lora->targets = models::with_vision_targets(lora.spec.targets, lora.vision_targets);
-  }
+  else if (!lora.spec.targets.empty()) o.lora = lora.spec;  // lora.targets = []: no adapter
   return o;
 }
 
@@ -401,7 +398,8 @@ RunPlan plan_run(const Engine& engine, const TrainOptions& options) {
   p.backends = check_backends(engine, p.model_check);
 
   p.tokenizer = load_hf_tokenizer(cfg.model.path);
-  p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path));
+  p.data = data::prepare_datasets(cfg, p.data_config, engine.registry, *p.tokenizer, model_vocab_size(cfg.model.path),
+                                  model_image_processor(cfg.model.path));
   check_eval_rows(cfg, p.eval, p.data.eval.size());
   check_context_parallel(cfg, p.distributed, p.dist_env, p.data_config.sequence_len);
   p.steps = plan_steps(p.data, p.data_config.sequence_len, p.train, static_cast<uint64_t>(cfg.run.seed), data_world(p));

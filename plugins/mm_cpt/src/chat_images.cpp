@@ -1,11 +1,13 @@
-// The images of core's chat_template rows for Qwen2-VL / Qwen2.5-VL / Qwen3-VL models (axengine/chat_media.hpp):
-// their chat template writes <|vision_start|><|image_pad|><|vision_end|> per image, and transformers' processor replaces each
-// <|image_pad|> with grid_t·grid_h·grid_w / merge_size² of them (Qwen2VLProcessor.__call__); the grid comes from
-// the image's header (smart_resize of its size), the pixels from the C++ processor (processor.hpp). Qwen3-VL's
-// processor is the same one with its own preprocessor_config.json (patch 16, mean / std 0.5).
-// Gemma 3: its template writes <start_of_image> per image, which Gemma3Processor replaces with
-// "\n\n<start_of_image>" + mm_tokens_per_image × <image_soft_token> + "<end_of_image>\n\n"; every image is resized
-// to the processor's fixed size (pixel_values [n, 3, H, W]).
+// The images of core's chat_template rows (axengine/chat_media.hpp), by the kind of image processor the model's
+// family names (DatasetContext::image_processor; no model_type is read here):
+// "qwen2_vl" (transformers' Qwen2VLImageProcessor, which Qwen2.5-VL and Qwen3-VL read, each with its own
+// preprocessor_config.json: Qwen3-VL's patch 16, mean / std 0.5): the chat template writes
+// <|vision_start|><|image_pad|><|vision_end|> per image, and transformers' processor replaces each <|image_pad|>
+// with grid_t·grid_h·grid_w / merge_size² of them (Qwen2VLProcessor.__call__); the grid comes from the image's
+// header (smart_resize of its size), the pixels from the C++ processor (processor.hpp).
+// "gemma3" (Gemma3ImageProcessor): the template writes <start_of_image> per image, which Gemma3Processor replaces
+// with "\n\n<start_of_image>" + mm_tokens_per_image × <image_soft_token> + "<end_of_image>\n\n"; every image is
+// resized to the processor's fixed size (pixel_values [n, 3, H, W]).
 #include <algorithm>
 #include <filesystem>
 
@@ -158,15 +160,13 @@ std::shared_ptr<const ChatImageProcessor> gemma3_chat_images(const ChatImageOpti
 
 }  // namespace
 
-std::vector<std::string> MmCptType::chat_image_families() const { return {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3"}; }
+std::vector<std::string> MmCptType::chat_image_processors() const { return {"qwen2_vl", "gemma3"}; }
 
-std::shared_ptr<const ChatImageProcessor> MmCptType::chat_image_processor(const std::string& model_type,
-                                                                          const ChatImageOptions& options,
+std::shared_ptr<const ChatImageProcessor> MmCptType::chat_image_processor(const std::string& kind, const ChatImageOptions& options,
                                                                           const DatasetContext& ctx) const {
-  const auto families = chat_image_families();
-  if (std::find(families.begin(), families.end(), model_type) == families.end()) return nullptr;
+  if (kind != "qwen2_vl" && kind != "gemma3") return nullptr;
   if (!ctx.tokenizer) throw RuntimeError("chat images without a tokenizer");
-  if (model_type == "gemma3") return gemma3_chat_images(options, ctx);
+  if (kind == "gemma3") return gemma3_chat_images(options, ctx);
   if (options.min_pixels < 0 || options.max_pixels < 0) throw UsageError("min_pixels and max_pixels must be >= 0");
   ProcessorConfig pc = model_processor(ctx.model_dir);
   if (options.min_pixels) pc.min_pixels = options.min_pixels;

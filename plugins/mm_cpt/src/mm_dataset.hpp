@@ -43,17 +43,17 @@ at::Tensor decode_and_process(const std::vector<std::string>& files, const std::
                               const ProcessorConfig& pc, const DecodeLimits& limits);
 
 // Streams too (streaming = true): rows read from JSON Lines shards as training goes, each row's images decoded
-// only when the row is read. Also processes the images of core's chat_template rows for Qwen2-VL / Qwen2.5-VL
-// models (ChatImageSupport, chat_images.cpp).
+// only when the row is read. Also processes the images of core's chat_template rows, implementing the image
+// processor kinds "qwen2_vl" and "gemma3" (ChatImageSupport, chat_images.cpp).
 class MmCptType final : public DatasetType, public StreamingDatasetType, public ChatImageSupport {
  public:
   std::vector<std::string> known_keys() const override;
   std::shared_ptr<Dataset> open(const toml::table& entry, const DatasetContext& ctx) const override;
   std::unique_ptr<SampleStream> open_stream(const toml::table& entry, const DatasetContext& ctx) const override;
   std::map<std::string, at::Tensor> collate(const BatchLayout& layout) const override;
-  std::shared_ptr<const ChatImageProcessor> chat_image_processor(const std::string& model_type, const ChatImageOptions& options,
+  std::shared_ptr<const ChatImageProcessor> chat_image_processor(const std::string& kind, const ChatImageOptions& options,
                                                                 const DatasetContext& ctx) const override;
-  std::vector<std::string> chat_image_families() const override;
+  std::vector<std::string> chat_image_processors() const override;
 
  private:
   // The image token of the last opened entry, to refuse a batch that cuts a sample inside its image tokens.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "axengine/hf_tokenizer.hpp"
+#include "axengine/models.hpp"
 #include "axengine/registry.hpp"
 #include "data/register.hpp"
 #include "mm_dataset.hpp"
@@ -30,11 +31,12 @@ inline const ax::Registry& registry() {
   return reg;
 }
 
-// A chat_template dataset of `toml` whose paths are relative to `base`, with `model`'s processor and `tok`.
+// A chat_template dataset of `toml` whose paths are relative to `base`, with `model`'s processor (the kind its
+// family's description names, as `axengine run` finds it) and `tok`.
 inline std::shared_ptr<ax::Dataset> open(const std::string& toml, const std::string& base, const ax::Tokenizer& tok,
                                          const std::string& model) {
   auto type = registry().get<ax::DatasetType>(ax::ProviderKind::dataset, "chat_template");
-  return type->open(toml::parse(toml), ax::DatasetContext{&tok, base + "/run.toml", base, model});
+  return type->open(toml::parse(toml), ax::DatasetContext{&tok, base + "/run.toml", base, model, ax::model_image_processor(model)});
 }
 
 inline const char* const kShareGpt = "field_messages = \"conversations\"\nmessage_field_role = \"from\"\n"
