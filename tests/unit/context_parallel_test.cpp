@@ -69,8 +69,10 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken, at::Tensor
   for (int64_t r = 0; r < N; ++r)
     threads.emplace_back([&, r] {
       ThreadComm comm(shared, r);
-      const ax::models::ContextSplit split{&comm, B, S};
+      const ax::models::ContextSplit split{&comm, B, S, ax::models::host_boundaries(a.cu_seqlens.to(at::kCPU))};
       ax::ops::AttentionArgs mine = a;
+      // The ring cuts its blocks by the split's host table: the cu_seqlens it is given is never read (a meta tensor).
+      mine.cu_seqlens = at::empty({a.cu_seqlens.size(0)}, at::TensorOptions().dtype(at::kInt).device(at::kMeta));
       leaves(mine, split.local(q), split.local(k), split.local(v));
       at::Tensor out = ax::models::ring_attention(split, mine, reg.kernel<ax::ops::Attention>(blocks));
       (out * split.local(dout)).sum().backward();
