@@ -8,10 +8,10 @@ golden.safetensors with the samples) and writes tests/data/models/<case>/merged_
   metadata "names"  the tensor names save_pretrained writes for the merged model (what `axengine merge-lora`
                   must write so transformers loads it as the family's ForConditionalGeneration class), comma separated
 
-tests/unit/model_{qwen2_5_vl,qwen3_vl,gemma3_mm}_test.cpp merge with axengine and compare (fp32, <= 1e-5).
+tests/unit/model_{qwen2_5_vl,qwen3_vl,qwen3_vl_moe,gemma3_mm}_test.cpp merge with axengine and compare (fp32, <= 1e-5).
 
 Run with the project venv:  ~/.cache/axengine/venv/bin/python scripts/goldens/make_vlm_merge_goldens.py [CASE...]
-(default: all three)
+(default: all four)
 """
 import os
 import sys
@@ -44,6 +44,7 @@ def gemma3_inputs(samples, k):
 CASES = {
     "qwen2_5_vl": (transformers.Qwen2_5_VLForConditionalGeneration, qwen_inputs),
     "qwen3_vl": (transformers.Qwen3VLForConditionalGeneration, qwen_inputs),
+    "qwen3_vl_moe": (transformers.Qwen3VLMoeForConditionalGeneration, qwen_inputs),
     "gemma3_mm": (transformers.Gemma3ForConditionalGeneration, gemma3_inputs),
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """transformers loads what `axengine merge-lora` writes for the vision-language families.
 
-For each case (tests/data/models/qwen2_5_vl, qwen3_vl, gemma3_mm): runs `axengine merge-lora --model CASE --adapter
+For each case (tests/data/models/qwen2_5_vl, qwen3_vl, qwen3_vl_moe, gemma3_mm): runs `axengine merge-lora --model CASE --adapter
 CASE/adapter --out TMP`, loads TMP with the family's ForConditionalGeneration class (every tensor found, none left
 over) and checks its logits on the golden samples against merged_golden.safetensors: what peft's merge_and_unload
 gave (scripts/goldens/make_vlm_merge_goldens.py), fp32, <= 1e-5.

@@ -7,7 +7,9 @@
 // N = 2, 3, 4 (chunks of 6, 4 and 3 tokens, the conv1d window 3: samples start inside chunks, at chunk starts, and
 // run across several chunks and ranks). The two ops alone are compared with the ops over whole rows (out and
 // every gradient), and with an all-gather that hands each rank its own tensor back (the state and window never
-// reach the next rank) the comparison fails. The multi-process run over Gloo is in dist_context_test.cpp.
+// reach the next rank) the comparison fails; the split's ops are cut by its host table of the samples, the
+// cu_seqlens tensor they are given never read (issue 38: no device sync per layer). The multi-process run over Gloo
+// is in dist_context_test.cpp.
 #include <doctest/doctest.h>
 
 #include <thread>
@@ -69,14 +71,17 @@ double gdn_ops_vs_whole(int64_t N, bool broken, at::ScalarType dt = at::kFloat) 
     at::Tensor x, q, k, v, g, beta;
   };
   // Both ops on `in` (whole rows, or a rank's tokens through `gs`), their outputs' loss backward.
+  // The split's ops get a cu_seqlens that cannot be read (a meta tensor, as a device one they must not read back):
+  // they cut the chunks by the split's host table (ContextSplit::cu) alone.
+  const at::Tensor unreadable = at::empty({cu.size(0)}, at::TensorOptions().dtype(at::kInt).device(at::kMeta));
   auto run = [&](const Leaves& in, const ax::models::GdnContextSplit* gs, const at::Tensor& dy_, const at::Tensor& do_) {
     ax::ops::CausalConv1dArgs ca;
     ca.x = in.x;
     ca.weight = w;
-    ca.cu_seqlens = cu;
+    ca.cu_seqlens = gs ? unreadable : cu;
     ax::ops::LinearAttentionArgs la;
     la.q = in.q, la.k = in.k, la.v = in.v, la.g = in.g, la.beta = in.beta;
-    la.cu_seqlens = cu;
+    la.cu_seqlens = gs ? unreadable : cu;
     la.qk_l2norm = true;
     at::Tensor y = gs ? gs->conv1d(conv_op, ca) : ax::autograd::causal_conv1d(conv_op, ca).y;
     at::Tensor o = gs ? gs->linear_attention(la_op, la) : ax::autograd::linear_attention(la_op, la).out;
@@ -94,8 +99,8 @@ double gdn_ops_vs_whole(int64_t N, bool broken, at::ScalarType dt = at::kFloat) 
     threads.emplace_back([&, r] {
       try {
         ThreadComm comm(shared, r);
-        const ax::models::ContextSplit split{&comm, B, S};
-        const ax::models::GdnContextSplit gs(split, cu);
+        const ax::models::ContextSplit split{&comm, B, S, ax::models::host_boundaries(cu)};
+        const ax::models::GdnContextSplit gs(split);
         auto L = [&](const at::Tensor& t) { return leaf(split.local(t)); };
         const Leaves mine{L(x), L(q), L(k), L(v), L(g), L(beta)};
         const auto [y, o] = run(mine, &gs, split.local(dy), split.local(dout));
@@ -129,8 +134,8 @@ TEST_CASE("context parallel: the Gated DeltaNet ops on N ranks' chunks are the o
 TEST_CASE("context parallel: a Gated DeltaNet conv1d window wider than a chunk is refused by name") {
   Shared shared(4);
   ThreadComm comm(shared, 0);
-  const ax::models::ContextSplit split{&comm, 1, 16};  // chunks of 2 tokens
-  const ax::models::GdnContextSplit gs(split, at::tensor(std::vector<int32_t>{0, 16}, at::kInt));
+  const ax::models::ContextSplit split{&comm, 1, 16, ax::models::host_boundaries(at::tensor(std::vector<int32_t>{0, 16}, at::kInt))};
+  const ax::models::GdnContextSplit gs(split);  // chunks of 2 tokens
   ax::ops::CausalConv1dArgs a;
   a.x = at::randn({4, 5});
   a.weight = at::randn({5, 4});  // 3 tokens back
@@ -142,3 +147,16 @@ TEST_CASE("context parallel: a Gated DeltaNet conv1d window wider than a chunk i
   }
 }
 
+
+TEST_CASE("context parallel: the split's samples are a host table; a split without one, or a device tensor as one, is refused") {
+  Shared shared(2);
+  ThreadComm comm(shared, 0);
+  const ax::models::ContextSplit bare{&comm, 1, 16};
+  CHECK_THROWS_WITH_AS(ax::models::GdnContextSplit{bare}, doctest::Contains("carries no host cu_seqlens"), ax::RuntimeError);
+  const ax::models::ContextSplit short_table{&comm, 1, 16, ax::models::host_boundaries(at::tensor(std::vector<int32_t>{0, 12}, at::kInt))};
+  CHECK_THROWS_WITH_AS(ax::models::GdnContextSplit{short_table}, doctest::Contains("must run from 0 to the batch's 16 tokens"),
+                       ax::RuntimeError);
+  const at::Tensor not_host = at::empty({2}, at::TensorOptions().dtype(at::kInt).device(at::kMeta));
+  CHECK_THROWS_WITH_AS(ax::models::host_boundaries(not_host), doctest::Contains("cu_seqlens on meta given as the host copy"),
+                       ax::RuntimeError);
+}

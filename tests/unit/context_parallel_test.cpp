@@ -69,8 +69,10 @@ double ring_vs_op(int64_t N, int64_t window, bool sinks, bool broken, at::Tensor
   for (int64_t r = 0; r < N; ++r)
     threads.emplace_back([&, r] {
       ThreadComm comm(shared, r);
-      const ax::models::ContextSplit split{&comm, B, S};
+      const ax::models::ContextSplit split{&comm, B, S, ax::models::host_boundaries(a.cu_seqlens.to(at::kCPU))};
       ax::ops::AttentionArgs mine = a;
+      // The ring cuts its blocks by the split's host table: the cu_seqlens it is given is never read (a meta tensor).
+      mine.cu_seqlens = at::empty({a.cu_seqlens.size(0)}, at::TensorOptions().dtype(at::kInt).device(at::kMeta));
       leaves(mine, split.local(q), split.local(k), split.local(v));
       at::Tensor out, dq, dk, dv, dsinks;
       if (opts.device().is_cuda()) {  // autograd would run every rank's backward node on the device's one thread
@@ -166,9 +168,9 @@ TEST_CASE("ring attention without autograd (ring_attention_grads, the CUDA tests
   for (int64_t r = 0; r < N; ++r)
     threads.emplace_back([&, r] {
       ThreadComm comm(shared, r);
-      const ax::models::ContextSplit split{&comm, B, S};
       ax::ops::AttentionArgs a;
       a.cu_seqlens = at::tensor(std::vector<int32_t>{0, 5, 9, 12, 19, 24, 41, 48}, at::kInt);
+      const ax::models::ContextSplit split{&comm, B, S, ax::models::host_boundaries(a.cu_seqlens)};
       a.max_seqlen = 17;
       a.window_left = 7;
       a.q = split.local(q).requires_grad_(true);

@@ -3,7 +3,8 @@
 // 1 dense through mlp_only_layers) with LoRA on the attention, layer 1's MLP and the fused experts (peft's
 // target_parameters). Also: the hub's transposed expert layout, the config's class defaults and refusals, adapters
 // we save (and, through tests/python/check_vlm_peft.py, peft's logits with them), the op plan's moe.mlp, a few
-// training steps, the CUDA backends.
+// training steps, merge-lora (experts fused as the hub's; tests/python/check_vlm_merge.py loads the merged dir in
+// transformers), the CUDA backends.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include "axengine/error.hpp"
 #include "axengine/model_check.hpp"
 #include "axengine/models.hpp"
+#include "models/training_record.hpp"
+#include "models/vision_lora.hpp"
 #include "models/qwen3_vl.hpp"
 #include "unit/model_case_util.hpp"
 #include "unit/test_paths.hpp"
@@ -224,15 +227,115 @@ TEST_CASE("qwen3_vl_moe: LoRA training on the experts and attention lowers the l
   check_training_lowers_loss(case_path(), packed_batch(*g), {"q_proj", "v_proj", "gate_up_proj", "experts.down_proj"});
 }
 
-TEST_CASE("qwen3_vl_moe merge-lora: refused, naming the fused experts, and nothing written") {
-  namespace fs = std::filesystem;
-  fs::path out = ax::test::scratch_dir("qwen3_vl_moe_merged");
-  fs::remove_all(out);
-  ax::Registry registry;
-  ax::register_builtins(registry);
-  CHECK_THROWS_WITH_AS(ax::merge_lora_dir(registry, case_path(), case_path() + "/adapter", out.string(), "", std::nullopt),
-                       doctest::Contains("merge-lora is not supported for qwen3_vl_moe"), ax::UsageError);
-  CHECK(!fs::exists(out));
+TEST_CASE("qwen3_vl_moe merge-lora: the merged dir is transformers' merge_and_unload checkpoint, logits equal") {
+  auto g = golden();
+  check_merge(case_path(), packed_batch(*g));
+}
+
+namespace {
+
+// The case's model with a new LoRA on the attention, the dense MLP, the experts and the tower (B random, so every
+// factor shows in the logits), optionally on a base packed by `weights`; saved with its training record as `run`
+// writes it. Returns the adapter model's logits.
+at::Tensor save_trained_adapter(const Packed& p, const ax::WeightPolicy& weights, const fs::path& adapter) {
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  ax::ModelLoadOptions o;
+  o.dir = case_path();
+  o.dtype = "fp32";
+  o.weights = weights;
+  o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
+  ax::LoraSpec spec;
+  spec.targets = ax::models::with_vision_targets({"q_proj", "o_proj", "down_proj", "gate_up_proj", "experts.down_proj"},
+                                                 {"qkv", "linear_fc2"});
+  spec.r = 2;
+  spec.alpha = 4;
+  o.lora = spec;
+  auto model = ax::load_model(reg, o);
+  auto& vl = dynamic_cast<Qwen3VlModel&>(*model);
+  REQUIRE(vl.vision_lora().lora().modules.size() > 2);
+  {
+    at::NoGradGuard ng;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    for (auto& [n, t] : model->trainable_parameters())
+      if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) t.normal_(0, 0.3, gen);
+  }
+  model->save_adapter(adapter.string());
+  ax::models::TrainingRecord rec;
+  rec.base_model = case_path();
+  rec.weights = weights;
+  rec.base_format = model->weight_stats().format;
+  rec.dtype = "fp32";
+  ax::models::write_training_record(adapter.string(), rec);
+  return model->forward(p.batch, true).logits.detach();
+}
+
+}  // namespace
+
+// The experts' LoRA (peft's target_parameters) and the tower's fold into the fused experts, written as the hub's
+// checkpoints hold them ([E, H, 2I], [E, I, H]) under the base's names; from a per-expert base the same names; from
+// an nf4 base (the training record's policy) the dequantised weights plus the deltas. The merged model reloads
+// with the adapter model's logits.
+TEST_CASE("qwen3_vl_moe merge-lora: experts and tower LoRA folded, experts fused as the hub's; per-expert and nf4 bases") {
+  auto g = golden();
+  Packed p = packed_batch(*g);
+  const fs::path dir = ax::test::scratch_dir("qwen3_vl_moe_merge_lora");
+  fs::remove_all(dir);
+  ax::Registry reg;
+  ax::register_builtins(reg);
+  const std::string names = ax::safetensors::File::open(case_path() + "/merged_golden.safetensors")->metadata().at("names");
+
+  const at::Tensor trained = save_trained_adapter(p, {}, dir / "adapter");
+  ax::merge_lora_dir(reg, case_path(), (dir / "adapter").string(), (dir / "merged").string(), "", std::nullopt);
+  auto written = ax::safetensors::Checkpoint::open_dir((dir / "merged").string());
+  CHECK(ax::join(written.names(), ",") == names);
+  CHECK(written.info("model.language_model.layers.0.mlp.experts.gate_up_proj").shape == std::vector<int64_t>{4, 48, 24});
+  CHECK(written.info("model.language_model.layers.2.mlp.experts.down_proj").shape == std::vector<int64_t>{4, 12, 48});
+  CHECK(rel_max(load((dir / "merged").string(), "reference", "").model->forward(p.batch, true).logits, trained) <= 1e-5);
+
+  // The same base stored per expert (qwen3_moe's names under model.language_model.): the merge writes it fused.
+  fs::create_directories(dir / "per_expert");
+  fs::copy_file(fs::path(case_path()) / "config.json", dir / "per_expert" / "config.json");
+  std::vector<std::pair<std::string, at::Tensor>> split;
+  auto src = ax::safetensors::File::open(case_path() + "/model.safetensors");
+  for (const auto& t : src->tensors()) {
+    const at::Tensor v = src->get(t.name);
+    const auto pos = t.name.find("mlp.experts.");
+    if (pos == std::string::npos) {
+      split.emplace_back(t.name, v);
+      continue;
+    }
+    const std::string e = t.name.substr(0, pos + 12);
+    for (int64_t x = 0; x < v.size(0); ++x)
+      if (t.name.find("gate_up_proj") != std::string::npos) {
+        split.emplace_back(ax::str(e, x, ".gate_proj.weight"), v[x].narrow(0, 0, 12).contiguous());
+        split.emplace_back(ax::str(e, x, ".up_proj.weight"), v[x].narrow(0, 12, 12).contiguous());
+      } else {
+        split.emplace_back(ax::str(e, x, ".down_proj.weight"), v[x].contiguous());
+      }
+  }
+  ax::safetensors::save((dir / "per_expert" / "model.safetensors").string(), split);
+  ax::merge_lora_dir(reg, (dir / "per_expert").string(), (dir / "adapter").string(), (dir / "merged_pe").string(), "", std::nullopt);
+  auto from_split = ax::safetensors::Checkpoint::open_dir((dir / "merged_pe").string());
+  CHECK(ax::join(from_split.names(), ",") == names);
+  for (const auto& n : written.names()) {
+    CAPTURE(n);
+    CHECK(at::equal(from_split.get(n), written.get(n)));
+  }
+
+  // QLoRA: the record's nf4 policy packs the base again, the merge dequantises it.
+  ax::WeightPolicy nf4;
+  nf4.format = "nf4";
+  nf4.blocksize = 64;
+  const at::Tensor qlora = save_trained_adapter(p, nf4, dir / "adapter_nf4");
+  ax::merge_lora_dir(reg, "", (dir / "adapter_nf4").string(), (dir / "merged_nf4").string(), "fp32");
+  auto dq = ax::safetensors::Checkpoint::open_dir((dir / "merged_nf4").string());
+  CHECK(ax::join(dq.names(), ",") == names);
+  CHECK_FALSE(at::equal(dq.get("model.language_model.layers.0.mlp.experts.gate_up_proj"),
+                        written.get("model.language_model.layers.0.mlp.experts.gate_up_proj")));
+  CHECK(rel_max(load((dir / "merged_nf4").string(), "reference", "").model->forward(p.batch, true).logits, qlora) <= 1e-4);
+  CHECK(rel_max(qlora, trained) > 1e-3);  // the nf4 base is another model: the check above tells them apart
+  ax::test::remove_tree(dir);
 }
 
 // The model on CUDA against transformers' logits, fp32, with the default backends for fp32 on CUDA (the host-built

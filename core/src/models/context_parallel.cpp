@@ -73,6 +73,21 @@ int64_t ContextSplit::block() const { return seq / comm->size(); }
 int64_t ContextSplit::chunk() const { return seq / (2 * comm->size()); }
 int64_t ContextSplit::chunk_of(int64_t r, int64_t j) const { return j == 0 ? r : 2 * comm->size() - 1 - r; }
 
+const std::vector<int64_t>& ContextSplit::boundaries(const char* who) const {
+  if (!cu) throw RuntimeError(str(who, ": the context-parallel split carries no host cu_seqlens"));
+  if (cu->size() < 2 || cu->front() != 0 || cu->back() != rows * seq)
+    throw RuntimeError(str(who, ": cu_seqlens must run from 0 to the batch's ", rows * seq, " tokens, got ", cu->size(),
+                           " entries ending at ", cu->empty() ? 0 : cu->back()));
+  return *cu;
+}
+
+std::shared_ptr<const std::vector<int64_t>> host_boundaries(const at::Tensor& cu_seqlens_host) {
+  if (!cu_seqlens_host.is_cpu())
+    throw RuntimeError(str("context parallel: cu_seqlens on ", cu_seqlens_host.device().str(), " given as the host copy"));
+  const at::Tensor c = cu_seqlens_host.to(at::kLong).contiguous();
+  return std::make_shared<const std::vector<int64_t>>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
 at::Tensor ContextSplit::local(const at::Tensor& full) const {
   if (full.size(0) != rows * seq)
     throw RuntimeError(str("context parallel: a whole-batch tensor has ", full.size(0), " rows, not ", rows * seq));

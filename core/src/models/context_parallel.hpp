@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -39,6 +40,12 @@ class ContextComm {
 struct ContextSplit {
   ContextComm* comm = nullptr;
   int64_t rows = 0, seq = 0;
+  // The whole batch's sample boundaries (cu_seqlens over rows·seq tokens) on the host, made once per step
+  // (DecoderModel::forward, from the batch's host copy): the ring's block calls and the Gated DeltaNet chunks are
+  // cut by it, so no layer reads the device's cu_seqlens back (a device sync per layer).
+  std::shared_ptr<const std::vector<int64_t>> cu;
+  // `cu`, checked to run from 0 to rows·seq; RuntimeError naming `who` when it is missing or does not.
+  const std::vector<int64_t>& boundaries(const char* who) const;
   int64_t block() const;  // tokens of a row on each rank: seq / size
   int64_t chunk() const;  // tokens of a zig-zag chunk: seq / (2·size)
   // The row chunk (0 .. 2·size-1) that rank `r` holds as its j-th (0, 1): r, then 2·size-1-r.
@@ -50,6 +57,10 @@ struct ContextSplit {
   // whole batch [rows·seq, ...]; backward sums the whole-batch gradient over the group and keeps this rank's rows.
   at::Tensor gather(const at::Tensor& local) const;
 };
+
+// ContextSplit::cu from a CPU tensor (cu_seqlens' host copy); RuntimeError for a device one (reading it is the
+// sync the table avoids).
+std::shared_ptr<const std::vector<int64_t>> host_boundaries(const at::Tensor& cu_seqlens_host);
 
 // The loss of a CP forward: its value is the sum over the group of `local` (each rank's share of the micro-batch's
 // loss), its gradient that of `local` alone (the trainer's gradient reduction adds the shares up).

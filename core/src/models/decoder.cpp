@@ -169,8 +169,10 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
   // Validation reads host data only: what the batch recorded while it was on the CPU (make_batch,
   // Batch::to), or the tensors themselves when they are on the CPU. Only a device batch built without those
   // facts is read back, a host sync that stalls the GPU and cannot be captured in a CUDA graph.
+  at::Tensor cu_host;  // the samples on the host, checked (context parallelism's split is cut by them)
   if (batch.cu_seqlens.defined()) {
     at::Tensor c = (batch.cu_seqlens_host.defined() ? batch.cu_seqlens_host : batch.cu_seqlens).to(at::kCPU, at::kLong);
+    cu_host = c;
     if (c.dim() != 1 || c.size(0) < 2 || c[0].item<int64_t>() != 0 || c[-1].item<int64_t>() != T ||
         (c.narrow(0, 1, c.size(0) - 1) < c.narrow(0, 0, c.size(0) - 1)).any().item<bool>())
       throw UsageError(str("model forward: cu_seqlens must rise from 0 to B*S = ", T));
@@ -211,7 +213,8 @@ ModelOutput DecoderModel::forward_embeds(const Batch& batch, bool want_logits, c
     if (S % (2 * cp_->size()) != 0)
       throw UsageError(str("model forward: 2 x context_parallel = ", 2 * cp_->size(),
                            " does not divide the row length ", S, " (each rank holds 2 chunks of every row)"));
-    cp_split_ = ContextSplit{cp_.get(), B, S};
+    // The samples' host table once per step, for every layer's ring / Gated DeltaNet chunks (no read-back there).
+    cp_split_ = ContextSplit{cp_.get(), B, S, host_boundaries(cu_host.defined() ? cu_host : at::arange(B + 1, at::kLong) * S)};
   }
   struct ResetSplit {
     std::optional<ContextSplit>& s;

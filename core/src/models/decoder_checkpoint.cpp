@@ -51,18 +51,14 @@ void check_prequantised_policy(const WeightPolicy& p, const BnbConfig& b, const 
                          " (set it to match, or leave weight_format unset to take the checkpoint as stored)"));
 }
 
-// Qwen3-VL-MoE (models/qwen3_vl.hpp; the one multimodal-RoPE decoder with experts): the hub's checkpoints hold the
-// fused experts transposed, gate_up_proj [E, H, 2I] and down_proj [E, I, H], save_pretrained writes them as the
-// module holds them; transformers' conversion for qwen3_vl_moe (Transpose with check_dims) transposes a stored
-// tensor unless it already has the module's shape. Both layouts load (and per-expert tensors, as for qwen3_moe).
-bool experts_maybe_transposed(const HfConfig& c) { return c.num_experts > 0 && !c.mrope_section.empty(); }
-
 std::vector<int64_t> swapped_last(std::vector<int64_t> s) {
   std::swap(s[s.size() - 2], s[s.size() - 1]);
   return s;
 }
 
 }  // namespace
+
+bool experts_maybe_transposed(const HfConfig& c) { return c.num_experts > 0 && !c.mrope_section.empty(); }
 
 safetensors::Checkpoint checkpoint_text_view(const HfConfig& c, const safetensors::Checkpoint& ckpt, int64_t* left_out) {
   if (!c.text_part) return ckpt;

@@ -35,6 +35,13 @@ bool keeps_fp32(const std::string& name);
 // init-model and inspect).
 TensorShapes expected_checkpoint_tensors(const HfConfig& cfg);
 
+// Qwen3-VL-MoE (models/qwen3_vl.hpp; the one multimodal-RoPE decoder with experts): the hub's checkpoints hold the
+// fused experts transposed, gate_up_proj [E, H, 2I] and down_proj [E, I, H], save_pretrained writes them as the
+// module holds them ([E, 2I, H], [E, H, I]); transformers' conversion for qwen3_vl_moe (Transpose with check_dims)
+// transposes a stored tensor unless it already has the module's shape. Both layouts load (and per-expert tensors,
+// as for qwen3_moe); merge-lora writes the hub's (models/decoder_merge.cpp).
+bool experts_maybe_transposed(const HfConfig& c);
+
 // Per-expert key names as transformers save_pretrained writes them (the reverse of its conversion mapping).
 struct ExpertKeys {
   std::string router, gate, up, down;  // with {e} left for the expert index

@@ -4,9 +4,21 @@
 
 #include "axengine/ops/quant.hpp"
 #include "models/decoder.hpp"
+#include "models/decoder_checkpoint.hpp"
 #include "models/gpt_oss.hpp"
 
 namespace ax::models {
+namespace {
+
+// qwen3_vl_moe's fused experts (models/decoder_checkpoint.hpp) as the hub's checkpoints hold them: gate_up_proj
+// [E, H, 2I], down_proj [E, I, H] (what vLLM reads too). transformers tells that layout from its module's
+// [E, 2I, H] / [E, H, I] by the shape; where the two are the same shape (2I = H, I = H) it reads the tensor as its
+// module's, and so does our load: written so there.
+at::Tensor fused_experts_as_hub(const at::Tensor& t) {
+  return (t.size(1) == t.size(2) ? t : t.transpose(1, 2)).contiguous();
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(at::ScalarType dtype) const {
   std::map<std::string, at::Tensor> merged;
@@ -32,6 +44,10 @@ std::vector<std::pair<std::string, at::Tensor>> DecoderModel::merged_state_dict(
     }
     if (!router && !experts) {
       out.emplace_back(name, t.to(dtype).contiguous());
+      continue;
+    }
+    if (experts && experts_maybe_transposed(cfg_)) {  // qwen3_vl_moe: its class reads the fused experts only
+      out.emplace_back(name, fused_experts_as_hub(t.to(dtype)));
       continue;
     }
     std::string p = name.substr(0, name.find("mlp."));

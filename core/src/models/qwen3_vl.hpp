@@ -162,9 +162,6 @@ class Qwen3VlModel : public VlModel {
   // Batch::extras "pixel_values" and "image_grid_thw" as for qwen2_5_vl (models/qwen2_5_vl.hpp).
   ModelOutput forward(const Batch& batch, bool want_logits) override;
   std::string vision_summary() const override;
-  // Refused for qwen3_vl_moe: the decoder's merged state dict holds the experts per expert (qwen3_moe's
-  // transformers 4 names), which Qwen3VLMoeForConditionalGeneration does not read (it reads the fused ones).
-  CompositeLayout checkpoint_layout(const std::string& model_dir) const override;
   const Qwen3VlConfig& config() const { return cfg_; }
 
  protected:

@@ -73,13 +73,6 @@ std::string Qwen3VlModel::vision_summary() const {
              cfg_.vision.deepstack_visual_indexes.size());
 }
 
-CompositeLayout Qwen3VlModel::checkpoint_layout(const std::string& model_dir) const {
-  if (cfg_.text.num_experts > 0)
-    throw UsageError(str(model_dir, ": merge-lora is not supported for ", desc_.family, ": the merged experts would be written per expert, "
-                         "and ", desc_.family, "'s transformers class reads only the fused mlp.experts.gate_up_proj / down_proj"));
-  return VlModel::checkpoint_layout(model_dir);
-}
-
 ModelOutput Qwen3VlModel::forward(const Batch& batch, bool want_logits) {
   const Tokens t = tokens(batch);
   auto pv = batch.extras.find("pixel_values");

@@ -320,11 +320,7 @@ c10::intrusive_ptr<RingState> ring_state(const ContextSplit& split, const ops::A
   G.window = a.window_left;
   G.scale = a.softmax_scale > 0 ? a.softmax_scale : 1.0 / std::sqrt(double(a.q.size(2)));
   G.device = a.q.device();
-  const at::Tensor cu = a.cu_seqlens.to(at::kCPU, at::kLong).contiguous();  // the block calls' offsets come from it
-  G.cu.assign(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
-  if (G.cu.size() < 2 || G.cu.front() != 0 || G.cu.back() != split.rows * split.seq)
-    throw RuntimeError(ax::str("ring attention: cu_seqlens must run from 0 to the batch's ", split.rows * split.seq,
-                               " tokens, got ", G.cu.size(), " entries ending at ", G.cu.empty() ? 0 : G.cu.back()));
+  G.cu = split.boundaries("ring attention");  // the block calls' offsets come from the host table (a.cu_seqlens unread)
   if (a.sinks.defined()) {
     st->sinks = a.sinks.detach().to(at::kFloat);
     st->sinks_grad = a.sinks.requires_grad();

@@ -20,7 +20,8 @@
 namespace ax::models {
 
 // `a` as the attention op takes it, but q, k and v are this rank's tokens [split.rows·split.block(), H, D]
-// (split.local of the whole batch's) and cu_seqlens is the whole batch's. Causal only; sinks (differentiable)
+// (split.local of the whole batch's); the samples are the split's host table (ContextSplit::cu; a.cu_seqlens is not
+// read). Causal only; sinks (differentiable)
 // and sliding windows as the op; groups and cu_seqlens_k refused. `blocks` computes the blocks (the model's
 // attention backend chain; null: the reference backend). Returns this rank's out [rows·block, Hq, Dv] in q's
 // dtype, differentiable in q, k, v and sinks.

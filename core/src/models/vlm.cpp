@@ -114,15 +114,20 @@ void VlModel::save_adapter(const std::string& dir) const {
 }
 
 CompositeLayout VlModel::checkpoint_layout(const std::string& model_dir) const {
-  // Each decoder name back to the name it is stored under (the text view's inverse); a name the base does not
-  // store (none today: a tied head is not written) keeps the decoder's.
+  // Each decoder name back to the name it is stored under (the text view's inverse). A name the base does not
+  // store (qwen3_vl_moe's fused experts, written fused from a per-expert base) goes under the prefix the base
+  // stores the decoder's model.* under (model. or model.language_model.), as its embeddings show.
   std::map<std::string, std::string> stored;
   for (const auto& n : safetensors::Checkpoint::open_dir(model_dir).names())
     if (auto t = desc_.text_name(n)) stored.emplace(*t, n);
+  std::string prefix = "model.";
+  if (auto e = stored.find("model.embed_tokens.weight"); e != stored.end())
+    prefix = e->second.substr(0, e->second.size() - std::string("embed_tokens.weight").size());
   CompositeLayout l;
-  l.text_name = [stored](const std::string& n) {
+  l.text_name = [stored, prefix](const std::string& n) {
     auto it = stored.find(n);
-    return it == stored.end() ? n : it->second;
+    if (it != stored.end()) return it->second;
+    return n.rfind("model.", 0) == 0 ? prefix + n.substr(6) : n;
   };
   l.kept = [d = &desc_](const std::string& n) { return d->vision_name(n).has_value(); };
   // The vision side's adapters fold into the tower's weights (the stored name of each site's weight).

@@ -112,9 +112,10 @@ at::Tensor DecoderModel::gated_deltanet_block(int64_t i, const at::Tensor& x, co
     conv.output_final_state = true;
   }
   // Context parallelism: this rank's chunks of every row, each from the window and state the row's chunk before
-  // it leaves (parts/gdn_context_parallel.hpp); x holds this rank's tokens, cu the whole batch's samples.
+  // it leaves (parts/gdn_context_parallel.hpp); x holds this rank's tokens, the split the whole batch's samples
+  // (on the host: cu stays unread).
   std::optional<GdnContextSplit> cp;
-  if (cp_split_) cp.emplace(*cp_split_, cu);
+  if (cp_split_) cp.emplace(*cp_split_);
   const auto conv_op = kernels_->get<ops::CausalConv1d>(ops::dtype_name(dtype_));
   autograd::CausalConv1dOutput c = cp ? autograd::CausalConv1dOutput{cp->conv1d(conv_op, std::move(conv)), at::Tensor()}
                                       : autograd::causal_conv1d(conv_op, std::move(conv));

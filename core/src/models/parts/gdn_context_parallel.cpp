@@ -157,13 +157,8 @@ struct GdnChainFn : torch::autograd::Function<GdnChainFn> {
 
 }  // namespace
 
-GdnContextSplit::GdnContextSplit(const ContextSplit& split, const at::Tensor& cu_seqlens) : split_(split) {
-  const at::Tensor cu = cu_seqlens.to(at::kCPU, at::kLong).contiguous();
-  cu_.assign(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
-  if (cu_.empty() || cu_.back() != split.rows * split.seq)
-    throw RuntimeError(ax::str("context parallel (Gated DeltaNet): cu_seqlens does not end at the batch's ", split.rows * split.seq,
-                           " tokens"));
-}
+GdnContextSplit::GdnContextSplit(const ContextSplit& split)
+    : split_(split), cu_(split.boundaries("context parallel (Gated DeltaNet)")) {}
 
 bool GdnContextSplit::continues(int64_t b, int64_t k) const {
   // A row starts a sample whatever cu_seqlens says (the ring's masks do not cross rows either).

@@ -33,8 +33,8 @@ namespace ax::models {
 
 class GdnContextSplit {
  public:
-  // `cu_seqlens`: the whole batch's (split.rows·split.seq tokens), read once on the host.
-  GdnContextSplit(const ContextSplit& split, const at::Tensor& cu_seqlens);
+  // The samples are the split's host table (ContextSplit::cu): no tensor is read back.
+  explicit GdnContextSplit(const ContextSplit& split);
 
   // The op over this rank's tokens: args.x [rows·block, C] (split.local of the whole batch's); args.cu_seqlens,
   // initial_state and output_final_state are this function's. Returns y [rows·block, C], differentiable in x.
@@ -61,7 +61,7 @@ class GdnContextSplit {
 
  private:
   ContextSplit split_;
-  std::vector<int64_t> cu_;
+  std::vector<int64_t> cu_;  // split_.cu's table, checked
 };
 
 }  // namespace ax::models
