@@ -12,6 +12,9 @@ struct Kernels {
   // stream: a cudaStream_t on the GPU, ignored on the host. Each throws RuntimeError on a failed launch.
   void (*scan_forward)(const Params& p, void* stream);   // S_in, Vn
   void (*scan_backward)(const Params& p, void* stream);  // dS_out, dS_in, dVn
+  // The shared memory (bytes) one block may opt in to on `device` (a CUDA index; -1 on the host): the glue
+  // picks the scans' staging from it (Params::overlap) and declines what fits in neither.
+  int64_t (*smem_limit)(int device);
 };
 
 const Kernels& cuda_kernels();

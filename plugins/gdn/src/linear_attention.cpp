@@ -29,6 +29,13 @@ Params shape_of(const ops::ChunkLayout& l, const at::Tensor& state) {
   return p;
 }
 
+int cuda_index(const at::Tensor& t) { return t.is_cuda() ? t.device().index() : -1; }
+
+// Two operand buffers where the scan's block fits them on the device, else one (chunk_math.cuh).
+bool overlap_fits(const Kernels& k, int Dk, bool backward, int device) {
+  return scan_smem_bytes(Dk, backward, /*overlap=*/true) <= k.smem_limit(device);
+}
+
 void* stream_of(const at::Tensor& t) {
   if (!t.is_cuda()) return nullptr;  // the host kernels (tests)
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
@@ -39,7 +46,12 @@ class GdnLinearAttention final : public ops::ChunkedLinearAttention {
   explicit GdnLinearAttention(const Kernels& k) : k_(k) {}
 
   std::optional<std::string> decline(const ops::LinearAttentionArgs& a) const override {
-    if (a.q.size(2) > kMaxKeyDim) return str("key head dim ", a.q.size(2), " > ", kMaxKeyDim, " (the scan's shared memory)");
+    const int64_t Dk = a.q.size(2);
+    if (Dk > kMaxKeyDim) return str("key head dim ", Dk, " > ", kMaxKeyDim, " (the scan's shared memory)");
+    const int64_t need = scan_smem_bytes(static_cast<int>(Dk), /*backward=*/true, /*overlap=*/false);
+    const int64_t limit = k_.smem_limit(cuda_index(a.q));
+    if (need > limit)
+      return str("key head dim ", Dk, ": the scan needs ", need, " bytes of shared memory a block, the device allows ", limit);
     if (a.q.scalar_type() == at::kDouble) return std::string("fp64 (the kernels compute in fp32)");
     return std::nullopt;
   }
@@ -49,6 +61,7 @@ class GdnLinearAttention final : public ops::ChunkedLinearAttention {
     Params p = shape_of(*s.layout, s.S_in);
     p.W = ptr(s.W), p.Kd = ptr(s.Kd), p.gamma = ptr(s.gamma), p.U = ptr(s.U), p.S0 = ptr(s.S0);
     p.S_in = mut(s.S_in), p.Vn = mut(s.Vn);
+    p.overlap = overlap_fits(k_, p.Dk, false, cuda_index(s.U));
     k_.scan_forward(p, stream_of(s.U));
   }
 
@@ -57,11 +70,12 @@ class GdnLinearAttention final : public ops::ChunkedLinearAttention {
     p.W = ptr(b.W), p.Kd = ptr(b.Kd), p.gamma = ptr(b.gamma);
     p.dVn_local = ptr(b.dVn_local), p.dS_local = ptr(b.dS_local), p.GF = ptr(b.GF);
     p.dS_out = mut(b.dS_out), p.dS_in = mut(b.dS_in), p.dVn = mut(b.dVn);
+    p.overlap = overlap_fits(k_, p.Dk, true, cuda_index(b.W));
     k_.scan_backward(p, stream_of(b.W));
   }
 
  private:
-  const Kernels& k_;
+  const Kernels k_;  // a copy: tests pass tables they build
 };
 
 }  // namespace

@@ -2,7 +2,9 @@
 // its linear_attention backend as declared; the kernels' block bodies, run on the host one thread per
 // block (kernels/chunk_math.cuh, src/host_kernels.cpp), through the same glue as the plugin, equal the
 // reference — packed sequences over chunk boundaries, an empty and a length-1 sequence, Hv = 2·Hk, states in
-// and out with their gradients, the L2 norm, fp32 and bf16. On a CUDA device (else skipped with a message):
+// and out with their gradients, the L2 norm, fp32 and bf16; head dims that are not multiples of the
+// micro-tile or the column tile, with the scans' two operand buffers and with one; the shared memory sizes
+// against sm_80/86/90's limits and the declines they imply. On a CUDA device (else skipped with a message):
 // the CUDA kernels equal the reference and repeat bitwise. The conformance suite's linear_attention problems
 // (the contract's cases, docs/ops/linear_attention.md) run against the reference twice: the host twin on the
 // CPU (quick grid) and, on a GPU, the CUDA kernels (full grid, every dtype, CUDA-graph capture included).
@@ -161,6 +163,48 @@ TEST_CASE("gdn kernels (host twin, one thread per block) equal the reference: pa
   SUBCASE("bf16") { check_against_reference(*op, make_call({}, at::kBFloat16, at::kCPU), 2e-2); }
 }
 
+// The host twin with a device's shared memory limit (bytes a block may opt in to): it picks the staging.
+ax::gdn::Kernels host_with_limit(int64_t (*limit)(int)) {
+  ax::gdn::Kernels k = ax::gdn::host_kernels();
+  k.smem_limit = limit;
+  return k;
+}
+constexpr int64_t kSm80Smem = 163 * 1024, kSm86Smem = 99 * 1024, kSm90Smem = 227 * 1024;
+
+TEST_CASE("gdn kernels (host twin): both stagings, ragged micro-tiles and column tiles, short packed chunks") {
+  // Dk = 22 and Dv = 37: neither a multiple of the 4 x 2 micro-tile nor of the 32-column tile (the second
+  // tile has 5 columns, an odd count); chunks shorter than 64 between packed samples, an empty one.
+  const Case ragged{.cu = {0, 20, 83, 83, 90, 150}, .Hk = 1, .Hv = 2, .Dk = 22, .Dv = 37};
+  SUBCASE("two operand buffers (overlap)") {
+    REQUIRE(ax::gdn::scan_smem_bytes(22, true, true) <= kSm90Smem);
+    auto op = ax::gdn::make_linear_attention(ax::gdn::host_kernels());
+    check_against_reference(*op, make_call(ragged, at::kFloat, at::kCPU), 1e-5);
+  }
+  SUBCASE("one operand buffer (a limit below what overlap needs)") {
+    auto op = ax::gdn::make_linear_attention(host_with_limit([](int) -> int64_t { return 30 * 1024; }));
+    REQUIRE(ax::gdn::scan_smem_bytes(22, true, false) <= 30 * 1024);
+    REQUIRE(ax::gdn::scan_smem_bytes(22, false, true) > 30 * 1024);
+    check_against_reference(*op, make_call(ragged, at::kFloat, at::kCPU), 1e-5);
+  }
+  SUBCASE("Dk = 256 at sm_80's limit: the forward single-buffered, the backward too") {
+    CHECK(ax::gdn::scan_smem_bytes(256, false, true) > kSm80Smem);
+    CHECK(ax::gdn::scan_smem_bytes(256, true, false) <= kSm80Smem);
+    auto op = ax::gdn::make_linear_attention(host_with_limit([](int) -> int64_t { return kSm80Smem; }));
+    const Case wide{.cu = {0, 70, 75}, .Hk = 1, .Hv = 1, .Dk = 256, .Dv = 34};
+    CHECK_FALSE(op->decline(make_call(wide, at::kFloat, at::kCPU).a).has_value());
+    check_against_reference(*op, make_call(wide, at::kFloat, at::kCPU), 1e-5);
+  }
+}
+
+TEST_CASE("gdn: the scans fit sm_90 double-buffered at Qwen's Dk = 128 and Dk = 256, sm_80 single-buffered") {
+  for (int dk : {128, 256}) {
+    CAPTURE(dk);
+    CHECK(ax::gdn::scan_smem_bytes(dk, /*backward=*/true, /*overlap=*/true) <= kSm90Smem);
+    CHECK(ax::gdn::scan_smem_bytes(dk, /*backward=*/true, /*overlap=*/false) <= kSm80Smem);
+  }
+  CHECK(ax::gdn::scan_smem_bytes(128, /*backward=*/true, /*overlap=*/false) <= kSm86Smem);
+}
+
 TEST_CASE("gdn kernels (host twin) pass the linear_attention conformance problems on the CPU (quick grid)") {
   int passed = 0;
   const std::string fails = certify(ax::gdn::host_kernels(), "gdn_host", "cpu", /*quick=*/true, passed);
@@ -176,6 +220,13 @@ TEST_CASE("gdn: declines key head dims its scan cannot hold") {
   REQUIRE(why.has_value());
   CHECK(why->find("key head dim") != std::string::npos);
   CHECK_FALSE(op->decline(make_call({}, at::kFloat, at::kCPU).a).has_value());
+  SUBCASE("a key head dim the device's shared memory cannot hold (sm_86's 99 KiB at Dk = 256)") {
+    auto small = ax::gdn::make_linear_attention(host_with_limit([](int) -> int64_t { return kSm86Smem; }));
+    auto w = small->decline(make_call({.cu = {0, 3}, .Hk = 1, .Hv = 1, .Dk = 256, .Dv = 8}, at::kFloat, at::kCPU).a);
+    REQUIRE(w.has_value());
+    CHECK(w->find("bytes of shared memory") != std::string::npos);
+    CHECK_FALSE(small->decline(make_call({.cu = {0, 3}, .Hk = 1, .Hv = 1, .Dk = 128, .Dv = 8}, at::kFloat, at::kCPU).a));
+  }
 }
 
 // Counts the calls that reach the wrapped backend (its declines are the wrapped backend's).
