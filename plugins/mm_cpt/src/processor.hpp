@@ -4,9 +4,10 @@
 // (channel, temporal, row, column; the frame repeated over the temporal patch) plus image_grid_thw [1, h, w].
 //
 // It matches transformers' fast processor (Qwen2VLImageProcessor, the torchvision backend) step by step: the
-// same ATen kernel on the same uint8 CHW tensor (torchvision resizes uint8 natively on the CPU with
-// interpolate(mode="bicubic", antialias=True) = at::_upsample_bicubic2d_aa), then (x - 255 mean) / (255 std)
-// in float32 as its fused rescale-and-normalise does. The PIL backend resizes with PIL's own filter and is
+// same ATen kernel on the same uint8 pixels (torchvision resizes uint8 natively on the CPU with
+// interpolate(mode="bicubic", antialias=True) = at::_upsample_bicubic2d_aa; we hand it the decoded HWC bytes as a
+// channels-last view, which its integer arithmetic gives the same bits for without the CHW copy and repacking),
+// then (x - 255 mean) / (255 std) in float32 as its fused rescale-and-normalise does. The PIL backend resizes with PIL's own filter and is
 // not what transformers uses by default.
 #pragma once
 #include <cstdint>

@@ -128,3 +128,78 @@ TEST_CASE("mm_cpt processor: the fingerprint changes with every setting that cha
   bad.min_pixels = bad.max_pixels + 1;
   CHECK_THROWS_AS(bad.validate(), ax::UsageError);
 }
+
+namespace {
+// What transformers' torchvision backend computes, op by op in ATen: the uint8 CHW tensor (contiguous) resized by the
+// antialiased kernel, then (x - mean') / std' in float32 with mean' and std' its fused float32 values.
+at::Tensor reference_normalised(const Image& img, int64_t h, int64_t w, bool bicubic, const std::vector<double>& mean,
+                                const std::vector<double>& stdv) {
+  at::Tensor x = at::from_blob(const_cast<uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte)
+                     .permute({2, 0, 1}).contiguous().unsqueeze(0);
+  if (h != img.height || w != img.width)
+    x = bicubic ? at::_upsample_bicubic2d_aa(x, {h, w}, false, std::nullopt, std::nullopt)
+                : at::_upsample_bilinear2d_aa(x, {h, w}, false, std::nullopt, std::nullopt);
+  at::Tensor m = at::empty({1, 3, 1, 1}, at::kFloat), s = at::empty({1, 3, 1, 1}, at::kFloat);
+  for (int c = 0; c < 3; ++c) {
+    m.view(-1)[c] = static_cast<float>(static_cast<float>(mean[c]) * (1.0 / (1.0 / 255.0)));
+    s.view(-1)[c] = static_cast<float>(static_cast<float>(stdv[c]) * (1.0 / (1.0 / 255.0)));
+  }
+  return ((x.to(at::kFloat) - m) / s).squeeze(0);
+}
+
+Image random_image(int64_t h, int64_t w, uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor px = at::randint(0, 256, {h, w, 3}, at::kByte);
+  Image img;
+  img.height = h;
+  img.width = w;
+  img.rgb.assign(px.data_ptr<uint8_t>(), px.data_ptr<uint8_t>() + px.numel());
+  return img;
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kSizes{{480, 640}, {37, 53}, {1, 5}, {6, 1}, {224, 224}, {1003, 901}};
+}  // namespace
+
+// The processors resize the decoded HWC bytes in place of a CHW copy (ATen's kernel then skips its repacking) and
+// normalise in one fused pass; the bits must be those of the op-by-op composition, on sizes up and down, a 1-pixel
+// side and no resize at all.
+TEST_CASE("mm_cpt processor: Gemma 3's fused path equals the op-by-op ATen composition bit for bit") {
+  Gemma3ProcessorConfig pc;
+  for (int64_t side : {224, 64}) {
+    pc.height = side;
+    pc.width = side + 32;
+    for (std::size_t i = 0; i < kSizes.size(); ++i) {
+      const auto [h, w] = kSizes[i];
+      CAPTURE(h);
+      CAPTURE(w);
+      CAPTURE(side);
+      const Image img = random_image(h, w, 7 + i);
+      const at::Tensor want = reference_normalised(img, pc.height, pc.width, false, pc.image_mean, pc.image_std);
+      CHECK(at::equal(process_gemma3_image(img, pc), want));
+    }
+  }
+}
+
+TEST_CASE("mm_cpt processor: Qwen-VL's fused patchify equals the op-by-op ATen composition bit for bit") {
+  ProcessorConfig qwen3;
+  qwen3.patch_size = 16;
+  qwen3.image_mean = qwen3.image_std = {0.5, 0.5, 0.5};
+  for (const ProcessorConfig& cfg : {ProcessorConfig{}, qwen3}) {
+    for (std::size_t i = 0; i < kSizes.size(); ++i) {
+      const auto [h, w] = kSizes[i];
+      if (std::max(h, w) / std::min(h, w) > 200) continue;
+      CAPTURE(h);
+      CAPTURE(w);
+      const Image img = random_image(h, w, 11 + i);
+      const int64_t P = cfg.patch_size, M = cfg.merge_size, T = cfg.temporal_patch_size;
+      const auto [rh, rw] = smart_resize(h, w, P * M, cfg.min_pixels, cfg.max_pixels);
+      const at::Tensor x = reference_normalised(img, rh, rw, true, cfg.image_mean, cfg.image_std);
+      // transformers' patchify: the frame repeated over the temporal patch, patches in (block, row, column) order.
+      const at::Tensor want = x.unsqueeze(0).expand({T, 3, rh, rw})
+                                  .reshape({T, 3, rh / P / M, M, P, rw / P / M, M, P})
+                                  .permute({2, 5, 3, 6, 1, 0, 4, 7})
+                                  .reshape({rh / P * (rw / P), 3 * T * P * P});
+      CHECK(at::equal(process_image(img, cfg).pixel_values, want));
+    }
+  }
+}
