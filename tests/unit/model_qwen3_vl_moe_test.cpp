@@ -246,8 +246,8 @@ at::Tensor save_trained_adapter(const Packed& p, const ax::WeightPolicy& weights
   o.weights = weights;
   o.kernels = std::make_shared<ax::KernelSet>(reg, ax::KernelPreferences{}, ax::DeviceInfo{});
   ax::LoraSpec spec;
-  spec.targets = ax::models::with_vision_targets({"q_proj", "o_proj", "down_proj", "gate_up_proj", "experts.down_proj"},
-                                                 {"qkv", "linear_fc2"});
+  spec.targets = {"q_proj", "o_proj", "down_proj", "gate_up_proj", "experts.down_proj"};
+  spec.vision_targets = {"qkv", "linear_fc2"};
   spec.r = 2;
   spec.alpha = 4;
   o.lora = spec;
